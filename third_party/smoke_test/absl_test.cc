@@ -1,4 +1,5 @@
-// Abseil smoke test: the parts the project uses at library boundaries (status, strings, time).
+// Abseil smoke test: the parts the project uses at library boundaries (status,
+// strings, time).
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -10,7 +11,8 @@
 namespace {
 
 absl::StatusOr<int> ParsePositive(int value) {
-  if (value <= 0) return absl::InvalidArgumentError(absl::StrCat("not positive: ", value));
+  if (value <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("not positive: ", value));
   return value;
 }
 

@@ -1,4 +1,5 @@
-// Gloo smoke test: two ranks (threads) connect a full mesh over TCP on loopback and allreduce.
+// Gloo smoke test: two ranks (threads) connect a full mesh over TCP on loopback
+// and allreduce.
 
 #include <memory>
 #include <thread>
@@ -23,16 +24,19 @@ TEST(GlooSmokeTest, TwoRanksAllReduceOverLoopbackTcp) {
       for (int i = 0; i < kCount; ++i) data[rank][i] = rank * 10.0f + i;
       gloo::transport::tcp::attr attr("127.0.0.1");
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank, kWorldSize);
+      auto context =
+          std::make_shared<gloo::rendezvous::Context>(rank, kWorldSize);
       context->connectFullMesh(store, device);
-      gloo::AllreduceRing<float> allreduce(context, {data[rank].data()}, kCount);
+      gloo::AllreduceRing<float> allreduce(context, {data[rank].data()},
+                                           kCount);
       allreduce.run();
     });
   }
   for (auto& t : ranks) t.join();
   for (int rank = 0; rank < kWorldSize; ++rank) {
     for (int i = 0; i < kCount; ++i) {
-      EXPECT_FLOAT_EQ(data[rank][i], 10.0f + 2 * i) << "rank " << rank << " index " << i;
+      EXPECT_FLOAT_EQ(data[rank][i], 10.0f + 2 * i)
+          << "rank " << rank << " index " << i;
     }
   }
 }

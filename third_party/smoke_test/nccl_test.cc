@@ -1,5 +1,6 @@
-// CUDA/NCCL smoke test: when the build found NCCL, the library links and reports the version its header
-// promised. Device checks skip with the reason when no GPU is visible.
+// CUDA/NCCL smoke test: when the build found NCCL, the library links and
+// reports the version its header promised. Device checks skip with the reason
+// when no GPU is visible.
 
 #include "gtest/gtest.h"
 #include "third_party/cuda_config.h"
@@ -23,7 +24,8 @@ TEST(NcclSmokeTest, SingleRankCommunicatorOnDevice) {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess || devices == 0) {
-    GTEST_SKIP() << "no CUDA device visible (" << cudaGetErrorString(err) << ")";
+    GTEST_SKIP() << "no CUDA device visible (" << cudaGetErrorString(err)
+                 << ")";
   }
   ncclComm_t comm;
   int device = 0;

@@ -1,4 +1,5 @@
-// prometheus-cpp smoke test: a registry with a counter and a histogram serializes to the text format.
+// prometheus-cpp smoke test: a registry with a counter and a histogram
+// serializes to the text format.
 
 #include <sstream>
 #include <string>
@@ -25,14 +26,16 @@ TEST(PrometheusSmokeTest, RegistrySerializesToTextFormat) {
                         .Name("smoke_step_duration_seconds")
                         .Help("Step durations.")
                         .Register(registry);
-  durations.Add({}, prometheus::Histogram::BucketBoundaries{0.1, 1.0}).Observe(0.5);
+  durations.Add({}, prometheus::Histogram::BucketBoundaries{0.1, 1.0})
+      .Observe(0.5);
 
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry.Collect());
   const std::string text = out.str();
   EXPECT_THAT(text, HasSubstr("# TYPE smoke_steps_total counter"));
   EXPECT_THAT(text, HasSubstr("smoke_steps_total{backend=\"gloo\"} 3"));
-  EXPECT_THAT(text, HasSubstr("smoke_step_duration_seconds_bucket{le=\"1\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("smoke_step_duration_seconds_bucket{le=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("smoke_step_duration_seconds_count 1"));
 }
 

@@ -1,4 +1,5 @@
-// LibTorch smoke test: tensors, autograd and an nn module run with the LibTorch this build links.
+// LibTorch smoke test: tensors, autograd and an nn module run with the LibTorch
+// this build links.
 
 #include <torch/torch.h>
 
