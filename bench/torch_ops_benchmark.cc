@@ -1,6 +1,7 @@
-// Throughput of the LibTorch kernels that dominate a training step on one CPU
-// thread: matrix multiply (shows which BLAS LibTorch runs on: the reference
-// BLAS is several times slower than OpenBLAS) and the ConvNet's first
+// Throughput of the LibTorch kernels that dominate a training step, with one
+// intra-op thread: matrix multiply (tells which BLAS LibTorch runs on: the
+// reference BLAS is several times slower than OpenBLAS, which keeps its own
+// thread pool unless OPENBLAS_NUM_THREADS=1) and the ConvNet's first
 // convolution.
 
 #include <ATen/Parallel.h>
