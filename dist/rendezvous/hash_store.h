@@ -1,0 +1,44 @@
+// An in-memory Store for the threads of one process: tests run N ranks as
+// threads over one HashStore. Thread-safe; handles are shared through
+// std::shared_ptr.
+#ifndef DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
+#define DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "dist/rendezvous/store.h"
+
+namespace dtrain::rendezvous {
+
+class HashStore : public Store {
+ public:
+  explicit HashStore(absl::Duration timeout = kDefaultStoreTimeout)
+      : Store(timeout) {}
+
+  using Store::Get;
+  using Store::Wait;
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+  absl::StatusOr<std::string> CompareSet(absl::string_view key,
+                                         absl::string_view expected,
+                                         absl::string_view desired) override;
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
+  absl::Status Wait(absl::Span<const std::string> keys,
+                    absl::Duration timeout) override;
+  absl::StatusOr<bool> Delete(absl::string_view key) override;
+  absl::StatusOr<int64_t> NumKeys() override;
+  std::string Describe() const override { return "hash store"; }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dtrain::rendezvous
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
