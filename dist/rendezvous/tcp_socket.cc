@@ -1,0 +1,230 @@
+#include "dist/rendezvous/tcp_socket.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::rendezvous::internal {
+namespace {
+
+int RemainingMs(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  // Round up so that a sub-millisecond remainder still waits.
+  return static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline: OK, kDeadlineExceeded, or
+// kUnavailable on error.
+absl::Status PollFor(int fd, short events, absl::Time deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, RemainingMs(deadline));
+    if (n > 0) return absl::OkStatus();
+    if (n == 0) return absl::DeadlineExceededError("timed out");
+    if (errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("poll: ", strerror(errno)));
+    }
+  }
+}
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* a) const { freeaddrinfo(a); }
+};
+
+absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(
+    absl::string_view host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : AI_ADDRCONFIG;
+  addrinfo* result = nullptr;
+  const std::string h(host);
+  const std::string p = std::to_string(port);
+  const int rc = ::getaddrinfo(h.empty() ? nullptr : h.c_str(), p.c_str(),
+                               &hints, &result);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  return std::unique_ptr<addrinfo, AddrInfoDeleter>(result);
+}
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.Release();
+  }
+  return *this;
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int Fd::Release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+void SetNonBlocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
+  const std::string where = host.empty()
+                                ? absl::StrCat("every interface, port ", port)
+                                : JoinHostPort(host, port);
+  auto addrs = Resolve(host, port, /*passive=*/true);
+  if (!addrs.ok()) return addrs.status();
+  // With no host, prefer the IPv6 wildcard in dual-stack mode (accepts IPv4
+  // too).
+  addrinfo* chosen = nullptr;
+  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+    if (host.empty() && a->ai_family == AF_INET6) {
+      chosen = a;
+      break;
+    }
+  }
+  std::string last_error = "no usable address";
+  for (addrinfo* a = chosen ? chosen : addrs->get(); a != nullptr;
+       a = chosen ? nullptr : a->ai_next) {
+    Fd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) {
+      last_error = strerror(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (a->ai_family == AF_INET6) {
+      int zero = 0;
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      if (errno == EADDRINUSE) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot listen on ", where,
+            ": the port is already in use (by another program, or a previous "
+            "run that is still shutting down)"));
+      }
+      last_error = strerror(errno);
+      continue;
+    }
+    if (::listen(fd.get(), 1024) != 0) {
+      last_error = strerror(errno);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+    *bound_port = ss.ss_family == AF_INET6
+                      ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    return fd;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", where, ": ", last_error));
+}
+
+absl::StatusOr<Fd> ConnectOnce(absl::string_view host, int port,
+                               absl::Time deadline) {
+  auto addrs = Resolve(host, port, /*passive=*/false);
+  if (!addrs.ok()) return addrs.status();
+  std::string last_error = "no usable address";
+  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+    Fd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) {
+      last_error = strerror(errno);
+      continue;
+    }
+    SetNonBlocking(fd.get());
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last_error = strerror(errno);
+        continue;
+      }
+      absl::Status s = PollFor(fd.get(), POLLOUT, deadline);
+      if (!s.ok()) {
+        last_error = s.code() == absl::StatusCode::kDeadlineExceeded
+                         ? "connection attempt timed out"
+                         : std::string(s.message());
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last_error = strerror(err);
+        continue;
+      }
+    }
+    // Back to blocking mode: the client does its I/O with poll deadlines.
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+    SetNoDelay(fd.get());
+    return fd;
+  }
+  return absl::UnavailableError(last_error);
+}
+
+absl::Status SendAll(int fd, const char* data, size_t size,
+                     absl::Time deadline) {
+  size_t done = 0;
+  while (done < size) {
+    absl::Status s = PollFor(fd, POLLOUT, deadline);
+    if (!s.ok()) return s;
+    const ssize_t n =
+        ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR && errno != EAGAIN) {
+      return absl::UnavailableError(absl::StrCat("send: ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline) {
+  size_t done = 0;
+  while (done < size) {
+    absl::Status s = PollFor(fd, POLLIN, deadline);
+    if (!s.ok()) return s;
+    const ssize_t n = ::recv(fd, data + done, size - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0) {
+      return absl::UnavailableError("the server closed the connection");
+    } else if (errno != EINTR && errno != EAGAIN) {
+      return absl::UnavailableError(absl::StrCat("recv: ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::rendezvous::internal

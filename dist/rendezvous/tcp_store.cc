@@ -1,0 +1,274 @@
+#include "dist/rendezvous/tcp_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+using protocol::Reader;
+using protocol::Reply;
+using protocol::Request;
+using protocol::Writer;
+
+// Slack on top of a blocking call's own timeout: the server answers at the
+// deadline, and this only covers a server that stopped answering altogether.
+constexpr absl::Duration kReplyGrace = absl::Seconds(10);
+
+std::string Quote(absl::string_view key) { return absl::StrCat("'", key, "'"); }
+
+Writer& KeyList(Writer& w, absl::Span<const std::string> keys) {
+  w.U32(static_cast<uint32_t>(keys.size()));
+  for (const std::string& k : keys) w.Bytes(k);
+  return w;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
+    const TcpStoreOptions& options) {
+  if (options.port < 0 || options.port > 65535 ||
+      (options.port == 0 && !options.is_server)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store port ", options.port,
+                     " is out of range (1-65535; 0 only for the server)"));
+  }
+  std::shared_ptr<TcpStore> store(new TcpStore(options));
+  if (options.is_server) {
+    TcpStoreServerOptions server_options;
+    server_options.host = options.bind_host;
+    server_options.port = options.port;
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+        TcpStoreServer::Start(server_options);
+    if (!server.ok()) return server.status();
+    store->server_ = std::move(*server);
+    store->options_.port = store->server_->port();
+  }
+  absl::StatusOr<internal::Fd> fd = store->Connect(options.connect_timeout);
+  if (!fd.ok()) return fd.status();
+  absl::MutexLock lock(&store->mu_);
+  store->idle_.push_back(std::move(*fd));
+  return store;
+}
+
+TcpStore::~TcpStore() {
+  {
+    absl::MutexLock lock(&mu_);
+    idle_.clear();
+  }
+  server_.reset();
+}
+
+std::string TcpStore::Describe() const {
+  return absl::StrCat("tcp://",
+                      internal::JoinHostPort(options_.host, options_.port));
+}
+
+absl::StatusOr<internal::Fd> TcpStore::Connect(absl::Duration timeout) const {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  absl::Duration backoff = absl::Milliseconds(10);
+  int attempts = 0;
+  absl::Status last;
+  while (true) {
+    ++attempts;
+    // Each attempt may take at most a few seconds, so a silently dropped SYN
+    // does not eat the budget.
+    const absl::Time attempt_deadline =
+        std::min(deadline, absl::Now() + absl::Seconds(5));
+    absl::StatusOr<internal::Fd> fd =
+        internal::ConnectOnce(options_.host, options_.port, attempt_deadline);
+    if (fd.ok()) {
+      // Check that what answers is a store server that speaks our protocol.
+      std::string ping;
+      protocol::AppendFrame(static_cast<uint8_t>(Request::kPing), "", &ping);
+      const absl::Time io_deadline =
+          absl::Now() + std::max(timeout, absl::Seconds(5));
+      char header[protocol::kHeaderSize];
+      absl::Status s =
+          internal::SendAll(fd->get(), ping.data(), ping.size(), io_deadline);
+      if (s.ok())
+        s = internal::RecvAll(fd->get(), header, sizeof(header), io_deadline);
+      if (s.ok()) {
+        const protocol::Header h = protocol::DecodeHeader(header);
+        if (h.magic != protocol::kMagic || h.version != protocol::kVersion ||
+            h.length > protocol::kDefaultMaxPayload) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("the program listening at ", Describe(),
+                           " is not a dtrain store server (or speaks another "
+                           "protocol version)"));
+        }
+        std::string rest(h.length, '\0');
+        s = internal::RecvAll(fd->get(), rest.data(), rest.size(), io_deadline);
+        if (s.ok()) return std::move(*fd);
+      }
+      last = s;
+    } else {
+      last = fd.status();
+    }
+    const absl::Time now = absl::Now();
+    if (now + backoff >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat("could not reach the store server at ", Describe(),
+                       " within ", absl::FormatDuration(timeout), " (",
+                       attempts, " attempts; last error: ", last.message(),
+                       "). Is rank 0 running, and is the address reachable "
+                       "from this host?"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::StatusOr<std::string> TcpStore::Call(Request type,
+                                           absl::string_view payload,
+                                           absl::string_view what,
+                                           absl::Duration wait) {
+  internal::Fd fd;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      fd = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!fd.valid()) {
+    absl::StatusOr<internal::Fd> fresh = Connect(options_.connect_timeout);
+    if (!fresh.ok()) return fresh.status();
+    fd = std::move(*fresh);
+  }
+  std::string frame;
+  protocol::AppendFrame(static_cast<uint8_t>(type), payload, &frame);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + wait + kReplyGrace;
+  auto lost = [&](const absl::Status& s) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " at ", Describe(), " failed after ",
+                     absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                      absl::Milliseconds(1))),
+                     ": ",
+                     s.code() == absl::StatusCode::kDeadlineExceeded
+                         ? "the server stopped answering"
+                         : s.message()));
+  };
+  absl::Status s =
+      internal::SendAll(fd.get(), frame.data(), frame.size(), deadline);
+  if (!s.ok()) return lost(s);
+  char header[protocol::kHeaderSize];
+  s = internal::RecvAll(fd.get(), header, sizeof(header), deadline);
+  if (!s.ok()) return lost(s);
+  const protocol::Header h = protocol::DecodeHeader(header);
+  if (h.magic != protocol::kMagic || h.version != protocol::kVersion ||
+      h.length > protocol::kDefaultMaxPayload) {
+    return lost(absl::DataLossError("garbled reply from the server"));
+  }
+  std::string reply(h.length, '\0');
+  s = internal::RecvAll(fd.get(), reply.data(), reply.size(), deadline);
+  if (!s.ok()) return lost(s);
+  const auto status = static_cast<Reply>(h.type);
+  if (status != Reply::kProtocol) {
+    absl::MutexLock lock(&mu_);
+    idle_.push_back(std::move(fd));
+  }
+  if (status == Reply::kOk) return reply;
+  Reader r(reply);
+  const std::string message(r.Bytes());
+  switch (status) {
+    case Reply::kInvalid:
+      return absl::InvalidArgumentError(message);
+    case Reply::kDeadline:
+      return absl::DeadlineExceededError(message);
+    default:
+      return absl::InternalError(
+          absl::StrCat(what, " at ", Describe(), ": ", message));
+  }
+}
+
+absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
+  return Call(Request::kSet, Writer().Bytes(key).Bytes(value).data(),
+              absl::StrCat("set ", Quote(key)), timeout())
+      .status();
+}
+
+absl::StatusOr<std::string> TcpStore::Get(absl::string_view key,
+                                          absl::Duration timeout) {
+  absl::StatusOr<std::string> reply =
+      Call(Request::kGet,
+           Writer().I64(absl::ToInt64Milliseconds(timeout)).Bytes(key).data(),
+           absl::StrCat("get ", Quote(key)), timeout);
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  std::string value(r.Bytes());
+  if (!r.Done()) return absl::DataLossError("malformed get reply");
+  return value;
+}
+
+absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
+  absl::StatusOr<std::string> reply =
+      Call(Request::kAdd, Writer().Bytes(key).I64(delta).data(),
+           absl::StrCat("add to ", Quote(key)), timeout());
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  const int64_t value = r.I64();
+  if (!r.Done()) return absl::DataLossError("malformed add reply");
+  return value;
+}
+
+absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
+                                                 absl::string_view expected,
+                                                 absl::string_view desired) {
+  absl::StatusOr<std::string> reply =
+      Call(Request::kCompareSet,
+           Writer().Bytes(key).Bytes(expected).Bytes(desired).data(),
+           absl::StrCat("compare-set ", Quote(key)), timeout());
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  std::string value(r.Bytes());
+  if (!r.Done()) return absl::DataLossError("malformed compare-set reply");
+  return value;
+}
+
+absl::StatusOr<bool> TcpStore::Check(absl::Span<const std::string> keys) {
+  Writer w;
+  absl::StatusOr<std::string> reply =
+      Call(Request::kCheck, KeyList(w, keys).data(), "check", timeout());
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  const bool present = r.U8() != 0;
+  if (!r.Done()) return absl::DataLossError("malformed check reply");
+  return present;
+}
+
+absl::Status TcpStore::Wait(absl::Span<const std::string> keys,
+                            absl::Duration timeout) {
+  Writer w;
+  w.I64(absl::ToInt64Milliseconds(timeout));
+  return Call(Request::kWait, KeyList(w, keys).data(), "wait", timeout)
+      .status();
+}
+
+absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
+  absl::StatusOr<std::string> reply =
+      Call(Request::kDelete, Writer().Bytes(key).data(),
+           absl::StrCat("delete ", Quote(key)), timeout());
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  const bool existed = r.U8() != 0;
+  if (!r.Done()) return absl::DataLossError("malformed delete reply");
+  return existed;
+}
+
+absl::StatusOr<int64_t> TcpStore::NumKeys() {
+  absl::StatusOr<std::string> reply =
+      Call(Request::kNumKeys, "", "num-keys", timeout());
+  if (!reply.ok()) return reply.status();
+  Reader r(*reply);
+  const int64_t n = r.I64();
+  if (!r.Done()) return absl::DataLossError("malformed num-keys reply");
+  return n;
+}
+
+}  // namespace dtrain::rendezvous

@@ -1,0 +1,95 @@
+// TcpStore: the Store behind tcp://host:port. Rank 0 hosts the server
+// (TcpStoreServer) inside its process; every rank, rank 0 included, talks to it
+// as a client.
+//
+// Connecting retries with exponential backoff (10 ms doubling to 1 s) until
+// `connect_timeout`, so ranks may start in any order. Each call borrows a
+// connection from a small pool (opening one when none is idle), so a thread
+// blocked in Get/Wait never holds up other threads of the process. A broken
+// connection is dropped and the call fails with kUnavailable naming the server;
+// the next call reconnects. Thread-safe. See docs/STORE_PROTOCOL.md for the
+// wire format.
+#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "dist/rendezvous/store.h"
+#include "dist/rendezvous/tcp_socket.h"
+#include "dist/rendezvous/tcp_store_protocol.h"
+#include "dist/rendezvous/tcp_store_server.h"
+
+namespace dtrain::rendezvous {
+
+struct TcpStoreOptions {
+  // The server's address, as clients reach it.
+  std::string host = "127.0.0.1";
+  // The server's port. With is_server, 0 picks a free one (see
+  // TcpStore::port()).
+  int port = 29500;
+  // Start the server in this process (rank 0). It binds `bind_host` (empty:
+  // every interface).
+  bool is_server = false;
+  std::string bind_host;
+  // Default for Get/Wait without a timeout, and the bound on any other call.
+  absl::Duration timeout = kDefaultStoreTimeout;
+  // How long to keep trying to reach the server.
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+class TcpStore : public Store {
+ public:
+  // Starts the server when asked, then connects (and pings) once to check that
+  // the server is there and speaks this protocol. Errors name the address and
+  // how long was tried.
+  static absl::StatusOr<std::shared_ptr<TcpStore>> Create(
+      const TcpStoreOptions& options);
+
+  ~TcpStore() override;
+
+  using Store::Get;
+  using Store::Wait;
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+  absl::StatusOr<std::string> CompareSet(absl::string_view key,
+                                         absl::string_view expected,
+                                         absl::string_view desired) override;
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override;
+  absl::Status Wait(absl::Span<const std::string> keys,
+                    absl::Duration timeout) override;
+  absl::StatusOr<bool> Delete(absl::string_view key) override;
+  absl::StatusOr<int64_t> NumKeys() override;
+  std::string Describe() const override;
+
+  // The server's port (the real one when the server was started on port 0).
+  int port() const { return options_.port; }
+  // The server this process hosts, or null.
+  const TcpStoreServer* server() const { return server_.get(); }
+
+ private:
+  explicit TcpStore(const TcpStoreOptions& options)
+      : Store(options.timeout), options_(options) {}
+
+  // Sends one request and returns the kOk reply's payload, or the error the
+  // reply or the connection gave. `wait` is how long the server may
+  // legitimately take (blocking calls).
+  absl::StatusOr<std::string> Call(protocol::Request type,
+                                   absl::string_view payload,
+                                   absl::string_view what, absl::Duration wait);
+  absl::StatusOr<internal::Fd> Connect(absl::Duration timeout) const;
+
+  TcpStoreOptions options_;
+  std::unique_ptr<TcpStoreServer> server_;
+  absl::Mutex mu_;
+  std::vector<internal::Fd> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dtrain::rendezvous
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_

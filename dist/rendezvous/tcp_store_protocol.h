@@ -1,0 +1,94 @@
+// The TcpStore wire protocol: framing, request and reply types, and the
+// encoding of their fields. docs/STORE_PROTOCOL.md describes it for people;
+// this file is the single source for the code. Both the server and the client
+// use these helpers, so they cannot disagree on the format.
+#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace dtrain::rendezvous::protocol {
+
+// Every frame starts with this 12-byte header, integers little-endian:
+//   u32 magic | u8 version | u8 type | u16 reserved (0) | u32 payload length
+inline constexpr uint32_t kMagic = 0x5653544B;  // "KTSV" on the wire.
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 12;
+// Default cap on a payload; the server rejects larger frames before reading
+// them.
+inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
+
+enum class Request : uint8_t {
+  kPing = 1,        // -> reply kOk, payload: bytes server_name
+  kSet = 2,         // bytes key, bytes value -> kOk
+  kGet = 3,         // i64 timeout_ms, bytes key -> kOk bytes value | kDeadline
+  kAdd = 4,         // bytes key, i64 delta -> kOk i64 value | kInvalid
+  kCompareSet = 5,  // bytes key, bytes expected, bytes desired -> kOk bytes
+  kCheck = 6,       // u32 n, n x bytes key -> kOk u8 all_present
+  kWait = 7,        // i64 timeout_ms, u32 n, n x bytes key -> kOk | kDeadline
+  kDelete = 8,      // bytes key -> kOk u8 existed
+  kNumKeys = 9,     // -> kOk i64 count
+};
+
+enum class Reply : uint8_t {
+  kOk = 0,
+  kInvalid = 1,   // bytes message; the connection stays usable
+  kDeadline = 2,  // bytes message
+  kProtocol = 3,  // bytes message; the server closes the connection after it
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint8_t version = kVersion;
+  uint8_t type = 0;
+  uint16_t reserved = 0;
+  uint32_t length = 0;
+};
+
+// Appends a header for `type` and `payload` to `out`.
+void AppendFrame(uint8_t type, absl::string_view payload, std::string* out);
+// Decodes the first kHeaderSize bytes of `data` (which must hold at least that
+// many).
+Header DecodeHeader(const char* data);
+
+// Builds a payload field by field.
+class Writer {
+ public:
+  Writer& U8(uint8_t v);
+  Writer& U32(uint32_t v);
+  Writer& I64(int64_t v);
+  Writer& Bytes(absl::string_view v);  // u32 length, then the bytes
+  const std::string& data() const { return data_; }
+
+ private:
+  std::string data_;
+};
+
+// Reads a payload field by field. Every read checks bounds; after the first
+// failure all reads fail, so a caller may read every field and check ok() once.
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  uint8_t U8();
+  uint32_t U32();
+  int64_t I64();
+  absl::string_view Bytes();
+  bool ok() const { return ok_; }
+  // True when every byte was consumed and no read failed.
+  bool Done() const { return ok_ && pos_ == data_.size(); }
+
+ private:
+  bool Take(size_t n, const char** p);
+
+  absl::string_view data_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+}  // namespace dtrain::rendezvous::protocol
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_

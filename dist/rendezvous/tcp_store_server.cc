@@ -1,0 +1,428 @@
+#include "dist/rendezvous/tcp_store_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "dist/rendezvous/store_util.h"
+
+namespace dtrain::rendezvous {
+
+using protocol::Reader;
+using protocol::Reply;
+using protocol::Request;
+using protocol::Writer;
+
+class TcpStoreServer::Loop {
+ public:
+  Loop(internal::Fd listen, internal::Fd wake_read, std::string where,
+       const TcpStoreServerOptions& options, std::atomic<int64_t>* errors)
+      : listen_(std::move(listen)),
+        wake_read_(std::move(wake_read)),
+        where_(std::move(where)),
+        options_(options),
+        protocol_errors_(errors) {}
+
+  void Run();
+
+ private:
+  struct Client {
+    internal::Fd fd;
+    std::string in;
+    std::string out;
+    bool blocked = false;  // a Get/Wait is pending: later frames wait
+    bool closing = false;  // close once `out` is flushed
+  };
+  struct Waiter {
+    int client_id;
+    bool is_get;
+    std::vector<std::string> keys;
+    absl::Time deadline;
+    absl::Duration timeout;
+  };
+
+  void Accept();
+  void ReadFrom(int id, Client& c);
+  void WriteTo(Client& c);
+  void ProcessFrames(int id, Client& c);
+  void Handle(int id, Client& c, uint8_t type, absl::string_view payload);
+  void SendReply(Client& c, Reply status, absl::string_view payload);
+  void SendError(Client& c, Reply status, absl::string_view message);
+  bool AllPresent(const std::vector<std::string>& keys) const;
+  void AnswerWaiter(const Waiter& w);
+  void WakeWaiters();
+  void ExpireWaiters(absl::Time now);
+  int PollTimeoutMs(absl::Time now) const;
+
+  internal::Fd listen_;
+  internal::Fd wake_read_;
+  const std::string where_;
+  const TcpStoreServerOptions options_;
+  std::atomic<int64_t>* protocol_errors_;
+  absl::flat_hash_map<std::string, std::string> data_;
+  absl::flat_hash_map<int, Client> clients_;
+  std::list<Waiter> waiters_;
+  // Clients just unblocked whose buffered frames still need serving. Served from the loop rather than
+  // inline, so that a long pipeline of requests never deepens the stack.
+  std::vector<int> resume_;
+  int next_id_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
+    const TcpStoreServerOptions& options) {
+  int port = 0;
+  absl::StatusOr<internal::Fd> listen =
+      internal::Listen(options.host, options.port, &port);
+  if (!listen.ok()) {
+    return absl::Status(
+        listen.status().code(),
+        absl::StrCat("store server: ", listen.status().message()));
+  }
+  internal::SetNonBlocking(listen->get());
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(
+        absl::StrCat("store server: pipe: ", strerror(errno)));
+  }
+  std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
+  server->port_ = port;
+  server->wake_write_ = internal::Fd(pipe_fds[1]);
+  const std::string where = absl::StrCat(
+      "tcp://",
+      internal::JoinHostPort(options.host.empty() ? "*" : options.host, port));
+  server->loop_ =
+      std::make_unique<Loop>(std::move(*listen), internal::Fd(pipe_fds[0]),
+                             where, options, &server->protocol_errors_);
+  server->thread_ = std::thread([loop = server->loop_.get()] { loop->Run(); });
+  return server;
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  if (thread_.joinable()) {
+    const char byte = 0;
+    // The loop wakes on the pipe and exits; a failed write means it already
+    // stopped.
+    (void)!::write(wake_write_.get(), &byte, 1);
+    thread_.join();
+  }
+}
+
+void TcpStoreServer::Loop::Run() {
+  std::vector<pollfd> fds;
+  std::vector<int> ids;
+  while (true) {
+    fds.clear();
+    ids.clear();
+    fds.push_back({wake_read_.get(), POLLIN, 0});
+    fds.push_back({listen_.get(), POLLIN, 0});
+    for (auto& [id, c] : clients_) {
+      short events = 0;
+      if (!c.blocked && !c.closing) events |= POLLIN;
+      if (!c.out.empty()) events |= POLLOUT;
+      fds.push_back({c.fd.get(), events, 0});
+      ids.push_back(id);
+    }
+    const int n = ::poll(fds.data(), fds.size(),
+                         resume_.empty() ? PollTimeoutMs(absl::Now()) : 0);
+    if (n < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;  // Shutdown requested.
+    if (fds[1].revents & POLLIN) Accept();
+    for (size_t i = 2; i < fds.size(); ++i) {
+      const int id = ids[i - 2];
+      auto it = clients_.find(id);
+      if (it == clients_.end()) continue;
+      Client& c = it->second;
+      const short rev = fds[i].revents;
+      if (rev & POLLOUT) WriteTo(c);
+      if (rev & (POLLIN | POLLHUP | POLLERR)) ReadFrom(id, c);
+    }
+    ExpireWaiters(absl::Now());
+    std::vector<int> resume;
+    resume.swap(resume_);
+    for (int id : resume) {
+      auto it = clients_.find(id);
+      if (it != clients_.end() && it->second.fd.valid()) ProcessFrames(id, it->second);
+    }
+    // Drop clients that are gone, or done after a protocol error.
+    for (auto it = clients_.begin(); it != clients_.end();) {
+      Client& c = it->second;
+      if (!c.fd.valid() || (c.closing && c.out.empty())) {
+        const int id = it->first;
+        waiters_.remove_if([id](const Waiter& w) { return w.client_id == id; });
+        clients_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void TcpStoreServer::Loop::Accept() {
+  while (true) {
+    const int fd = ::accept4(listen_.get(), nullptr, nullptr,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      return;  // EAGAIN (no more), or a transient error: retry at the next
+               // poll.
+    internal::Fd owned(fd);
+    if (static_cast<int>(clients_.size()) >= options_.max_clients) continue;
+    internal::SetNoDelay(fd);
+    Client& c = clients_[next_id_++];
+    c.fd = std::move(owned);
+  }
+}
+
+void TcpStoreServer::Loop::ReadFrom(int id, Client& c) {
+  char buf[64 * 1024];
+  while (true) {
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      ProcessFrames(id, c);
+      if (c.blocked || c.closing) return;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    // Peer closed or the connection failed: forget the client.
+    c.fd = internal::Fd();
+    return;
+  }
+}
+
+void TcpStoreServer::Loop::WriteTo(Client& c) {
+  while (!c.out.empty()) {
+    const ssize_t n =
+        ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out.erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      return;
+    } else {
+      c.fd = internal::Fd();
+      return;
+    }
+  }
+}
+
+void TcpStoreServer::Loop::ProcessFrames(int id, Client& c) {
+  while (!c.blocked && !c.closing && c.in.size() >= protocol::kHeaderSize) {
+    const protocol::Header h = protocol::DecodeHeader(c.in.data());
+    std::string problem;
+    if (h.magic != protocol::kMagic) {
+      problem = "bad magic number: not a dtrain store client";
+    } else if (h.version != protocol::kVersion) {
+      problem = absl::StrCat("protocol version ", h.version,
+                             " is not supported (server speaks ",
+                             protocol::kVersion, ")");
+    } else if (h.length > options_.max_payload_bytes) {
+      problem =
+          absl::StrCat("frame of ", h.length, " bytes exceeds the limit of ",
+                       options_.max_payload_bytes, " bytes");
+    }
+    if (!problem.empty()) {
+      protocol_errors_->fetch_add(1);
+      SendError(c, Reply::kProtocol,
+                absl::StrCat("store server ", where_, ": ", problem));
+      c.closing = true;
+      c.in.clear();
+      return;
+    }
+    if (c.in.size() < protocol::kHeaderSize + h.length)
+      return;  // Wait for the rest.
+    const std::string payload = c.in.substr(protocol::kHeaderSize, h.length);
+    c.in.erase(0, protocol::kHeaderSize + h.length);
+    Handle(id, c, h.type, payload);
+  }
+}
+
+void TcpStoreServer::Loop::SendReply(Client& c, Reply status,
+                                     absl::string_view payload) {
+  protocol::AppendFrame(static_cast<uint8_t>(status), payload, &c.out);
+  WriteTo(c);
+}
+
+void TcpStoreServer::Loop::SendError(Client& c, Reply status,
+                                     absl::string_view message) {
+  SendReply(c, status, Writer().Bytes(message).data());
+}
+
+bool TcpStoreServer::Loop::AllPresent(
+    const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) {
+    return data_.contains(k);
+  });
+}
+
+void TcpStoreServer::Loop::Handle(int id, Client& c, uint8_t type,
+                                  absl::string_view payload) {
+  Reader r(payload);
+  auto malformed = [&](absl::string_view what) {
+    SendError(c, Reply::kInvalid,
+              absl::StrCat("store server ", where_, ": malformed ", what,
+                           " request"));
+  };
+  switch (static_cast<Request>(type)) {
+    case Request::kPing:
+      if (!r.Done()) return malformed("ping");
+      return SendReply(c, Reply::kOk, Writer().Bytes(where_).data());
+    case Request::kSet: {
+      absl::string_view key = r.Bytes(), value = r.Bytes();
+      if (!r.Done()) return malformed("set");
+      data_[key] = std::string(value);
+      SendReply(c, Reply::kOk, "");
+      return WakeWaiters();
+    }
+    case Request::kGet:
+    case Request::kWait: {
+      const bool is_get = static_cast<Request>(type) == Request::kGet;
+      const int64_t timeout_ms = r.I64();
+      std::vector<std::string> keys;
+      if (is_get) {
+        keys.emplace_back(r.Bytes());
+      } else {
+        const uint32_t n = r.U32();
+        // Each key takes at least 4 bytes: a count larger than that is a lie,
+        // not an allocation.
+        if (n > payload.size() / 4) return malformed("wait");
+        for (uint32_t i = 0; i < n && r.ok(); ++i) keys.emplace_back(r.Bytes());
+      }
+      if (!r.Done() || timeout_ms < 0)
+        return malformed(is_get ? "get" : "wait");
+      Waiter w{id, is_get, std::move(keys), absl::InfiniteFuture(),
+               absl::Milliseconds(timeout_ms)};
+      if (AllPresent(w.keys)) return AnswerWaiter(w);
+      w.deadline = absl::Now() + w.timeout;
+      c.blocked = true;
+      waiters_.push_back(std::move(w));
+      return;
+    }
+    case Request::kAdd: {
+      absl::string_view key = r.Bytes();
+      const int64_t delta = r.I64();
+      if (!r.Done()) return malformed("add");
+      auto it = data_.find(key);
+      absl::StatusOr<int64_t> sum = internal::AddToCounter(
+          key, it == data_.end() ? nullptr : &it->second, delta);
+      if (!sum.ok())
+        return SendError(c, Reply::kInvalid, sum.status().message());
+      data_[key] = std::to_string(*sum);
+      SendReply(c, Reply::kOk, Writer().I64(*sum).data());
+      return WakeWaiters();
+    }
+    case Request::kCompareSet: {
+      absl::string_view key = r.Bytes(), expected = r.Bytes(),
+                        desired = r.Bytes();
+      if (!r.Done()) return malformed("compare-set");
+      auto it = data_.find(key);
+      std::string result;
+      if (it == data_.end()) {
+        if (expected.empty()) {
+          data_[key] = std::string(desired);
+          result = std::string(desired);
+        }
+      } else {
+        if (it->second == expected) it->second = std::string(desired);
+        result = it->second;
+      }
+      SendReply(c, Reply::kOk, Writer().Bytes(result).data());
+      return WakeWaiters();
+    }
+    case Request::kCheck: {
+      const uint32_t n = r.U32();
+      if (n > payload.size() / 4) return malformed("check");
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < n && r.ok(); ++i) keys.emplace_back(r.Bytes());
+      if (!r.Done()) return malformed("check");
+      return SendReply(c, Reply::kOk,
+                       Writer().U8(AllPresent(keys) ? 1 : 0).data());
+    }
+    case Request::kDelete: {
+      absl::string_view key = r.Bytes();
+      if (!r.Done()) return malformed("delete");
+      const bool existed = data_.erase(key) > 0;
+      return SendReply(c, Reply::kOk, Writer().U8(existed ? 1 : 0).data());
+    }
+    case Request::kNumKeys:
+      if (!r.Done()) return malformed("num-keys");
+      return SendReply(c, Reply::kOk,
+                       Writer().I64(static_cast<int64_t>(data_.size())).data());
+  }
+  SendError(
+      c, Reply::kInvalid,
+      absl::StrCat("store server ", where_, ": unknown request type ", type));
+}
+
+void TcpStoreServer::Loop::AnswerWaiter(const Waiter& w) {
+  auto it = clients_.find(w.client_id);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  c.blocked = false;
+  if (w.is_get) {
+    SendReply(c, Reply::kOk, Writer().Bytes(data_.at(w.keys[0])).data());
+  } else {
+    SendReply(c, Reply::kOk, "");
+  }
+  if (!c.in.empty()) resume_.push_back(w.client_id);
+}
+
+void TcpStoreServer::Loop::WakeWaiters() {
+  // Answering a waiter may process further frames of that client, which may add
+  // waiters or wake others: collect the ready ones first, then answer them.
+  std::vector<Waiter> ready;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (AllPresent(it->keys)) {
+      ready.push_back(std::move(*it));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const Waiter& w : ready) AnswerWaiter(w);
+}
+
+void TcpStoreServer::Loop::ExpireWaiters(absl::Time now) {
+  std::vector<Waiter> expired;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->deadline <= now) {
+      expired.push_back(std::move(*it));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const Waiter& w : expired) {
+    auto it = clients_.find(w.client_id);
+    if (it == clients_.end()) continue;
+    std::vector<std::string> missing;
+    for (const std::string& k : w.keys) {
+      if (!data_.contains(k)) missing.push_back(k);
+    }
+    const absl::Status s = internal::KeysTimeoutError(
+        w.is_get ? "get" : "wait", w.keys, missing, where_, w.timeout);
+    it->second.blocked = false;
+    SendError(it->second, Reply::kDeadline, s.message());
+    if (!it->second.in.empty()) resume_.push_back(w.client_id);
+  }
+}
+
+int TcpStoreServer::Loop::PollTimeoutMs(absl::Time now) const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const Waiter& w : waiters_) next = std::min(next, w.deadline);
+  if (next == absl::InfiniteFuture()) return -1;
+  if (next <= now) return 0;
+  return static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(next - now) + 1, 1 << 30));
+}
+
+}  // namespace dtrain::rendezvous

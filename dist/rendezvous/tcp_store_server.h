@@ -1,0 +1,68 @@
+// The TcpStore server: holds the keys in memory and serves any number of
+// clients from one background thread (poll). Rank 0 hosts it inside its own
+// process; TcpStore::Create starts it.
+//
+// Robustness: every frame is validated (magic, version, size cap, field
+// bounds). A frame that breaks the framing (bad magic or version, payload over
+// the cap) gets a kProtocol reply and that connection alone is closed; a
+// well-framed but malformed or unknown request gets a kInvalid reply and the
+// connection stays open. Memory per client is bounded by the payload cap;
+// clients over `max_clients` are closed at once. Blocking Get/Wait are answered
+// when their keys appear or, at the deadline the client sent, with kDeadline:
+// the server owns timeouts, so replies never arrive out of order.
+//
+// Thread safety: Start/port/destructor from one thread; the serving happens on
+// the internal thread.
+#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "dist/rendezvous/tcp_socket.h"
+#include "dist/rendezvous/tcp_store_protocol.h"
+
+namespace dtrain::rendezvous {
+
+struct TcpStoreServerOptions {
+  // Address to bind; empty means every interface (IPv6 and IPv4).
+  std::string host;
+  // 0 picks a free port; TcpStoreServer::port() reports it.
+  int port = 0;
+  uint32_t max_payload_bytes = protocol::kDefaultMaxPayload;
+  int max_clients = 4096;
+};
+
+class TcpStoreServer {
+ public:
+  // Binds, listens and starts serving. kUnavailable (naming the address) when
+  // the port is taken.
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
+      const TcpStoreServerOptions& options);
+
+  // Stops the thread and closes every connection.
+  ~TcpStoreServer();
+
+  int port() const { return port_; }
+  // Frames rejected for breaking the protocol since start (for tests and
+  // diagnostics).
+  int64_t protocol_errors() const { return protocol_errors_.load(); }
+
+ private:
+  class Loop;
+  TcpStoreServer() = default;
+
+  int port_ = 0;
+  internal::Fd wake_write_;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+  std::atomic<int64_t> protocol_errors_{0};
+};
+
+}  // namespace dtrain::rendezvous
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
