@@ -1,0 +1,164 @@
+#include "dist/rendezvous/rendezvous.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+// Waiting happens in slices so that an error reported by another rank is seen
+// promptly.
+constexpr absl::Duration kSlice = absl::Milliseconds(100);
+constexpr char kErrorKey[] = "rdzv/error";
+
+std::string RankKey(int rank) { return absl::StrCat("rdzv/rank/", rank); }
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string FormatSeconds(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(100)));
+}
+
+}  // namespace
+
+std::string PeerInfo::Encode() const {
+  return absl::StrCat(rank, " ", world_size, " ", local_rank, " ", pid, " ",
+                      host);
+}
+
+absl::StatusOr<PeerInfo> PeerInfo::Decode(absl::string_view text) {
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(text, absl::MaxSplits(' ', 4));
+  PeerInfo p;
+  if (parts.size() != 5 || !absl::SimpleAtoi(parts[0], &p.rank) ||
+      !absl::SimpleAtoi(parts[1], &p.world_size) ||
+      !absl::SimpleAtoi(parts[2], &p.local_rank) ||
+      !absl::SimpleAtoi(parts[3], &p.pid)) {
+    return absl::DataLossError(
+        absl::StrCat("malformed rendezvous record '", text, "'"));
+  }
+  p.host = std::string(parts[4]);
+  return p;
+}
+
+std::string PeerInfo::Describe() const {
+  return absl::StrCat("rank ", rank, " (", host, ", pid ", pid, ")");
+}
+
+absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
+    Store& store, const RendezvousOptions& options) {
+  const std::string who = absl::StrCat("[rank ", options.rank,
+                                       "] rendezvous at ", store.Describe());
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": world size ", options.world_size, " must be at least 1"));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": rank ", options.rank,
+                                                   " is outside [0, ",
+                                                   options.world_size, ")"));
+  }
+  PeerInfo self;
+  self.rank = options.rank;
+  self.world_size = options.world_size;
+  self.local_rank = options.local_rank;
+  self.host = options.host.empty() ? Hostname() : options.host;
+  self.pid = options.pid != 0 ? options.pid : ::getpid();
+  const std::string mine = self.Encode();
+
+  auto fail = [&](absl::Status status) -> absl::Status {
+    // Tell the other ranks, so that they stop waiting too. The first error
+    // wins.
+    (void)store.CompareSet(kErrorKey, "", std::string(status.message()));
+    return status;
+  };
+
+  // Claim the rank: a second claimant finds the first one's record.
+  absl::StatusOr<std::string> claimed =
+      store.CompareSet(RankKey(self.rank), "", mine);
+  if (!claimed.ok()) return claimed.status();
+  if (*claimed != mine) {
+    absl::StatusOr<PeerInfo> other = PeerInfo::Decode(*claimed);
+    return fail(absl::AlreadyExistsError(
+        absl::StrCat(who, ": rank ", self.rank, " is claimed twice: by ",
+                     other.ok() ? other->Describe() : *claimed, " and by ",
+                     self.Describe())));
+  }
+  // The first rank to arrive fixes the world size; the others must agree.
+  absl::StatusOr<std::string> agreed =
+      store.CompareSet("rdzv/world_size", "", std::to_string(self.world_size));
+  if (!agreed.ok()) return agreed.status();
+  if (*agreed != std::to_string(self.world_size)) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        who, ": ranks disagree on the world size: ", self.Describe(), " says ",
+        self.world_size, ", an earlier rank said ", *agreed)));
+  }
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < options.world_size; ++r) keys.push_back(RankKey(r));
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.timeout;
+  while (true) {
+    const absl::Duration slice = std::min(kSlice, deadline - absl::Now());
+    absl::Status s = store.Wait(keys, std::max(slice, absl::ZeroDuration()));
+    if (s.ok()) break;
+    if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+    absl::StatusOr<bool> error = store.Check({kErrorKey});
+    if (error.ok() && *error) {
+      absl::StatusOr<std::string> message =
+          store.Get(kErrorKey, absl::Seconds(10));
+      return absl::AbortedError(absl::StrCat(
+          who,
+          ": another rank failed: ", message.ok() ? *message : "(unknown)"));
+    }
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> missing;
+      for (int r = 0; r < options.world_size; ++r) {
+        absl::StatusOr<bool> present = store.Check({RankKey(r)});
+        if (present.ok() && !*present)
+          missing.push_back(absl::StrCat("rank ", r));
+      }
+      const int joined = options.world_size - static_cast<int>(missing.size());
+      constexpr size_t kMaxListed = 16;
+      std::string listed = absl::StrJoin(
+          missing.begin(),
+          missing.begin() + std::min(missing.size(), kMaxListed), ", ");
+      if (missing.size() > kMaxListed) {
+        absl::StrAppend(&listed, " and ", missing.size() - kMaxListed, " more");
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          who, " timed out after ", FormatSeconds(absl::Now() - start), ": ",
+          joined, "/", options.world_size, " ranks joined; missing: ", listed));
+    }
+  }
+
+  std::vector<PeerInfo> peers(options.world_size);
+  for (int r = 0; r < options.world_size; ++r) {
+    absl::StatusOr<std::string> record =
+        store.Get(RankKey(r), absl::Seconds(10));
+    if (!record.ok()) return record.status();
+    absl::StatusOr<PeerInfo> peer = PeerInfo::Decode(*record);
+    if (!peer.ok()) return peer.status();
+    if (peer->world_size != self.world_size) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          who, ": ranks disagree on the world size: ", peer->Describe(),
+          " says ", peer->world_size, ", ", self.Describe(), " says ",
+          self.world_size)));
+    }
+    peers[r] = *peer;
+  }
+  return peers;
+}
+
+}  // namespace dtrain::rendezvous
