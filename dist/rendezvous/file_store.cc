@@ -1,0 +1,639 @@
+#include "dist/rendezvous/file_store.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/const_init.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dist/rendezvous/store_util.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+constexpr absl::string_view kMagic = "dtrain-file-store-v1\n";
+constexpr int64_t kCrcBytes = 4;
+// op, key length, value length, then the CRC of those 9 bytes: lengths are
+// trusted (to tell a record cut short from a damaged one) only when it
+// matches.
+constexpr int64_t kLengthsBytes = 9;
+constexpr int64_t kRecordHeaderBytes = kLengthsBytes + kCrcBytes;
+// Open retries when the file it opened was deleted by a last leaving handle
+// before the lock was granted; more than a few in a row means a loop of
+// creators and deleters that will not settle.
+constexpr int kMaxOpenAttempts = 100;
+constexpr absl::Duration kFirstPause = absl::Milliseconds(1);
+constexpr absl::Duration kMaxPause = absl::Milliseconds(10);
+
+// fcntl locks belong to the process, not to the descriptor: two handles of one
+// process would both be granted the lock, and closing any descriptor of the
+// file drops the process's lock. So the handles of a process take turns on
+// this mutex while they hold the lock, and close descriptors under it.
+ABSL_CONST_INIT absl::Mutex g_process_mu(absl::kConstInit);
+
+// CRC-32 as in zlib and PNG (reflected, polynomial 0xEDB88320).
+constexpr std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
+
+uint32_t Crc32(absl::string_view data) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (const char ch : data) {
+    c = kCrcTable[(c ^ static_cast<uint8_t>(ch)) & 0xFF] ^ (c >> 8);
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+void PutU32(uint32_t v, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+
+uint32_t GetU32(const char* in) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  }
+  return v;
+}
+
+std::string ErrnoText(int error_number) {
+  char buf[256];
+  // GNU strerror_r: returns the message, in `buf` or a static string.
+  return strerror_r(error_number, buf, sizeof(buf));
+}
+
+std::string Url(absl::string_view path) {
+  return absl::StrCat("file://", path);
+}
+
+absl::Status ErrnoError(absl::string_view path, absl::string_view what,
+                        int error_number) {
+  return absl::Status(absl::ErrnoToStatusCode(error_number),
+                      absl::StrCat("file store ", Url(path), ": ", what, ": ",
+                                   ErrnoText(error_number)));
+}
+
+// Reads exactly `size` bytes at `offset`; *got < size only at end of file.
+int PreadFull(int fd, char* buf, int64_t size, int64_t offset, int64_t* got) {
+  *got = 0;
+  while (*got < size) {
+    const ssize_t n = pread(fd, buf + *got, size - *got, offset + *got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) break;
+    *got += n;
+  }
+  return 0;
+}
+
+int PwriteFull(int fd, const char* buf, int64_t size, int64_t offset) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = pwrite(fd, buf + done, size - done, offset + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return ENOSPC;
+    done += n;
+  }
+  return 0;
+}
+
+// Exclusive lock on the whole file, including bytes appended later.
+int SetFileLock(int fd, short type) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;
+  while (fcntl(fd, F_SETLKW, &fl) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+// The process-wide turn plus the fcntl lock, for one operation. fcntl (POSIX)
+// record locks rather than flock(): they are what NFS implements across
+// machines (flock on NFS is emulated with them at best, and is local-only on
+// older kernels), and taking one makes the Linux NFS client revalidate its
+// cached view of the file, so the records other machines appended are seen.
+class FileLock {
+ public:
+  explicit FileLock(int fd) : process_lock_(&g_process_mu), fd_(fd) {
+    error_ = SetFileLock(fd_, F_WRLCK);
+  }
+  ~FileLock() {
+    if (error_ == 0) SetFileLock(fd_, F_UNLCK);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+  int error() const { return error_; }
+
+ private:
+  absl::MutexLock process_lock_;
+  const int fd_;
+  int error_;
+};
+
+void CloseFd(int fd) {
+  absl::MutexLock lock(&g_process_mu);
+  close(fd);
+}
+
+// "host:pid", the value of open and close records.
+std::string Identity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat(host, ":", getpid());
+}
+
+absl::Status CheckSizes(absl::string_view key, absl::string_view value) {
+  if (static_cast<int64_t>(key.size()) > FileStore::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file store: key of ", key.size(),
+                     " bytes exceeds the limit of ", FileStore::kMaxKeyBytes));
+  }
+  if (static_cast<int64_t>(value.size()) > FileStore::kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file store: value of ", value.size(), " bytes for key '", key,
+        "' exceeds the limit of ", FileStore::kMaxValueBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
+    const std::string& path, int num_ranks, absl::Duration timeout) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError("file store: the path is empty");
+  }
+  if (num_ranks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file store ", Url(path),
+        ": num_ranks must be 0 (unknown) or positive, got ", num_ranks));
+  }
+  std::string abs_path = path;
+  if (path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      return ErrnoError(path, "cannot resolve the relative path", errno);
+    }
+    abs_path = absl::StrCat(cwd, "/", path);
+  }
+  if (abs_path.back() == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file store ", Url(abs_path), ": the path names a directory"));
+  }
+  const size_t slash = abs_path.rfind('/');
+  const std::string dir = slash == 0 ? "/" : abs_path.substr(0, slash);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("file store ", Url(abs_path), ": directory ", dir,
+                       " does not exist"));
+    }
+    return ErrnoError(abs_path, absl::StrCat("cannot reach directory ", dir),
+                      err);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file store ", Url(abs_path), ": ", dir, " is not a directory"));
+  }
+
+  for (int attempt = 1;; ++attempt) {
+    const int fd = open(abs_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EACCES || err == EPERM || err == EROFS) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("file store ", Url(abs_path),
+                         ": cannot open the file for reading and writing: ",
+                         ErrnoText(err)));
+      }
+      if (err == EISDIR) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "file store ", Url(abs_path), ": the path is a directory"));
+      }
+      return ErrnoError(abs_path, "cannot open the file", err);
+    }
+    std::shared_ptr<FileStore> store(
+        new FileStore(abs_path, num_ranks, fd, timeout));
+    absl::Status joined;
+    {
+      absl::MutexLock lock(&store->mu_);
+      joined = store->JoinLocked();
+      if (!joined.ok()) {
+        // Not counted as open: the destructor must not append a close record.
+        CloseFd(store->fd_);
+        store->fd_ = -1;
+      }
+    }
+    if (joined.ok()) return store;
+    if (!absl::IsAborted(joined)) return joined;
+    if (attempt == kMaxOpenAttempts) {
+      return absl::UnavailableError(absl::StrCat(
+          "file store ", Url(abs_path), ": the file was deleted under ",
+          kMaxOpenAttempts, " attempts to open it in a row"));
+    }
+  }
+}
+
+FileStore::FileStore(std::string path, int num_ranks, int fd,
+                     absl::Duration timeout)
+    : Store(timeout), path_(std::move(path)), num_ranks_(num_ranks), fd_(fd) {}
+
+FileStore::~FileStore() { Close().IgnoreError(); }
+
+absl::Status FileStore::Close() {
+  absl::MutexLock lock(&mu_);
+  if (fd_ < 0) return absl::OkStatus();
+  const absl::Status s = WithLog([&]() {
+    absl::Status appended = AppendLocked(Op::kClose, "", Identity());
+    if (!appended.ok()) return appended;
+    const bool last = opened_ <= closed_ && closed_ >= num_ranks_;
+    // Deleted under the lock: an Open waiting for it then finds the path gone
+    // (JoinLocked) and creates a new file instead of joining a deleted one.
+    if (last && unlink(path_.c_str()) != 0) {
+      const int err = errno;
+      if (err != ENOENT) {
+        return IoError("cannot delete the file after the last handle closed",
+                       err);
+      }
+    }
+    return absl::OkStatus();
+  });
+  CloseFd(fd_);
+  fd_ = -1;
+  return s;
+}
+
+std::string FileStore::Describe() const { return Url(path_); }
+
+absl::Status FileStore::IoError(absl::string_view what,
+                                int error_number) const {
+  return ErrnoError(path_, what, error_number);
+}
+
+absl::Status FileStore::DataLoss(int64_t offset, absl::string_view what) const {
+  return absl::DataLossError(absl::StrCat(
+      "file store ", Describe(), ": damaged log at byte ", offset, ": ", what));
+}
+
+absl::Status FileStore::JoinLocked() {
+  FileLock lock(fd_);
+  if (lock.error() != 0) return IoError("cannot lock the file", lock.error());
+  struct stat mine, at_path;
+  if (fstat(fd_, &mine) != 0) return IoError("fstat", errno);
+  const bool gone = stat(path_.c_str(), &at_path) != 0;
+  if (gone && errno != ENOENT) return IoError("stat", errno);
+  if (gone || mine.st_dev != at_path.st_dev || mine.st_ino != at_path.st_ino) {
+    return absl::AbortedError("deleted by its last handle while opening");
+  }
+  const int64_t magic_size = static_cast<int64_t>(kMagic.size());
+  std::string head(std::min<int64_t>(mine.st_size, magic_size), '\0');
+  absl::Status read = ReadAtLocked(0, head.data(), head.size());
+  if (!read.ok()) return read;
+  if (head.size() < kMagic.size() ? !absl::StartsWith(kMagic, head)
+                                  : head != kMagic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file store ", Describe(),
+        ": the file exists but is not a file store log (it does not start "
+        "with \"",
+        kMagic.substr(0, kMagic.size() - 1),
+        "\"); pick another path or delete the file"));
+  }
+  if (head.size() < kMagic.size()) {
+    // New (empty) file, or a header cut short by a creator that died.
+    const int err = PwriteFull(fd_, kMagic.data(), magic_size, 0);
+    if (err != 0) return IoError("cannot write the header", err);
+  }
+  pos_ = magic_size;
+  absl::Status refreshed = RefreshLocked();
+  if (!refreshed.ok()) return refreshed;
+  return AppendLocked(Op::kOpen, "", Identity());
+}
+
+absl::Status FileStore::WithLog(absl::FunctionRef<absl::Status()> fn) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("file store ", Describe(), ": used after Close()"));
+  }
+  FileLock lock(fd_);
+  if (lock.error() != 0) return IoError("cannot lock the file", lock.error());
+  absl::Status s = CheckStillAtPathLocked();
+  if (s.ok()) s = RefreshLocked();
+  if (s.ok()) s = fn();
+  return s;
+}
+
+absl::StatusOr<bool> FileStore::Poll(absl::Duration timeout,
+                                     absl::FunctionRef<bool()> probe) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration pause = kFirstPause;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      bool done = false;
+      const absl::Status s = WithLog([&] {
+        done = probe();
+        return absl::OkStatus();
+      });
+      if (!s.ok()) return s;
+      if (done) return true;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    absl::SleepFor(std::min(pause, left));
+    pause = std::min(pause * 2, kMaxPause);
+  }
+}
+
+absl::Status FileStore::CheckStillAtPathLocked() {
+  // A handle on a file that is no longer at the path would wait forever for
+  // keys nobody can write any more.
+  struct stat mine, at_path;
+  if (fstat(fd_, &mine) != 0) return IoError("fstat", errno);
+  if (stat(path_.c_str(), &at_path) != 0) {
+    if (errno == ENOENT) {
+      return absl::UnavailableError(
+          absl::StrCat("file store ", Describe(),
+                       ": the file was deleted while this handle was open"));
+    }
+    return IoError("stat", errno);
+  }
+  if (mine.st_dev != at_path.st_dev || mine.st_ino != at_path.st_ino) {
+    return absl::UnavailableError(
+        absl::StrCat("file store ", Describe(),
+                     ": the file was replaced while this handle was open"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileStore::ReadAtLocked(int64_t offset, char* buf, int64_t size) {
+  int64_t got = 0;
+  const int err = PreadFull(fd_, buf, size, offset, &got);
+  if (err != 0) return IoError("cannot read", err);
+  if (got < size) {
+    return DataLoss(offset + got,
+                    "the file ended early; another program truncated it");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileStore::RefreshLocked() {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) return IoError("fstat", errno);
+  const int64_t size = st.st_size;
+  if (size < pos_) {
+    return DataLoss(size, absl::StrCat("the file shrank below the ", pos_,
+                                       " bytes already read; another program "
+                                       "truncated it"));
+  }
+  std::string record;
+  while (pos_ < size) {
+    const int64_t left = size - pos_;
+    bool cut_short = left < kRecordHeaderBytes;
+    if (!cut_short) {
+      char header[kRecordHeaderBytes];
+      absl::Status s = ReadAtLocked(pos_, header, kRecordHeaderBytes);
+      if (!s.ok()) return s;
+      if (Crc32(absl::string_view(header, kLengthsBytes)) !=
+          GetU32(header + kLengthsBytes)) {
+        return DataLoss(pos_, "record header checksum mismatch");
+      }
+      const uint8_t op = static_cast<uint8_t>(header[0]);
+      const int64_t key_size = GetU32(header + 1);
+      const int64_t value_size = GetU32(header + 5);
+      // Checked before anything is allocated: a damaged length must not turn
+      // into a huge allocation.
+      if (op < static_cast<uint8_t>(Op::kSet) ||
+          op > static_cast<uint8_t>(Op::kClose)) {
+        return DataLoss(
+            pos_, absl::StrCat("unknown record type ", static_cast<int>(op)));
+      }
+      if (key_size > kMaxKeyBytes || value_size > kMaxValueBytes) {
+        return DataLoss(pos_, absl::StrCat("record lengths ", key_size, " + ",
+                                           value_size, " exceed the limits"));
+      }
+      if ((op != static_cast<uint8_t>(Op::kSet) &&
+           op != static_cast<uint8_t>(Op::kDelete) && key_size != 0) ||
+          (op == static_cast<uint8_t>(Op::kDelete) && value_size != 0)) {
+        return DataLoss(pos_, absl::StrCat("record type ", static_cast<int>(op),
+                                           " with unexpected lengths ",
+                                           key_size, " + ", value_size));
+      }
+      const int64_t total =
+          kRecordHeaderBytes + key_size + value_size + kCrcBytes;
+      cut_short = total > left;
+      if (!cut_short) {
+        record.resize(total);
+        s = ReadAtLocked(pos_, record.data(), total);
+        if (!s.ok()) return s;
+        const absl::string_view body(record.data(), total - kCrcBytes);
+        if (Crc32(body) != GetU32(record.data() + total - kCrcBytes)) {
+          return DataLoss(pos_, "checksum mismatch");
+        }
+        ApplyLocked(static_cast<Op>(op),
+                    body.substr(kRecordHeaderBytes, key_size),
+                    body.substr(kRecordHeaderBytes + key_size, value_size));
+        pos_ += total;
+      }
+    }
+    if (cut_short) {
+      // Every write happens under the lock we hold, so a record cut short at
+      // the end was left by a writer that died mid-write or ran out of disk;
+      // nobody has read it (readers stop before it). Remove it so that the
+      // next record starts at a record boundary.
+      if (ftruncate(fd_, pos_) != 0) {
+        return IoError("cannot remove an unfinished record at the end", errno);
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileStore::AppendLocked(Op op, absl::string_view key,
+                                     absl::string_view value) {
+  const int64_t body_size = kRecordHeaderBytes + key.size() + value.size();
+  std::string record(body_size + kCrcBytes, '\0');
+  char* p = record.data();
+  p[0] = static_cast<char>(op);
+  PutU32(static_cast<uint32_t>(key.size()), p + 1);
+  PutU32(static_cast<uint32_t>(value.size()), p + 5);
+  PutU32(Crc32(absl::string_view(p, kLengthsBytes)), p + kLengthsBytes);
+  std::copy(key.begin(), key.end(), p + kRecordHeaderBytes);
+  std::copy(value.begin(), value.end(), p + kRecordHeaderBytes + key.size());
+  PutU32(Crc32(absl::string_view(p, body_size)), p + body_size);
+  const int err = PwriteFull(fd_, record.data(), record.size(), pos_);
+  if (err != 0) {
+    // Best effort: leave no partial record behind (the next handle to take
+    // the lock would remove it anyway).
+    [[maybe_unused]] const int ignored = ftruncate(fd_, pos_);
+    return IoError(
+        absl::StrCat("cannot append a record of ", record.size(), " bytes"),
+        err);
+  }
+  ApplyLocked(op, key, value);
+  pos_ += static_cast<int64_t>(record.size());
+  return absl::OkStatus();
+}
+
+void FileStore::ApplyLocked(Op op, absl::string_view key,
+                            absl::string_view value) {
+  switch (op) {
+    case Op::kSet:
+      data_.insert_or_assign(std::string(key), std::string(value));
+      break;
+    case Op::kDelete:
+      data_.erase(key);
+      break;
+    case Op::kOpen:
+      ++opened_;
+      break;
+    case Op::kClose:
+      ++closed_;
+      break;
+  }
+}
+
+absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
+  absl::Status s = CheckSizes(key, value);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  return WithLog([&]() { return AppendLocked(Op::kSet, key, value); });
+}
+
+absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
+                                           absl::Duration timeout) {
+  std::optional<std::string> value;
+  const absl::StatusOr<bool> found = Poll(timeout, [&]() {
+    auto it = data_.find(key);
+    if (it == data_.end()) return false;
+    value = it->second;
+    return true;
+  });
+  if (!found.ok()) return found.status();
+  if (!*found) {
+    const std::string k(key);
+    return internal::KeysTimeoutError("get", {k}, {k}, Describe(), timeout);
+  }
+  return *std::move(value);
+}
+
+absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
+  absl::Status s = CheckSizes(key, "");
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int64_t> sum;
+  s = WithLog([&]() {
+    auto it = data_.find(key);
+    sum = internal::AddToCounter(key, it == data_.end() ? nullptr : &it->second,
+                                 delta);
+    if (!sum.ok()) return sum.status();
+    return AppendLocked(Op::kSet, key, std::to_string(*sum));
+  });
+  if (!s.ok()) return s;
+  return sum;
+}
+
+absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
+                                                  absl::string_view expected,
+                                                  absl::string_view desired) {
+  absl::Status s = CheckSizes(key, desired);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  std::string result;
+  s = WithLog([&]() {
+    auto it = data_.find(key);
+    const bool swap =
+        it == data_.end() ? expected.empty() : it->second == expected;
+    if (!swap) {
+      if (it != data_.end()) result = it->second;
+      return absl::OkStatus();
+    }
+    result = std::string(desired);
+    return AppendLocked(Op::kSet, key, desired);
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+absl::StatusOr<bool> FileStore::Check(absl::Span<const std::string> keys) {
+  absl::MutexLock lock(&mu_);
+  bool all = true;
+  const absl::Status s = WithLog([&]() {
+    for (const std::string& k : keys) all = all && data_.contains(k);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return all;
+}
+
+absl::Status FileStore::Wait(absl::Span<const std::string> keys,
+                             absl::Duration timeout) {
+  std::vector<std::string> missing;
+  const absl::StatusOr<bool> found = Poll(timeout, [&]() {
+    missing.clear();
+    for (const std::string& k : keys) {
+      if (!data_.contains(k)) missing.push_back(k);
+    }
+    return missing.empty();
+  });
+  if (!found.ok()) return found.status();
+  if (!*found) {
+    return internal::KeysTimeoutError("wait", keys, missing, Describe(),
+                                      timeout);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FileStore::Delete(absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  bool existed = false;
+  const absl::Status s = WithLog([&]() {
+    existed = data_.contains(key);
+    if (!existed) return absl::OkStatus();
+    return AppendLocked(Op::kDelete, key, "");
+  });
+  if (!s.ok()) return s;
+  return existed;
+}
+
+absl::StatusOr<int64_t> FileStore::NumKeys() {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  const absl::Status s = WithLog([&]() {
+    n = static_cast<int64_t>(data_.size());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return n;
+}
+
+}  // namespace dtrain::rendezvous
