@@ -1,0 +1,140 @@
+// Launch-environment discovery: which process of the job this is (rank, world
+// size, local rank and local world size, which pick the GPU) and where rank
+// 0's store listens (master address and port), from the caller's explicit
+// arguments and the variables launchers set: torchrun, Open MPI, MPICH/PMI
+// and Slurm.
+//
+// This is the one module allowed to read environment variables (DESIGN.md),
+// and only ProcessEnv() does: everything else takes an EnvMap, so callers
+// snapshot the environment once and tests pass plain maps. All functions are
+// thread-safe; ProcessEnv() must not race with setenv()/putenv().
+#ifndef DTRAIN_DIST_RENDEZVOUS_LAUNCH_ENV_H_
+#define DTRAIN_DIST_RENDEZVOUS_LAUNCH_ENV_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
+#include "dist/rendezvous/init_method.h"
+
+namespace dtrain::rendezvous {
+
+// Variable name -> value.
+using EnvMap = absl::flat_hash_map<std::string, std::string>;
+
+// A copy of this process's environment (`environ`).
+EnvMap ProcessEnv();
+
+// PyTorch's default MASTER_PORT.
+inline constexpr int kDefaultMasterPort = 29500;
+inline constexpr absl::string_view kDefaultMasterAddr = "127.0.0.1";
+
+// Values the caller was given (flags, a config): each set field overrides the
+// environment.
+struct ExplicitArgs {
+  absl::optional<int> rank;
+  absl::optional<int> world_size;
+  absl::optional<int> local_rank;
+  absl::optional<int> local_world_size;
+  absl::optional<std::string> master_addr;
+  absl::optional<int> master_port;
+};
+
+enum class LaunchSource {
+  kExplicit,       // rank and world size both from ExplicitArgs
+  kTorchrun,       // RANK, WORLD_SIZE, ... (torchrun, or set by hand)
+  kOpenMpi,        // OMPI_COMM_WORLD_*
+  kMpich,          // PMI_RANK, PMI_SIZE (MPICH, Intel MPI and other PMI users)
+  kSlurm,          // SLURM_PROCID, SLURM_NTASKS, ... (srun)
+  kSingleProcess,  // nothing found: rank 0 of 1
+};
+
+// "explicit", "torchrun", "openmpi", "mpich", "slurm", "single process".
+absl::string_view LaunchSourceName(LaunchSource source);
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = std::string(kDefaultMasterAddr);
+  int master_port = kDefaultMasterPort;
+
+  // Where rank and world size came from.
+  LaunchSource source = LaunchSource::kSingleProcess;
+  // Where the master address and port came from, for messages: "explicit",
+  // a variable name ("MASTER_ADDR", "SLURM_JOB_NODELIST") or "default".
+  std::string master_addr_from = "default";
+  std::string master_port_from = "default";
+  // True when no source gave a local rank or size and they were set to the
+  // global ones: right on one node only.
+  bool local_inferred = false;
+
+  absl::string_view source_name() const { return LaunchSourceName(source); }
+
+  // "rank 3 of 8 (local 1 of 4) from slurm, master node01:29500
+  // (SLURM_JOB_NODELIST, default)".
+  std::string ToString() const;
+};
+
+// Works out this process's place in the job. Each field comes from the first
+// of:
+//   1. `args`;
+//   2. the launcher detected in `env`, the first of
+//        torchrun  when RANK or WORLD_SIZE is set,
+//        Open MPI  when OMPI_COMM_WORLD_RANK or OMPI_COMM_WORLD_SIZE is set,
+//        MPICH/PMI when PMI_RANK or PMI_SIZE is set,
+//        Slurm     when SLURM_PROCID is set
+//      (so torchrun inside srun, or mpirun inside a Slurm allocation, wins
+//      over Slurm);
+//   3. a derived or default value.
+// Per launcher (rank, world size, local rank, local world size):
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   Open MPI  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
+//   MPICH     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+//   Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the local world
+//             size from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE at
+//             index SLURM_NODEID (exact even when nodes run different
+//             counts), else SLURM_NTASKS_PER_NODE.
+// Without a launcher, rank 0 of 1. When neither local rank nor local world
+// size is known, they equal rank and world size (local_inferred is set).
+// Master address: args, MASTER_ADDR, under Slurm the first host of
+// SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST (first set one),
+// else 127.0.0.1. Master port: args, MASTER_PORT, else 29500. Under MPI
+// without MASTER_ADDR the default 127.0.0.1 is only right on one node.
+// `source` is kExplicit when `args` gives rank and world size, else the
+// launcher's; the launcher still supplies the fields `args` leaves out.
+//
+// A variable overridden by `args` is not read, so a bad value there is not an
+// error. kInvalidArgument, naming the variable (or argument) and its value,
+// for: a value that is not an integer ("RANK='abc' is not an integer"), a
+// launcher that sets only one of rank / world size or of local rank / local
+// world size (names the missing variable), rank or world size given only in
+// `args` with no launcher to supply the other, world_size < 1, rank outside
+// [0, world_size), local_world_size < 1 or > world_size, local_rank outside
+// [0, local_world_size), a port outside 1..65535, an empty MASTER_ADDR, a bad
+// Slurm node or tasks-per-node list.
+absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
+                                            const ExplicitArgs& args);
+
+// Folds an init method's query parameters (?rank=R&world_size=N) into `args`.
+// kInvalidArgument when both give a different value for the same field.
+absl::StatusOr<ExplicitArgs> MergeQueryArgs(const ExplicitArgs& args,
+                                            const InitMethod& method);
+
+// PyTorch's env:// rendezvous: rank and world size from `args`, the URL's
+// query or RANK / WORLD_SIZE; master from `args` or MASTER_ADDR /
+// MASTER_PORT. Unlike DiscoverLaunchEnv there are no other launchers and no
+// defaults: a missing value is kInvalidArgument naming it ("env:// needs
+// MASTER_PORT, which is not set"), with a hint when another launcher's
+// variables are present. Local rank and size as for torchrun in
+// DiscoverLaunchEnv, and the same validation. `method` must be env://.
+absl::StatusOr<LaunchEnv> ResolveEnvInitMethod(const InitMethod& method,
+                                               const EnvMap& env,
+                                               const ExplicitArgs& args);
+
+}  // namespace dtrain::rendezvous
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_LAUNCH_ENV_H_

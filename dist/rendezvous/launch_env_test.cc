@@ -1,0 +1,658 @@
+#include "dist/rendezvous/launch_env.h"
+
+#include <stdlib.h>
+
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// `base` with `extra` added, `extra` winning.
+EnvMap With(EnvMap base, const EnvMap& extra) {
+  for (const auto& [name, value] : extra) base[name] = value;
+  return base;
+}
+
+// Builds ExplicitArgs in table rows: Args().Rank(1).WorldSize(2).
+class Args {
+ public:
+  Args& Rank(int v) {
+    args_.rank = v;
+    return *this;
+  }
+  Args& WorldSize(int v) {
+    args_.world_size = v;
+    return *this;
+  }
+  Args& LocalRank(int v) {
+    args_.local_rank = v;
+    return *this;
+  }
+  Args& LocalWorldSize(int v) {
+    args_.local_world_size = v;
+    return *this;
+  }
+  Args& MasterAddr(std::string v) {
+    args_.master_addr = std::move(v);
+    return *this;
+  }
+  Args& MasterPort(int v) {
+    args_.master_port = v;
+    return *this;
+  }
+  operator ExplicitArgs() const { return args_; }  // NOLINT: table rows
+
+ private:
+  ExplicitArgs args_;
+};
+
+const EnvMap kTorchrunEnv = {{"RANK", "3"},
+                             {"WORLD_SIZE", "8"},
+                             {"LOCAL_RANK", "1"},
+                             {"LOCAL_WORLD_SIZE", "4"},
+                             {"MASTER_ADDR", "10.0.0.1"},
+                             {"MASTER_PORT", "1234"}};
+const EnvMap kOpenMpiEnv = {{"OMPI_COMM_WORLD_RANK", "5"},
+                            {"OMPI_COMM_WORLD_SIZE", "8"},
+                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+const EnvMap kMpichEnv = {{"PMI_RANK", "6"},
+                          {"PMI_SIZE", "8"},
+                          {"MPI_LOCALRANKID", "2"},
+                          {"MPI_LOCALNRANKS", "4"}};
+const EnvMap kSlurmEnv = {{"SLURM_PROCID", "7"},
+                          {"SLURM_NTASKS", "8"},
+                          {"SLURM_LOCALID", "3"},
+                          {"SLURM_NODEID", "1"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+                          {"SLURM_JOB_NODELIST", "gpu[07-08]"}};
+
+struct Want {
+  int rank;
+  int world_size;
+  int local_rank;
+  int local_world_size;
+  std::string master_addr;
+  int master_port;
+  LaunchSource source;
+  std::string master_addr_from;
+  std::string master_port_from;
+  bool local_inferred;
+};
+
+struct DiscoverCase {
+  std::string name;
+  EnvMap env;
+  ExplicitArgs args;
+  Want want;
+};
+
+void ExpectLaunchEnv(const LaunchEnv& got, const Want& want) {
+  EXPECT_EQ(got.rank, want.rank);
+  EXPECT_EQ(got.world_size, want.world_size);
+  EXPECT_EQ(got.local_rank, want.local_rank);
+  EXPECT_EQ(got.local_world_size, want.local_world_size);
+  EXPECT_EQ(got.master_addr, want.master_addr);
+  EXPECT_EQ(got.master_port, want.master_port);
+  EXPECT_EQ(got.source_name(), LaunchSourceName(want.source));
+  EXPECT_EQ(got.master_addr_from, want.master_addr_from);
+  EXPECT_EQ(got.master_port_from, want.master_port_from);
+  EXPECT_EQ(got.local_inferred, want.local_inferred);
+}
+
+void PrintTo(const DiscoverCase& c, std::ostream* os) { *os << c.name; }
+
+class DiscoverLaunchEnvTest : public ::testing::TestWithParam<DiscoverCase> {};
+
+TEST_P(DiscoverLaunchEnvTest, FindsRankWorldAndMaster) {
+  absl::StatusOr<LaunchEnv> got =
+      DiscoverLaunchEnv(GetParam().env, GetParam().args);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectLaunchEnv(*got, GetParam().want);
+}
+
+constexpr LaunchSource kExplicit = LaunchSource::kExplicit;
+constexpr LaunchSource kTorchrun = LaunchSource::kTorchrun;
+constexpr LaunchSource kOpenMpi = LaunchSource::kOpenMpi;
+constexpr LaunchSource kMpich = LaunchSource::kMpich;
+constexpr LaunchSource kSlurm = LaunchSource::kSlurm;
+constexpr LaunchSource kSingle = LaunchSource::kSingleProcess;
+
+INSTANTIATE_TEST_SUITE_P(
+    Sources, DiscoverLaunchEnvTest,
+    ::testing::Values(
+        DiscoverCase{"Empty",
+                     {},
+                     Args(),
+                     {0, 1, 0, 1, "127.0.0.1", 29500, kSingle, "default",
+                      "default", true}},
+        DiscoverCase{"Torchrun",
+                     kTorchrunEnv,
+                     Args(),
+                     {3, 8, 1, 4, "10.0.0.1", 1234, kTorchrun, "MASTER_ADDR",
+                      "MASTER_PORT", false}},
+        DiscoverCase{"TorchrunWithoutLocalAssumesOneNode",
+                     {{"RANK", "2"}, {"WORLD_SIZE", "4"}},
+                     Args(),
+                     {2, 4, 2, 4, "127.0.0.1", 29500, kTorchrun, "default",
+                      "default", true}},
+        DiscoverCase{"OpenMpi",
+                     kOpenMpiEnv,
+                     Args(),
+                     {5, 8, 1, 4, "127.0.0.1", 29500, kOpenMpi, "default",
+                      "default", false}},
+        DiscoverCase{"OpenMpiTakesMasterFromEnv",
+                     With(kOpenMpiEnv,
+                          {{"MASTER_ADDR", "head"}, {"MASTER_PORT", "4000"}}),
+                     Args(),
+                     {5, 8, 1, 4, "head", 4000, kOpenMpi, "MASTER_ADDR",
+                      "MASTER_PORT", false}},
+        DiscoverCase{"Mpich",
+                     kMpichEnv,
+                     Args(),
+                     {6, 8, 2, 4, "127.0.0.1", 29500, kMpich, "default",
+                      "default", false}},
+        DiscoverCase{"MpichWithoutLocalIds",
+                     {{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}},
+                     Args(),
+                     {3, 4, 3, 4, "127.0.0.1", 29500, kMpich, "default",
+                      "default", true}},
+        DiscoverCase{"Slurm",
+                     kSlurmEnv,
+                     Args(),
+                     {7, 8, 3, 4, "gpu07", 29500, kSlurm, "SLURM_JOB_NODELIST",
+                      "default", false}},
+        DiscoverCase{"SlurmUnevenNodesUseTasksPerNode",
+                     {{"SLURM_PROCID", "5"},
+                      {"SLURM_NTASKS", "6"},
+                      {"SLURM_LOCALID", "1"},
+                      {"SLURM_NODEID", "1"},
+                      {"SLURM_TASKS_PER_NODE", "4,2"},
+                      {"SLURM_NTASKS_PER_NODE", "4"},
+                      {"SLURM_NODELIST", "n1,n2"}},
+                     Args(),
+                     {5, 6, 1, 2, "n1", 29500, kSlurm, "SLURM_NODELIST",
+                      "default", false}},
+        DiscoverCase{"SlurmStepTasksPerNodeBeatsJobs",
+                     With(kSlurmEnv, {{"SLURM_TASKS_PER_NODE", "8"}}),
+                     Args(),
+                     {7, 8, 3, 4, "gpu07", 29500, kSlurm, "SLURM_JOB_NODELIST",
+                      "default", false}},
+        DiscoverCase{"SlurmNtasksPerNode",
+                     {{"SLURM_PROCID", "2"},
+                      {"SLURM_NTASKS", "4"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NTASKS_PER_NODE", "2"}},
+                     Args(),
+                     {2, 4, 0, 2, "127.0.0.1", 29500, kSlurm, "default",
+                      "default", false}},
+        DiscoverCase{"SlurmStepNodeListBeatsJobs",
+                     With(kSlurmEnv, {{"SLURM_STEP_NODELIST", "gpu08"}}),
+                     Args(),
+                     {7, 8, 3, 4, "gpu08", 29500, kSlurm, "SLURM_STEP_NODELIST",
+                      "default", false}},
+        DiscoverCase{
+            "SlurmMultiGroupNodeList",
+            With(kSlurmEnv, {{"SLURM_JOB_NODELIST", "rack[2-3]-node[01-02]"}}),
+            Args(),
+            {7, 8, 3, 4, "rack2-node01", 29500, kSlurm, "SLURM_JOB_NODELIST",
+             "default", false}},
+        DiscoverCase{
+            "SlurmMasterAddrEnvBeatsNodeList",
+            With(kSlurmEnv, {{"MASTER_ADDR", "login"}, {"MASTER_PORT", "7"}}),
+            Args(),
+            {7, 8, 3, 4, "login", 7, kSlurm, "MASTER_ADDR", "MASTER_PORT",
+             false}},
+        DiscoverCase{"SallocShellIsNotATask",
+                     {{"SLURM_NTASKS", "8"}, {"SLURM_JOB_NODELIST", "n[1-2]"}},
+                     Args(),
+                     {0, 1, 0, 1, "127.0.0.1", 29500, kSingle, "default",
+                      "default", true}},
+        DiscoverCase{"TorchrunBeatsSlurm",
+                     With(kSlurmEnv, kTorchrunEnv),
+                     Args(),
+                     {3, 8, 1, 4, "10.0.0.1", 1234, kTorchrun, "MASTER_ADDR",
+                      "MASTER_PORT", false}},
+        DiscoverCase{"TorchrunBeatsOpenMpi",
+                     With(kOpenMpiEnv, kTorchrunEnv),
+                     Args(),
+                     {3, 8, 1, 4, "10.0.0.1", 1234, kTorchrun, "MASTER_ADDR",
+                      "MASTER_PORT", false}},
+        DiscoverCase{"OpenMpiBeatsMpichAndSlurm",
+                     With(With(kSlurmEnv, kMpichEnv), kOpenMpiEnv),
+                     Args(),
+                     {5, 8, 1, 4, "127.0.0.1", 29500, kOpenMpi, "default",
+                      "default", false}},
+        DiscoverCase{"MpichBeatsSlurm",
+                     With(kSlurmEnv, kMpichEnv),
+                     Args(),
+                     {6, 8, 2, 4, "127.0.0.1", 29500, kMpich, "default",
+                      "default", false}},
+        DiscoverCase{
+            "ExplicitBeatsEverything",
+            With(kSlurmEnv, kTorchrunEnv),
+            Args()
+                .Rank(1)
+                .WorldSize(2)
+                .LocalRank(0)
+                .LocalWorldSize(1)
+                .MasterAddr("h")
+                .MasterPort(99),
+            {1, 2, 0, 1, "h", 99, kExplicit, "explicit", "explicit", false}},
+        DiscoverCase{"ExplicitRankKeepsLauncherLocalAndMaster",
+                     kTorchrunEnv,
+                     Args().Rank(0).WorldSize(16),
+                     {0, 16, 1, 4, "10.0.0.1", 1234, kExplicit, "MASTER_ADDR",
+                      "MASTER_PORT", false}},
+        DiscoverCase{"ExplicitPortOverridesTorchrun",
+                     kTorchrunEnv,
+                     Args().MasterPort(4000),
+                     {3, 8, 1, 4, "10.0.0.1", 4000, kTorchrun, "MASTER_ADDR",
+                      "explicit", false}},
+        DiscoverCase{"ExplicitLocalRankOverridesOpenMpi",
+                     kOpenMpiEnv,
+                     Args().LocalRank(3),
+                     {5, 8, 3, 4, "127.0.0.1", 29500, kOpenMpi, "default",
+                      "default", false}},
+        DiscoverCase{"ExplicitAddrOverridesSlurmNodeList",
+                     kSlurmEnv,
+                     Args().MasterAddr("10.1.1.1"),
+                     {7, 8, 3, 4, "10.1.1.1", 29500, kSlurm, "explicit",
+                      "default", false}},
+        DiscoverCase{"OverriddenVariableIsNotRead",
+                     {{"RANK", "abc"}, {"WORLD_SIZE", "4"}},
+                     Args().Rank(1),
+                     {1, 4, 1, 4, "127.0.0.1", 29500, kTorchrun, "default",
+                      "default", true}},
+        DiscoverCase{
+            "OverriddenNodeListIsNotRead",
+            With(kSlurmEnv, {{"SLURM_JOB_NODELIST", "bad[1-"}}),
+            Args().MasterAddr("h"),
+            {7, 8, 3, 4, "h", 29500, kSlurm, "explicit", "default", false}},
+        DiscoverCase{"ExplicitWithoutLauncher",
+                     {},
+                     Args().Rank(2).WorldSize(3),
+                     {2, 3, 2, 3, "127.0.0.1", 29500, kExplicit, "default",
+                      "default", true}},
+        DiscoverCase{
+            "MasterVariablesAloneAreNotALauncher",
+            {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "5"}},
+            Args(),
+            {0, 1, 0, 1, "h", 5, kSingle, "MASTER_ADDR", "MASTER_PORT", true}},
+        DiscoverCase{"LocalRankAloneIsNotALauncher",
+                     {{"LOCAL_RANK", "3"}},
+                     Args(),
+                     {0, 1, 0, 1, "127.0.0.1", 29500, kSingle, "default",
+                      "default", true}}),
+    [](const ::testing::TestParamInfo<DiscoverCase>& info) {
+      return info.param.name;
+    });
+
+struct BadEnvCase {
+  std::string name;
+  EnvMap env;
+  ExplicitArgs args;
+  std::string why;
+};
+
+void PrintTo(const BadEnvCase& c, std::ostream* os) { *os << c.name; }
+
+class DiscoverLaunchEnvErrorTest : public ::testing::TestWithParam<BadEnvCase> {
+};
+
+TEST_P(DiscoverLaunchEnvErrorTest, IsInvalidArgumentNamingTheVariable) {
+  absl::StatusOr<LaunchEnv> got =
+      DiscoverLaunchEnv(GetParam().env, GetParam().args);
+  ASSERT_FALSE(got.ok()) << "discovered " << got->ToString();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr(GetParam().why));
+}
+
+const EnvMap kTwoRanks = {{"RANK", "0"}, {"WORLD_SIZE", "2"}};
+
+INSTANTIATE_TEST_SUITE_P(
+    BadEnvironments, DiscoverLaunchEnvErrorTest,
+    ::testing::Values(
+        BadEnvCase{"RankNotInteger",
+                   {{"RANK", "abc"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK='abc' is not an integer"},
+        BadEnvCase{"RankFraction",
+                   {{"RANK", "1.5"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK='1.5' is not an integer"},
+        BadEnvCase{"RankWithSpace",
+                   {{"RANK", " 1"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK=' 1' is not an integer"},
+        BadEnvCase{"RankOverflow",
+                   {{"RANK", "99999999999"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK='99999999999' is out of range"},
+        BadEnvCase{"WorldSizeEmpty",
+                   {{"RANK", "0"}, {"WORLD_SIZE", ""}},
+                   Args(),
+                   "WORLD_SIZE='' is not an integer"},
+        BadEnvCase{"RankWithoutWorldSize",
+                   {{"RANK", "1"}},
+                   Args(),
+                   "torchrun environment is incomplete: WORLD_SIZE is not "
+                   "set, though RANK=1 is"},
+        BadEnvCase{"WorldSizeWithoutRank",
+                   {{"WORLD_SIZE", "2"}},
+                   Args(),
+                   "torchrun environment is incomplete: RANK is not set"},
+        BadEnvCase{"RankEqualsWorldSize",
+                   {{"RANK", "2"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK=2 is not less than WORLD_SIZE=2"},
+        BadEnvCase{"NegativeRank",
+                   {{"RANK", "-1"}, {"WORLD_SIZE", "2"}},
+                   Args(),
+                   "RANK=-1 is negative"},
+        BadEnvCase{"ZeroWorldSize",
+                   {{"RANK", "0"}, {"WORLD_SIZE", "0"}},
+                   Args(),
+                   "WORLD_SIZE=0 is below 1"},
+        BadEnvCase{
+            "LocalRankEqualsLocalWorldSize",
+            With(kTwoRanks, {{"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}),
+            Args(), "LOCAL_RANK=2 is not less than LOCAL_WORLD_SIZE=2"},
+        BadEnvCase{
+            "NegativeLocalRank",
+            With(kTwoRanks, {{"LOCAL_RANK", "-1"}, {"LOCAL_WORLD_SIZE", "2"}}),
+            Args(), "LOCAL_RANK=-1 is negative"},
+        BadEnvCase{
+            "LocalWorldSizeAboveWorldSize",
+            With(kTwoRanks, {{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4"}}),
+            Args(), "LOCAL_WORLD_SIZE=4 is greater than WORLD_SIZE=2"},
+        BadEnvCase{
+            "ZeroLocalWorldSize",
+            With(kTwoRanks, {{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "0"}}),
+            Args(), "LOCAL_WORLD_SIZE=0 is below 1"},
+        BadEnvCase{"LocalRankWithoutLocalWorldSize",
+                   With(kTwoRanks, {{"LOCAL_RANK", "1"}}), Args(),
+                   "LOCAL_WORLD_SIZE is not set, though LOCAL_RANK=1 is"},
+        BadEnvCase{"LocalWorldSizeWithoutLocalRank",
+                   With(kTwoRanks, {{"LOCAL_WORLD_SIZE", "2"}}), Args(),
+                   "LOCAL_RANK is not set, though LOCAL_WORLD_SIZE=2 is"},
+        BadEnvCase{"MasterPortNotInteger",
+                   With(kTwoRanks, {{"MASTER_PORT", "http"}}), Args(),
+                   "MASTER_PORT='http' is not an integer"},
+        BadEnvCase{"MasterPortTooLarge",
+                   With(kTwoRanks, {{"MASTER_PORT", "70000"}}), Args(),
+                   "MASTER_PORT=70000 is outside 1..65535"},
+        BadEnvCase{"MasterPortZero", With(kTwoRanks, {{"MASTER_PORT", "0"}}),
+                   Args(), "MASTER_PORT=0 is outside 1..65535"},
+        BadEnvCase{"MasterAddrEmpty", With(kTwoRanks, {{"MASTER_ADDR", ""}}),
+                   Args(), "MASTER_ADDR is set but empty"},
+        BadEnvCase{"OpenMpiRankNotInteger",
+                   With(kOpenMpiEnv, {{"OMPI_COMM_WORLD_RANK", "x"}}), Args(),
+                   "OMPI_COMM_WORLD_RANK='x' is not an integer"},
+        BadEnvCase{"OpenMpiWithoutSize",
+                   {{"OMPI_COMM_WORLD_RANK", "1"}},
+                   Args(),
+                   "Open MPI environment is incomplete: OMPI_COMM_WORLD_SIZE "
+                   "is not set"},
+        BadEnvCase{"OpenMpiLocalSizeWithoutLocalRank",
+                   {{"OMPI_COMM_WORLD_RANK", "1"},
+                    {"OMPI_COMM_WORLD_SIZE", "2"},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+                   Args(),
+                   "OMPI_COMM_WORLD_LOCAL_RANK is not set"},
+        BadEnvCase{"MpichWithoutRank",
+                   {{"PMI_SIZE", "4"}},
+                   Args(),
+                   "MPICH/PMI environment is incomplete: PMI_RANK is not set"},
+        BadEnvCase{"MpichRankTooLarge",
+                   {{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}},
+                   Args(),
+                   "PMI_RANK=4 is not less than PMI_SIZE=4"},
+        BadEnvCase{"SlurmWithoutNtasks",
+                   {{"SLURM_PROCID", "0"}},
+                   Args(),
+                   "Slurm environment is incomplete: SLURM_NTASKS is not set"},
+        BadEnvCase{"SlurmBadNodeList",
+                   With(kSlurmEnv, {{"SLURM_JOB_NODELIST", "node[1-"}}), Args(),
+                   "SLURM_JOB_NODELIST: Slurm node list 'node[1-'"},
+        BadEnvCase{"SlurmLocalIdWithoutTasksPerNode",
+                   {{"SLURM_PROCID", "0"},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_LOCALID", "0"}},
+                   Args(),
+                   "SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE (with "
+                   "SLURM_NODEID), or SLURM_NTASKS_PER_NODE is not set"},
+        BadEnvCase{"SlurmNodeIdOutsideTasksPerNode",
+                   With(kSlurmEnv, {{"SLURM_NODEID", "2"}}), Args(),
+                   "SLURM_NODEID=2 is outside "
+                   "SLURM_STEP_TASKS_PER_NODE='4(x2)', which lists 2 nodes"},
+        BadEnvCase{"SlurmBadTasksPerNode",
+                   With(kSlurmEnv, {{"SLURM_STEP_TASKS_PER_NODE", "four"}}),
+                   Args(),
+                   "SLURM_STEP_TASKS_PER_NODE: Slurm tasks per node 'four'"},
+        BadEnvCase{"SlurmProcIdTooLarge",
+                   With(kSlurmEnv, {{"SLURM_PROCID", "8"}}), Args(),
+                   "SLURM_PROCID=8 is not less than SLURM_NTASKS=8"},
+        BadEnvCase{"SlurmLocalIdTooLarge",
+                   With(kSlurmEnv, {{"SLURM_LOCALID", "4"}}), Args(),
+                   "SLURM_LOCALID=4 is not less than local world size 4 "
+                   "(SLURM_STEP_TASKS_PER_NODE='4(x2)' at SLURM_NODEID=1)"},
+        BadEnvCase{"ExplicitRankWithoutWorldSize",
+                   {},
+                   Args().Rank(3),
+                   "explicit rank=3 needs world_size too"},
+        BadEnvCase{"ExplicitWorldSizeWithoutRank",
+                   {},
+                   Args().WorldSize(2),
+                   "explicit world_size=2 needs rank too"},
+        BadEnvCase{"ExplicitRankTooLarge",
+                   {},
+                   Args().Rank(5).WorldSize(4),
+                   "explicit rank=5 is not less than explicit world_size=4"},
+        BadEnvCase{"ExplicitRankAboveEnvWorldSize", kTorchrunEnv,
+                   Args().Rank(8),
+                   "explicit rank=8 is not less than WORLD_SIZE=8"},
+        BadEnvCase{"ExplicitLocalRankWithoutLocalSize",
+                   {},
+                   Args().Rank(0).WorldSize(2).LocalRank(1),
+                   "explicit local_rank=1 needs local_world_size too"},
+        BadEnvCase{"ExplicitPortZero",
+                   {},
+                   Args().MasterPort(0),
+                   "explicit master_port=0 is outside 1..65535"},
+        BadEnvCase{"ExplicitAddrEmpty",
+                   {},
+                   Args().MasterAddr(""),
+                   "explicit master_addr is empty"}),
+    [](const ::testing::TestParamInfo<BadEnvCase>& info) {
+      return info.param.name;
+    });
+
+TEST(LaunchEnvTest, ToStringSaysWhoAndWhere) {
+  absl::StatusOr<LaunchEnv> env = DiscoverLaunchEnv(kSlurmEnv, Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->ToString(),
+            "rank 7 of 8 (local 3 of 4) from slurm, master gpu07:29500 "
+            "(SLURM_JOB_NODELIST, default)");
+}
+
+TEST(LaunchEnvTest, ToStringBracketsIpv6AndFlagsAssumedLocal) {
+  absl::StatusOr<LaunchEnv> env =
+      DiscoverLaunchEnv({{"MASTER_ADDR", "::1"}}, Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->ToString(),
+            "rank 0 of 1 (local 0 of 1, assuming one node) from single "
+            "process, master [::1]:29500 (MASTER_ADDR, default)");
+}
+
+TEST(LaunchEnvTest, SourceNames) {
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kExplicit), "explicit");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kTorchrun), "torchrun");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kOpenMpi), "openmpi");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kMpich), "mpich");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kSlurm), "slurm");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kSingleProcess), "single process");
+}
+
+TEST(ProcessEnvTest, SnapshotsTheEnvironment) {
+  ASSERT_EQ(setenv("DTRAIN_LAUNCH_ENV_TEST", "a=b", 1), 0);
+  const EnvMap env = ProcessEnv();
+  ASSERT_EQ(unsetenv("DTRAIN_LAUNCH_ENV_TEST"), 0);
+  ASSERT_TRUE(env.contains("DTRAIN_LAUNCH_ENV_TEST"));
+  // Only the first '=' separates name and value.
+  EXPECT_EQ(env.at("DTRAIN_LAUNCH_ENV_TEST"), "a=b");
+  // A snapshot: later changes do not show.
+  EXPECT_FALSE(ProcessEnv().contains("DTRAIN_LAUNCH_ENV_TEST"));
+}
+
+EnvMap EnvInitEnv() {
+  return {{"RANK", "1"},
+          {"WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "head"},
+          {"MASTER_PORT", "29400"}};
+}
+
+InitMethod EnvMethod(absl::optional<int> rank = absl::nullopt,
+                     absl::optional<int> world_size = absl::nullopt) {
+  InitMethod method;
+  method.scheme = InitMethod::kEnv;
+  method.rank = rank;
+  method.world_size = world_size;
+  return method;
+}
+
+TEST(ResolveEnvInitMethodTest, ReadsTorchrunVariables) {
+  absl::StatusOr<LaunchEnv> env = ResolveEnvInitMethod(
+      EnvMethod(),
+      With(EnvInitEnv(), {{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}),
+      Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  ExpectLaunchEnv(*env, {1, 2, 1, 2, "head", 29400, kTorchrun, "MASTER_ADDR",
+                         "MASTER_PORT", false});
+}
+
+TEST(ResolveEnvInitMethodTest, QueryBeatsVariables) {
+  absl::StatusOr<LaunchEnv> env =
+      ResolveEnvInitMethod(EnvMethod(0, 4), EnvInitEnv(), Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  ExpectLaunchEnv(*env, {0, 4, 0, 4, "head", 29400, kExplicit, "MASTER_ADDR",
+                         "MASTER_PORT", true});
+}
+
+TEST(ResolveEnvInitMethodTest, ArgumentsSupplyMissingVariables) {
+  absl::StatusOr<LaunchEnv> env = ResolveEnvInitMethod(
+      EnvMethod(), {},
+      Args().Rank(2).WorldSize(3).MasterAddr("10.0.0.9").MasterPort(5000));
+  ASSERT_TRUE(env.ok()) << env.status();
+  ExpectLaunchEnv(*env, {2, 3, 2, 3, "10.0.0.9", 5000, kExplicit, "explicit",
+                         "explicit", true});
+}
+
+TEST(ResolveEnvInitMethodTest, NamesEachMissingVariable) {
+  for (const char* var : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    SCOPED_TRACE(var);
+    EnvMap env = EnvInitEnv();
+    env.erase(var);
+    absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(EnvMethod(), env, {});
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(got.status().message()),
+                AllOf(HasSubstr(absl::StrCat("env:// needs ", var,
+                                             ", which is not set")),
+                      Not(HasSubstr("started by"))));
+  }
+}
+
+TEST(ResolveEnvInitMethodTest, DoesNotFallBackToOtherLaunchersButSaysSo) {
+  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(
+      EnvMethod(),
+      With(kSlurmEnv, {{"MASTER_ADDR", "head"}, {"MASTER_PORT", "1"}}), {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(
+      std::string(got.status().message()),
+      AllOf(HasSubstr("env:// needs RANK, which is not set"),
+            HasSubstr("SLURM_PROCID is set"), HasSubstr("started by Slurm")));
+
+  got = ResolveEnvInitMethod(EnvMethod(), kOpenMpiEnv, {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("started by Open MPI"));
+}
+
+TEST(ResolveEnvInitMethodTest, ValidatesLikeDiscovery) {
+  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(
+      EnvMethod(), With(EnvInitEnv(), {{"RANK", "2"}}), {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("RANK=2 is not less than WORLD_SIZE=2"));
+
+  got = ResolveEnvInitMethod(EnvMethod(),
+                             With(EnvInitEnv(), {{"MASTER_PORT", "x"}}), {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("MASTER_PORT='x' is not an integer"));
+
+  got = ResolveEnvInitMethod(EnvMethod(),
+                             With(EnvInitEnv(), {{"LOCAL_RANK", "0"}}), {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("LOCAL_WORLD_SIZE is not set, though LOCAL_RANK=0"));
+}
+
+TEST(ResolveEnvInitMethodTest, RejectsConflictBetweenQueryAndArguments) {
+  absl::StatusOr<LaunchEnv> got =
+      ResolveEnvInitMethod(EnvMethod(0, 2), EnvInitEnv(), Args().Rank(1));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("init method 'env://?rank=0&world_size=2' gives "
+                        "rank=0 but the rank argument is 1"));
+
+  // The same value twice is no conflict.
+  got = ResolveEnvInitMethod(EnvMethod(0, 2), EnvInitEnv(), Args().Rank(0));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->rank, 0);
+}
+
+TEST(ResolveEnvInitMethodTest, RejectsOtherSchemes) {
+  InitMethod tcp;
+  tcp.scheme = InitMethod::kTcp;
+  tcp.host = "h";
+  tcp.port = 1;
+  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(tcp, EnvInitEnv(), {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("got 'tcp://h:1'"));
+}
+
+TEST(MergeQueryArgsTest, FillsUnsetFieldsFromQuery) {
+  InitMethod method = EnvMethod(1, 4);
+  absl::StatusOr<ExplicitArgs> merged =
+      MergeQueryArgs(Args().LocalRank(1).MasterPort(7), method);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->rank, 1);
+  EXPECT_EQ(merged->world_size, 4);
+  EXPECT_EQ(merged->local_rank, 1);
+  EXPECT_EQ(merged->master_port, 7);
+
+  absl::StatusOr<ExplicitArgs> conflict =
+      MergeQueryArgs(Args().WorldSize(8), method);
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_THAT(std::string(conflict.status().message()),
+              HasSubstr("world_size=4 but the world_size argument is 8"));
+}
+
+}  // namespace
+}  // namespace dtrain::rendezvous
