@@ -1,0 +1,86 @@
+#include "dist/rendezvous/init.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dist/rendezvous/file_store.h"
+#include "dist/rendezvous/prefix_store.h"
+#include "dist/rendezvous/tcp_store.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+absl::Status WithRank(int rank, const absl::Status& s) {
+  return absl::Status(s.code(),
+                      absl::StrCat("[rank ", rank, "] ", s.message()));
+}
+
+absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
+                                                 const InitMethod& method,
+                                                 const LaunchEnv& launch) {
+  if (method.scheme == InitMethod::kFile) {
+    absl::StatusOr<std::shared_ptr<FileStore>> store =
+        FileStore::Open(method.path, launch.world_size, options.timeout);
+    if (!store.ok()) return store.status();
+    return std::shared_ptr<Store>(*store);
+  }
+  TcpStoreOptions tcp;
+  if (method.scheme == InitMethod::kTcp) {
+    tcp.host = method.host;
+    tcp.port = method.port;
+  } else {
+    tcp.host = launch.master_addr;
+    tcp.port = launch.master_port;
+  }
+  if (tcp.port == 0 && launch.world_size > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "port 0 in '", method.ToString(),
+        "' cannot be shared with other ranks: give the master a fixed port"));
+  }
+  tcp.is_server = launch.rank == 0;
+  tcp.bind_host = options.bind_host;
+  tcp.timeout = options.timeout;
+  tcp.connect_timeout = options.timeout;
+  absl::StatusOr<std::shared_ptr<TcpStore>> store = TcpStore::Create(tcp);
+  if (!store.ok()) return store.status();
+  return std::shared_ptr<Store>(*store);
+}
+
+}  // namespace
+
+absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
+  absl::StatusOr<InitMethod> method = ParseInitMethod(options.url);
+  if (!method.ok()) return method.status();
+  absl::StatusOr<ExplicitArgs> args = MergeQueryArgs(options.args, *method);
+  if (!args.ok()) return args.status();
+  absl::StatusOr<LaunchEnv> launch =
+      method->scheme == InitMethod::kEnv
+          ? ResolveEnvInitMethod(*method, env, *args)
+          : DiscoverLaunchEnv(env, *args);
+  if (!launch.ok()) return launch.status();
+
+  absl::StatusOr<std::shared_ptr<Store>> base =
+      OpenStore(options, *method, *launch);
+  if (!base.ok()) return WithRank(launch->rank, base.status());
+
+  RendezvousOptions rdzv;
+  rdzv.rank = launch->rank;
+  rdzv.world_size = launch->world_size;
+  rdzv.local_rank = launch->local_rank;
+  rdzv.timeout = options.timeout;
+  absl::StatusOr<std::vector<PeerInfo>> peers = Rendezvous(**base, rdzv);
+  if (!peers.ok()) return peers.status();
+
+  World world;
+  world.rank = launch->rank;
+  world.world_size = launch->world_size;
+  world.local_rank = launch->local_rank;
+  world.local_world_size = launch->local_world_size;
+  world.method = *method;
+  world.launch = *launch;
+  world.store = std::make_shared<PrefixStore>("job", *std::move(base));
+  world.peers = *std::move(peers);
+  return world;
+}
+
+}  // namespace dtrain::rendezvous

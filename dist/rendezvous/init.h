@@ -1,0 +1,65 @@
+// One call from "how was I launched, and which init method" to a connected
+// store and a completed rendezvous, as torch.distributed.init_process_group
+// does before creating its backend:
+//
+//   auto world = InitWorld({.url = "tcp://10.0.0.1:29500", .args = flags},
+//   ProcessEnv());
+//   // world->rank, world->world_size, world->store (for the backend),
+//   world->peers
+//
+// The init method (tcp://, file://, env://) says where the store lives; rank
+// and world size come from explicit arguments, the URL's query, or the
+// launcher's environment (launch_env.h). For tcp://, rank 0 starts the store
+// server in this process: it must outlive every other rank's use of the store,
+// so rank 0 keeps `World` alive until the job ends.
+//
+// Thread-safe: ranks may be threads of one process (tests), each with its own
+// args.
+#ifndef DTRAIN_DIST_RENDEZVOUS_INIT_H_
+#define DTRAIN_DIST_RENDEZVOUS_INIT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/rendezvous/init_method.h"
+#include "dist/rendezvous/launch_env.h"
+#include "dist/rendezvous/rendezvous.h"
+#include "dist/rendezvous/store.h"
+
+namespace dtrain::rendezvous {
+
+struct InitOptions {
+  std::string url = "env://";
+  ExplicitArgs args;
+  // Bounds connecting to the store and the rendezvous; the store's default for
+  // later blocking calls.
+  absl::Duration timeout = absl::Seconds(300);
+  // tcp:// only: the server's bind address (empty: every interface).
+  std::string bind_host;
+};
+
+struct World {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  InitMethod method;
+  LaunchEnv launch;
+  // The job's namespace in the store, for the backends; keeps the underlying
+  // store (and on rank 0 the TCP server) alive.
+  std::shared_ptr<Store> store;
+  std::vector<PeerInfo> peers;
+};
+
+// Errors: kInvalidArgument for a bad URL or launch environment (quoting it),
+// the store's errors (unreachable master: address and time; busy port), and the
+// rendezvous errors (missing ranks, duplicate ranks, disagreeing world sizes).
+// Every message starts with "[rank R]" once R is known.
+absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env);
+
+}  // namespace dtrain::rendezvous
+
+#endif  // DTRAIN_DIST_RENDEZVOUS_INIT_H_

@@ -1,0 +1,204 @@
+// InitWorld end to end with ranks as threads: each init method under the launch
+// environments users have, and the startup mistakes that must end in a clear
+// error rather than a hang.
+
+#include "dist/rendezvous/init.h"
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dist/rendezvous/tcp_socket.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+
+int FreePort() {
+  int port = 0;
+  absl::StatusOr<internal::Fd> fd = internal::Listen("127.0.0.1", 0, &port);
+  EXPECT_TRUE(fd.ok());
+  return port;
+}
+
+// Runs InitWorld for ranks 0..n-1 on threads, with the options and environment
+// `make` gives each.
+std::vector<absl::StatusOr<World>> RunRanks(
+    int n, const std::function<std::pair<InitOptions, EnvMap>(int)>& make) {
+  std::vector<absl::StatusOr<World>> worlds(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto [options, env] = make(r);
+      worlds[r] = InitWorld(options, env);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return worlds;
+}
+
+void ExpectConsistentWorld(const std::vector<absl::StatusOr<World>>& worlds) {
+  const int n = static_cast<int>(worlds.size());
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(worlds[r].ok()) << worlds[r].status();
+    EXPECT_EQ(worlds[r]->rank, r);
+    EXPECT_EQ(worlds[r]->world_size, n);
+    ASSERT_EQ(worlds[r]->peers.size(), static_cast<size_t>(n));
+    EXPECT_NE(worlds[r]->store, nullptr);
+  }
+}
+
+TEST(InitWorldTest, EnvInitMethodWithTorchrunVariables) {
+  const std::string port = std::to_string(FreePort());
+  auto worlds = RunRanks(4, [&](int r) {
+    InitOptions o;
+    o.url = "env://";
+    o.timeout = absl::Seconds(30);
+    EnvMap env = {{"RANK", std::to_string(r)},       {"WORLD_SIZE", "4"},
+                  {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "4"},
+                  {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", port}};
+    return std::make_pair(o, env);
+  });
+  ExpectConsistentWorld(worlds);
+  EXPECT_EQ(worlds[2]->launch.source, LaunchSource::kTorchrun);
+  // The job's store works across ranks after the rendezvous.
+  ASSERT_TRUE(worlds[1]->store->Set("hello", "from 1").ok());
+  EXPECT_EQ(*worlds[3]->store->Get("hello"), "from 1");
+}
+
+TEST(InitWorldTest, TcpInitMethodUnderOpenMpi) {
+  const std::string url = absl::StrCat("tcp://127.0.0.1:", FreePort());
+  auto worlds = RunRanks(3, [&](int r) {
+    InitOptions o;
+    o.url = url;
+    o.timeout = absl::Seconds(30);
+    EnvMap env = {{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                  {"OMPI_COMM_WORLD_SIZE", "3"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}};
+    return std::make_pair(o, env);
+  });
+  ExpectConsistentWorld(worlds);
+  EXPECT_EQ(worlds[0]->launch.source, LaunchSource::kOpenMpi);
+}
+
+TEST(InitWorldTest, FileInitMethodWithExplicitRanks) {
+  const std::string path =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/init_file_store");
+  auto worlds = RunRanks(3, [&](int r) {
+    InitOptions o;
+    o.url = absl::StrCat("file://", path);
+    o.args.rank = r;
+    o.args.world_size = 3;
+    o.timeout = absl::Seconds(30);
+    return std::make_pair(o, EnvMap{});
+  });
+  ExpectConsistentWorld(worlds);
+  EXPECT_EQ(worlds[0]->launch.source, LaunchSource::kExplicit);
+}
+
+TEST(InitWorldTest, QueryParametersGiveRankAndWorldSize) {
+  const int port = FreePort();
+  auto worlds = RunRanks(2, [&](int r) {
+    InitOptions o;
+    o.url =
+        absl::StrCat("tcp://127.0.0.1:", port, "?rank=", r, "&world_size=2");
+    o.timeout = absl::Seconds(30);
+    return std::make_pair(o, EnvMap{});
+  });
+  ExpectConsistentWorld(worlds);
+}
+
+TEST(InitWorldTest, MissingRankTimesOutNamingIt) {
+  const std::string url = absl::StrCat("tcp://127.0.0.1:", FreePort());
+  // Ranks 0 and 1 of 3 come; rank 2 never does.
+  auto worlds = RunRanks(2, [&](int r) {
+    InitOptions o;
+    o.url = url;
+    o.args.rank = r;
+    o.args.world_size = 3;
+    o.timeout = absl::Milliseconds(500);
+    return std::make_pair(o, EnvMap{});
+  });
+  ASSERT_FALSE(worlds[0].ok());
+  EXPECT_EQ(worlds[0].status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(worlds[0].status().message()),
+              HasSubstr(absl::StrCat("[rank 0] rendezvous at ", url)));
+  EXPECT_THAT(std::string(worlds[0].status().message()),
+              HasSubstr("2/3 ranks joined; missing: rank 2"));
+}
+
+TEST(InitWorldTest, UnreachableMasterNamesAddressAndTimeout) {
+  const int port = FreePort();
+  InitOptions o;
+  o.url = absl::StrCat("tcp://127.0.0.1:", port);
+  o.args.rank = 1;
+  o.args.world_size = 2;
+  o.timeout = absl::Milliseconds(400);
+  absl::StatusOr<World> w = InitWorld(o, {});
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable);
+  const std::string message(w.status().message());
+  EXPECT_THAT(message, HasSubstr("[rank 1]"));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("127.0.0.1:", port)));
+  EXPECT_THAT(message, HasSubstr("400ms"));
+}
+
+TEST(InitWorldTest, BusyPortOnMasterIsClearError) {
+  int port = 0;
+  absl::StatusOr<internal::Fd> other = internal::Listen("127.0.0.1", 0, &port);
+  ASSERT_TRUE(other.ok());
+  InitOptions o;
+  o.url = absl::StrCat("tcp://127.0.0.1:", port);
+  o.bind_host = "127.0.0.1";
+  o.args.rank = 0;
+  o.args.world_size = 2;
+  o.timeout = absl::Seconds(5);
+  absl::StatusOr<World> w = InitWorld(o, {});
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("[rank 0]"));
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("already in use"));
+}
+
+TEST(InitWorldTest, BadInputIsInvalidArgument) {
+  struct Case {
+    std::string url;
+    EnvMap env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"udp://host:1", {}, "udp://host:1"},
+      {"tcp://host", {}, "tcp://host"},
+      {"tcp://host:99999", {}, "99999"},
+      {"env://",
+       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+       "MASTER_PORT"},
+      {"env://",
+       {{"RANK", "2"},
+        {"WORLD_SIZE", "2"},
+        {"MASTER_ADDR", "h"},
+        {"MASTER_PORT", "1"}},
+       "RANK"},
+      {"file:///no/such/dir/store", {}, "/no/such/dir"},
+      {"tcp://127.0.0.1:0?rank=0&world_size=2", {}, "port 0"},
+  };
+  for (const Case& c : cases) {
+    InitOptions o;
+    o.url = c.url;
+    o.timeout = absl::Seconds(1);
+    absl::StatusOr<World> w = InitWorld(o, c.env);
+    ASSERT_FALSE(w.ok()) << c.url;
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.url << ": " << w.status();
+    EXPECT_THAT(std::string(w.status().message()), HasSubstr(c.message))
+        << c.url;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::rendezvous
