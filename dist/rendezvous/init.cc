@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "dist/rendezvous/file_store.h"
 #include "dist/rendezvous/prefix_store.h"
@@ -13,6 +14,19 @@ namespace {
 absl::Status WithRank(int rank, const absl::Status& s) {
   return absl::Status(s.code(),
                       absl::StrCat("[rank ", rank, "] ", s.message()));
+}
+
+// env:// ranks meet at the master address, and MPI launchers do not set one:
+// with several ranks, the default 127.0.0.1 is right on one node only, and
+// ranks elsewhere would wait out the timeout at their own loopback.
+absl::Status CheckEnvMasterAddr(const LaunchEnv& launch) {
+  if (launch.world_size == 1 || launch.master_addr_from != "default") {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "env:// with ", launch.world_size, " ranks (from ", launch.source_name(),
+      ") needs the master's address: set MASTER_ADDR (under Slurm the first "
+      "host of SLURM_JOB_NODELIST is used)"));
 }
 
 absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
@@ -53,11 +67,12 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   if (!method.ok()) return method.status();
   absl::StatusOr<ExplicitArgs> args = MergeQueryArgs(options.args, *method);
   if (!args.ok()) return args.status();
-  absl::StatusOr<LaunchEnv> launch =
-      method->scheme == InitMethod::kEnv
-          ? ResolveEnvInitMethod(*method, env, *args)
-          : DiscoverLaunchEnv(env, *args);
+  absl::StatusOr<LaunchEnv> launch = DiscoverLaunchEnv(env, *args);
   if (!launch.ok()) return launch.status();
+  if (method->scheme == InitMethod::kEnv) {
+    absl::Status status = CheckEnvMasterAddr(*launch);
+    if (!status.ok()) return WithRank(launch->rank, status);
+  }
 
   absl::StatusOr<std::shared_ptr<Store>> base =
       OpenStore(options, *method, *launch);

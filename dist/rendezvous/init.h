@@ -2,16 +2,33 @@
 // store and a completed rendezvous, as torch.distributed.init_process_group
 // does before creating its backend:
 //
-//   auto world = InitWorld({.url = "tcp://10.0.0.1:29500", .args = flags},
-//   ProcessEnv());
+//   InitOptions options;
+//   options.url = "env://";
+//   options.args = args;  // what the binary's flags gave, if anything
+//   absl::StatusOr<World> world = InitWorld(options, ProcessEnv());
 //   // world->rank, world->world_size, world->store (for the backend),
-//   world->peers
+//   // world->peers
 //
-// The init method (tcp://, file://, env://) says where the store lives; rank
-// and world size come from explicit arguments, the URL's query, or the
-// launcher's environment (launch_env.h). For tcp://, rank 0 starts the store
-// server in this process: it must outlive every other rank's use of the store,
-// so rank 0 keeps `World` alive until the job ends.
+// For every init method, rank and world size (and local rank and size) come
+// from the explicit arguments, the URL's query (?rank=R&world_size=N), or the
+// launcher that started the process: torchrun-style variables, Open MPI's
+// mpirun, MPICH/PMI or Slurm's srun (DiscoverLaunchEnv in launch_env.h).
+// Where the store lives depends on the scheme:
+//   tcp://host:port  rank 0 serves a TcpStore there; MASTER_* are ignored.
+//   file:///path     a FileStore in that file; MASTER_* are ignored.
+//   env://           rank 0 serves a TcpStore at the master address: from
+//                    args.master_addr, MASTER_ADDR, or under Slurm the first
+//                    host of the step's node list; the port from
+//                    args.master_port or MASTER_PORT, else 29500. Unlike
+//                    PyTorch's env://, which reads only torchrun's variables,
+//                    this works under each launcher above. With more than one
+//                    rank the address must come from one of those sources:
+//                    the default 127.0.0.1 is right on one node only, so
+//                    guessing it could leave ranks on other nodes waiting out
+//                    the timeout.
+// For tcp:// and env://, rank 0 starts the TcpStore server in this process:
+// it must outlive every other rank's use of the store, so rank 0 keeps `World`
+// alive until the job ends.
 //
 // Thread-safe: ranks may be threads of one process (tests), each with its own
 // args.
@@ -54,9 +71,11 @@ struct World {
   std::vector<PeerInfo> peers;
 };
 
-// Errors: kInvalidArgument for a bad URL or launch environment (quoting it),
-// the store's errors (unreachable master: address and time; busy port), and the
-// rendezvous errors (missing ranks, duplicate ranks, disagreeing world sizes).
+// Errors: kInvalidArgument for a bad URL or launch environment (quoting it) and
+// for env:// with more than one rank and no master address (naming
+// MASTER_ADDR), the store's errors (unreachable master: address and time; busy
+// port), and the rendezvous errors (missing ranks, duplicate ranks,
+// disagreeing world sizes).
 // Every message starts with "[rank R]" once R is known.
 absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env);
 

@@ -6,9 +6,13 @@
 //                      (tcp://[::1]:29500).
 //   file:///abs/path   a FileStore in a file on a filesystem every rank sees;
 //                      the file's directory must already exist.
-//   env://             MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the
-//                      environment (see ResolveEnvInitMethod in
-//                      launch_env.h).
+//   env://             a TcpStore served by rank 0 at the master address and
+//                      port of the launch environment: rank and world size
+//                      from the launcher that started the process (torchrun,
+//                      Open MPI, MPICH, Slurm), the master from MASTER_ADDR /
+//                      MASTER_PORT or Slurm's node list, the port defaulting
+//                      to 29500 (DiscoverLaunchEnv in launch_env.h, InitWorld
+//                      in init.h).
 //
 // Every scheme takes PyTorch's query parameters "?rank=R&world_size=N", which
 // fix this process's rank and the job's size (0 <= R < N).

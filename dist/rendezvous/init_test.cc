@@ -71,6 +71,70 @@ TEST(InitWorldTest, EnvInitMethodWithTorchrunVariables) {
   EXPECT_EQ(*worlds[3]->store->Get("hello"), "from 1");
 }
 
+TEST(InitWorldTest, EnvInitMethodUnderSlurmTakesMasterFromNodeList) {
+  const std::string port = std::to_string(FreePort());
+  auto worlds = RunRanks(3, [&](int r) {
+    InitOptions o;
+    o.url = "env://";
+    o.timeout = absl::Seconds(30);
+    EnvMap env = {{"SLURM_PROCID", std::to_string(r)},
+                  {"SLURM_NTASKS", "3"},
+                  {"SLURM_LOCALID", std::to_string(r)},
+                  {"SLURM_NODEID", "0"},
+                  {"SLURM_TASKS_PER_NODE", "3"},
+                  {"SLURM_JOB_NODELIST", "127.0.0.1"},
+                  {"MASTER_PORT", port}};
+    return std::make_pair(o, env);
+  });
+  ExpectConsistentWorld(worlds);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(worlds[r]->launch.source, LaunchSource::kSlurm);
+    EXPECT_EQ(worlds[r]->local_rank, r);
+    EXPECT_EQ(worlds[r]->local_world_size, 3);
+    EXPECT_EQ(worlds[r]->launch.master_addr, "127.0.0.1");
+    EXPECT_EQ(worlds[r]->launch.master_addr_from, "SLURM_JOB_NODELIST");
+  }
+}
+
+TEST(InitWorldTest, EnvInitMethodUnderOpenMpiWithMasterVariables) {
+  const std::string port = std::to_string(FreePort());
+  auto worlds = RunRanks(3, [&](int r) {
+    InitOptions o;
+    o.url = "env://";
+    o.timeout = absl::Seconds(30);
+    EnvMap env = {{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                  {"OMPI_COMM_WORLD_SIZE", "3"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", port}};
+    return std::make_pair(o, env);
+  });
+  ExpectConsistentWorld(worlds);
+  EXPECT_EQ(worlds[1]->launch.source, LaunchSource::kOpenMpi);
+  EXPECT_EQ(worlds[1]->launch.master_port, std::stoi(port));
+}
+
+TEST(InitWorldTest, EnvInitMethodWithoutVariablesIsSingleProcess) {
+  InitOptions o;
+  o.url = "env://";
+  // Not the default 29500, which another job may hold.
+  o.args.master_port = FreePort();
+  o.timeout = absl::Seconds(30);
+  absl::StatusOr<World> w = InitWorld(o, {});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->rank, 0);
+  EXPECT_EQ(w->world_size, 1);
+  EXPECT_EQ(w->local_rank, 0);
+  EXPECT_EQ(w->local_world_size, 1);
+  EXPECT_EQ(w->launch.source, LaunchSource::kSingleProcess);
+  EXPECT_EQ(w->launch.master_addr_from, "default");
+  ASSERT_EQ(w->peers.size(), 1u);
+  ASSERT_TRUE(w->store->Set("k", "v").ok());
+  EXPECT_EQ(*w->store->Get("k"), "v");
+}
+
+// tcp:// names the master itself, so MPI without MASTER_ADDR is fine here.
 TEST(InitWorldTest, TcpInitMethodUnderOpenMpi) {
   const std::string url = absl::StrCat("tcp://127.0.0.1:", FreePort());
   auto worlds = RunRanks(3, [&](int r) {
@@ -175,9 +239,16 @@ TEST(InitWorldTest, BadInputIsInvalidArgument) {
       {"udp://host:1", {}, "udp://host:1"},
       {"tcp://host", {}, "tcp://host"},
       {"tcp://host:99999", {}, "99999"},
+      // The port defaults to 29500, the address (with several ranks) not.
       {"env://",
-       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
-       "MASTER_PORT"},
+       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}},
+       "[rank 1] env:// with 2 ranks (from torchrun) needs the master's "
+       "address: set MASTER_ADDR"},
+      {"env://",
+       {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}},
+       "env:// with 4 ranks (from openmpi) needs the master's address: set "
+       "MASTER_ADDR"},
+      {"env://?rank=0&world_size=2", {}, "MASTER_ADDR"},
       {"env://",
        {{"RANK", "2"},
         {"WORLD_SIZE", "2"},

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -61,7 +60,6 @@ constexpr Launcher kLaunchers[] = {
     {LaunchSource::kSlurm, "Slurm", "SLURM_PROCID", "SLURM_NTASKS",
      "SLURM_LOCALID", nullptr, false},
 };
-constexpr const Launcher& kTorchrun = kLaunchers[0];
 
 constexpr const char* kSlurmLocalWorldSizeVars =
     "SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE (with SLURM_NODEID), "
@@ -81,10 +79,10 @@ bool Present(const EnvMap& env, const Launcher& launcher) {
           Find(env, launcher.world_size) != nullptr);
 }
 
-// The first launcher present, starting at kLaunchers[first].
-const Launcher* DetectLauncher(const EnvMap& env, size_t first = 0) {
-  for (size_t i = first; i < std::size(kLaunchers); ++i) {
-    if (Present(env, kLaunchers[i])) return &kLaunchers[i];
+// The first launcher present, in order of precedence; nullptr when none is.
+const Launcher* DetectLauncher(const EnvMap& env) {
+  for (const Launcher& launcher : kLaunchers) {
+    if (Present(env, launcher)) return &launcher;
   }
   return nullptr;
 }
@@ -262,20 +260,20 @@ absl::StatusOr<bool> ExplicitOrEnvMasterAddr(const EnvMap& env,
   return false;
 }
 
-// Master port from the argument or MASTER_PORT; false when neither is set.
-absl::StatusOr<bool> ExplicitOrEnvMasterPort(const EnvMap& env,
-                                             const ExplicitArgs& args,
-                                             LaunchEnv* out) {
+// Master port from the argument or MASTER_PORT; `out` keeps the default when
+// neither is set.
+absl::Status ExplicitOrEnvMasterPort(const EnvMap& env,
+                                     const ExplicitArgs& args, LaunchEnv* out) {
   absl::StatusOr<absl::optional<Setting>> port =
       Pick(args.master_port, "master_port", env, "MASTER_PORT");
   if (!port.ok()) return port.status();
-  if (!port->has_value()) return false;
+  if (!port->has_value()) return absl::OkStatus();
   absl::Status s = CheckPort(**port);
   if (!s.ok()) return s;
   out->master_port = (*port)->value;
   out->master_port_from =
       args.master_port.has_value() ? "explicit" : "MASTER_PORT";
-  return true;
+  return absl::OkStatus();
 }
 
 // Rank 0 of an srun step runs on the step's first node.
@@ -407,8 +405,8 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     status = SlurmMasterAddr(env, &out);
     if (!status.ok()) return status;
   }
-  absl::StatusOr<bool> have_port = ExplicitOrEnvMasterPort(env, args, &out);
-  if (!have_port.ok()) return have_port.status();
+  status = ExplicitOrEnvMasterPort(env, args, &out);
+  if (!status.ok()) return status;
   return out;
 }
 
@@ -432,70 +430,6 @@ absl::StatusOr<ExplicitArgs> MergeQueryArgs(const ExplicitArgs& args,
   s = merge(&merged.world_size, method.world_size, "world_size");
   if (!s.ok()) return s;
   return merged;
-}
-
-absl::StatusOr<LaunchEnv> ResolveEnvInitMethod(const InitMethod& method,
-                                               const EnvMap& env,
-                                               const ExplicitArgs& args) {
-  if (method.scheme != InitMethod::kEnv) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ResolveEnvInitMethod needs an env:// init method, got '",
-                     method.ToString(), "'"));
-  }
-  absl::StatusOr<ExplicitArgs> merged = MergeQueryArgs(args, method);
-  if (!merged.ok()) return merged.status();
-  const ExplicitArgs& a = *merged;
-
-  // Someone who ran env:// under mpirun or srun gets told why RANK is absent.
-  const auto missing = [&env](absl::string_view var) {
-    std::string message =
-        absl::StrCat("env:// needs ", var, ", which is not set");
-    if (const Launcher* other = DetectLauncher(env, /*first=*/1)) {
-      const char* marker =
-          Find(env, other->rank) != nullptr ? other->rank : other->world_size;
-      absl::StrAppend(&message, " (", marker, " is set: the process was ",
-                      "started by ", other->label, ", which does not set ", var,
-                      "; set it, or pass the value explicitly)");
-    }
-    return absl::InvalidArgumentError(message);
-  };
-
-  absl::StatusOr<absl::optional<Setting>> rank =
-      Pick(a.rank, "rank", env, kTorchrun.rank);
-  if (!rank.ok()) return rank.status();
-  if (!rank->has_value()) return missing(kTorchrun.rank);
-  absl::StatusOr<absl::optional<Setting>> world_size =
-      Pick(a.world_size, "world_size", env, kTorchrun.world_size);
-  if (!world_size.ok()) return world_size.status();
-  if (!world_size->has_value()) return missing(kTorchrun.world_size);
-
-  Settings s;
-  s.rank = **rank;
-  s.world_size = **world_size;
-  absl::StatusOr<absl::optional<Setting>> local_rank =
-      Pick(a.local_rank, "local_rank", env, kTorchrun.local_rank);
-  if (!local_rank.ok()) return local_rank.status();
-  absl::StatusOr<absl::optional<Setting>> local_world_size = Pick(
-      a.local_world_size, "local_world_size", env, kTorchrun.local_world_size);
-  if (!local_world_size.ok()) return local_world_size.status();
-  absl::Status status =
-      ResolveLocal(*local_rank, *local_world_size, &kTorchrun, &s);
-  if (!status.ok()) return status;
-  status = Validate(s);
-  if (!status.ok()) return status;
-
-  LaunchEnv out;
-  Fill(s, &out);
-  out.source = a.rank.has_value() && a.world_size.has_value()
-                   ? LaunchSource::kExplicit
-                   : LaunchSource::kTorchrun;
-  absl::StatusOr<bool> have_addr = ExplicitOrEnvMasterAddr(env, a, &out);
-  if (!have_addr.ok()) return have_addr.status();
-  if (!*have_addr) return missing("MASTER_ADDR");
-  absl::StatusOr<bool> have_port = ExplicitOrEnvMasterPort(env, a, &out);
-  if (!have_port.ok()) return have_port.status();
-  if (!*have_port) return missing("MASTER_PORT");
-  return out;
 }
 
 }  // namespace dtrain::rendezvous

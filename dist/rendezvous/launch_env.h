@@ -2,7 +2,8 @@
 // size, local rank and local world size, which pick the GPU) and where rank
 // 0's store listens (master address and port), from the caller's explicit
 // arguments and the variables launchers set: torchrun, Open MPI, MPICH/PMI
-// and Slurm.
+// and Slurm. InitWorld (init.h) uses it for every init method, so env:// works
+// under each of these launchers, not only under torchrun as PyTorch's does.
 //
 // This is the one module allowed to read environment variables (DESIGN.md),
 // and only ProcessEnv() does: everything else takes an EnvMap, so callers
@@ -65,7 +66,8 @@ struct LaunchEnv {
   // Where rank and world size came from.
   LaunchSource source = LaunchSource::kSingleProcess;
   // Where the master address and port came from, for messages: "explicit",
-  // a variable name ("MASTER_ADDR", "SLURM_JOB_NODELIST") or "default".
+  // a variable name ("MASTER_ADDR", "SLURM_JOB_NODELIST") or "default" (no
+  // source gave it; env:// with more than one rank rejects a default address).
   std::string master_addr_from = "default";
   std::string master_port_from = "default";
   // True when no source gave a local rank or size and they were set to the
@@ -102,8 +104,10 @@ struct LaunchEnv {
 // size is known, they equal rank and world size (local_inferred is set).
 // Master address: args, MASTER_ADDR, under Slurm the first host of
 // SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST (first set one),
-// else 127.0.0.1. Master port: args, MASTER_PORT, else 29500. Under MPI
-// without MASTER_ADDR the default 127.0.0.1 is only right on one node.
+// else 127.0.0.1 (master_addr_from "default"). Master port: args,
+// MASTER_PORT, else 29500. MPI launchers set no master address: without
+// MASTER_ADDR the default 127.0.0.1 is only right on one node, which is why
+// InitWorld's env:// refuses it for more than one rank.
 // `source` is kExplicit when `args` gives rank and world size, else the
 // launcher's; the launcher still supplies the fields `args` leaves out.
 //
@@ -123,17 +127,6 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
 // kInvalidArgument when both give a different value for the same field.
 absl::StatusOr<ExplicitArgs> MergeQueryArgs(const ExplicitArgs& args,
                                             const InitMethod& method);
-
-// PyTorch's env:// rendezvous: rank and world size from `args`, the URL's
-// query or RANK / WORLD_SIZE; master from `args` or MASTER_ADDR /
-// MASTER_PORT. Unlike DiscoverLaunchEnv there are no other launchers and no
-// defaults: a missing value is kInvalidArgument naming it ("env:// needs
-// MASTER_PORT, which is not set"), with a hint when another launcher's
-// variables are present. Local rank and size as for torchrun in
-// DiscoverLaunchEnv, and the same validation. `method` must be env://.
-absl::StatusOr<LaunchEnv> ResolveEnvInitMethod(const InitMethod& method,
-                                               const EnvMap& env,
-                                               const ExplicitArgs& args);
 
 }  // namespace dtrain::rendezvous
 

@@ -8,16 +8,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dtrain::rendezvous {
 namespace {
 
-using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 // `base` with `extra` added, `extra` winning.
 EnvMap With(EnvMap base, const EnvMap& extra) {
@@ -517,128 +514,11 @@ TEST(ProcessEnvTest, SnapshotsTheEnvironment) {
   EXPECT_FALSE(ProcessEnv().contains("DTRAIN_LAUNCH_ENV_TEST"));
 }
 
-EnvMap EnvInitEnv() {
-  return {{"RANK", "1"},
-          {"WORLD_SIZE", "2"},
-          {"MASTER_ADDR", "head"},
-          {"MASTER_PORT", "29400"}};
-}
-
-InitMethod EnvMethod(absl::optional<int> rank = absl::nullopt,
-                     absl::optional<int> world_size = absl::nullopt) {
+TEST(MergeQueryArgsTest, FillsUnsetFieldsFromQuery) {
   InitMethod method;
   method.scheme = InitMethod::kEnv;
-  method.rank = rank;
-  method.world_size = world_size;
-  return method;
-}
-
-TEST(ResolveEnvInitMethodTest, ReadsTorchrunVariables) {
-  absl::StatusOr<LaunchEnv> env = ResolveEnvInitMethod(
-      EnvMethod(),
-      With(EnvInitEnv(), {{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}),
-      Args());
-  ASSERT_TRUE(env.ok()) << env.status();
-  ExpectLaunchEnv(*env, {1, 2, 1, 2, "head", 29400, kTorchrun, "MASTER_ADDR",
-                         "MASTER_PORT", false});
-}
-
-TEST(ResolveEnvInitMethodTest, QueryBeatsVariables) {
-  absl::StatusOr<LaunchEnv> env =
-      ResolveEnvInitMethod(EnvMethod(0, 4), EnvInitEnv(), Args());
-  ASSERT_TRUE(env.ok()) << env.status();
-  ExpectLaunchEnv(*env, {0, 4, 0, 4, "head", 29400, kExplicit, "MASTER_ADDR",
-                         "MASTER_PORT", true});
-}
-
-TEST(ResolveEnvInitMethodTest, ArgumentsSupplyMissingVariables) {
-  absl::StatusOr<LaunchEnv> env = ResolveEnvInitMethod(
-      EnvMethod(), {},
-      Args().Rank(2).WorldSize(3).MasterAddr("10.0.0.9").MasterPort(5000));
-  ASSERT_TRUE(env.ok()) << env.status();
-  ExpectLaunchEnv(*env, {2, 3, 2, 3, "10.0.0.9", 5000, kExplicit, "explicit",
-                         "explicit", true});
-}
-
-TEST(ResolveEnvInitMethodTest, NamesEachMissingVariable) {
-  for (const char* var : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
-    SCOPED_TRACE(var);
-    EnvMap env = EnvInitEnv();
-    env.erase(var);
-    absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(EnvMethod(), env, {});
-    ASSERT_FALSE(got.ok());
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(got.status().message()),
-                AllOf(HasSubstr(absl::StrCat("env:// needs ", var,
-                                             ", which is not set")),
-                      Not(HasSubstr("started by"))));
-  }
-}
-
-TEST(ResolveEnvInitMethodTest, DoesNotFallBackToOtherLaunchersButSaysSo) {
-  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(
-      EnvMethod(),
-      With(kSlurmEnv, {{"MASTER_ADDR", "head"}, {"MASTER_PORT", "1"}}), {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(
-      std::string(got.status().message()),
-      AllOf(HasSubstr("env:// needs RANK, which is not set"),
-            HasSubstr("SLURM_PROCID is set"), HasSubstr("started by Slurm")));
-
-  got = ResolveEnvInitMethod(EnvMethod(), kOpenMpiEnv, {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("started by Open MPI"));
-}
-
-TEST(ResolveEnvInitMethodTest, ValidatesLikeDiscovery) {
-  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(
-      EnvMethod(), With(EnvInitEnv(), {{"RANK", "2"}}), {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("RANK=2 is not less than WORLD_SIZE=2"));
-
-  got = ResolveEnvInitMethod(EnvMethod(),
-                             With(EnvInitEnv(), {{"MASTER_PORT", "x"}}), {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("MASTER_PORT='x' is not an integer"));
-
-  got = ResolveEnvInitMethod(EnvMethod(),
-                             With(EnvInitEnv(), {{"LOCAL_RANK", "0"}}), {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("LOCAL_WORLD_SIZE is not set, though LOCAL_RANK=0"));
-}
-
-TEST(ResolveEnvInitMethodTest, RejectsConflictBetweenQueryAndArguments) {
-  absl::StatusOr<LaunchEnv> got =
-      ResolveEnvInitMethod(EnvMethod(0, 2), EnvInitEnv(), Args().Rank(1));
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("init method 'env://?rank=0&world_size=2' gives "
-                        "rank=0 but the rank argument is 1"));
-
-  // The same value twice is no conflict.
-  got = ResolveEnvInitMethod(EnvMethod(0, 2), EnvInitEnv(), Args().Rank(0));
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->rank, 0);
-}
-
-TEST(ResolveEnvInitMethodTest, RejectsOtherSchemes) {
-  InitMethod tcp;
-  tcp.scheme = InitMethod::kTcp;
-  tcp.host = "h";
-  tcp.port = 1;
-  absl::StatusOr<LaunchEnv> got = ResolveEnvInitMethod(tcp, EnvInitEnv(), {});
-  ASSERT_FALSE(got.ok());
-  EXPECT_THAT(std::string(got.status().message()),
-              HasSubstr("got 'tcp://h:1'"));
-}
-
-TEST(MergeQueryArgsTest, FillsUnsetFieldsFromQuery) {
-  InitMethod method = EnvMethod(1, 4);
+  method.rank = 1;
+  method.world_size = 4;
   absl::StatusOr<ExplicitArgs> merged =
       MergeQueryArgs(Args().LocalRank(1).MasterPort(7), method);
   ASSERT_TRUE(merged.ok()) << merged.status();
@@ -650,8 +530,15 @@ TEST(MergeQueryArgsTest, FillsUnsetFieldsFromQuery) {
   absl::StatusOr<ExplicitArgs> conflict =
       MergeQueryArgs(Args().WorldSize(8), method);
   ASSERT_FALSE(conflict.ok());
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(conflict.status().message()),
-              HasSubstr("world_size=4 but the world_size argument is 8"));
+              HasSubstr("init method 'env://?rank=1&world_size=4' gives "
+                        "world_size=4 but the world_size argument is 8"));
+
+  // The same value twice is no conflict.
+  merged = MergeQueryArgs(Args().Rank(1), method);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->rank, 1);
 }
 
 }  // namespace
