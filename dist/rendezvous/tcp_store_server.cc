@@ -73,8 +73,9 @@ class TcpStoreServer::Loop {
   absl::flat_hash_map<std::string, std::string> data_;
   absl::flat_hash_map<int, Client> clients_;
   std::list<Waiter> waiters_;
-  // Clients just unblocked whose buffered frames still need serving. Served from the loop rather than
-  // inline, so that a long pipeline of requests never deepens the stack.
+  // Clients just unblocked whose buffered frames still need serving. Served
+  // from the loop rather than inline, so that a long pipeline of requests never
+  // deepens the stack.
   std::vector<int> resume_;
   int next_id_ = 0;
 };
@@ -152,7 +153,8 @@ void TcpStoreServer::Loop::Run() {
     resume.swap(resume_);
     for (int id : resume) {
       auto it = clients_.find(id);
-      if (it != clients_.end() && it->second.fd.valid()) ProcessFrames(id, it->second);
+      if (it != clients_.end() && it->second.fd.valid())
+        ProcessFrames(id, it->second);
     }
     // Drop clients that are gone, or done after a protocol error.
     for (auto it = clients_.begin(); it != clients_.end();) {
