@@ -1,0 +1,101 @@
+// The collective-communication interface that data-parallel training runs on:
+// allreduce, broadcast, allgather, reduce-scatter and barrier over
+// torch::Tensor, implemented by Gloo (CPU tensors) and NCCL (CUDA tensors).
+// Create one with CreateBackend (factory.h).
+//
+// Ordering contract: every rank issues the same collectives, with the same
+// shapes, dtypes and roots, in the same order. A backend runs its collectives
+// in issue order; a rank that breaks the contract makes the job fail or hang
+// until the timeout, never silently mix data.
+//
+// Asynchrony and lifetimes: each call returns at once with a Work handle; the
+// backend keeps the tensors alive until the collective finishes. The caller
+// must not read or write a tensor passed to a collective until that
+// collective's Work has completed. Results are written in place.
+//
+// Errors: argument errors (wrong device, unsupported dtype, mismatched sizes)
+// come back as an already failed Work with kInvalidArgument. Failures while
+// running (a dead peer, a timeout) fail the Work with a message naming the
+// rank, the operation, its sequence number, its size, how long it ran and,
+// where the library says, the peer: "[rank 1] gloo allreduce #12 (sum, 4096 x
+// float32 = 16 KiB) failed after 1.2s: Connection closed by peer
+// [127.0.0.1]:41234". After a failure the backend is broken: every later call
+// fails at once with the first error.
+//
+// Thread safety: calls may come from any thread, but the contract above is
+// about issue order, so callers issuing from several threads must order them
+// the same way on every rank.
+#ifndef DTRAIN_DIST_BACKEND_BACKEND_H_
+#define DTRAIN_DIST_BACKEND_BACKEND_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace dtrain::backend {
+
+enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
+
+// "sum", "average", "min", "max", "product".
+absl::string_view ReduceOpName(ReduceOp op);
+
+// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+
+  // Blocks until the collective finished or `timeout` passed, and returns its
+  // status: OK, the collective's error, or kDeadlineExceeded if it is still
+  // running (it keeps running).
+  virtual absl::Status Wait(
+      absl::Duration timeout = absl::InfiniteDuration()) = 0;
+
+  // True once finished, successfully or not; never blocks.
+  virtual bool IsCompleted() = 0;
+
+  // The collective's status once completed; OK while still running.
+  virtual absl::Status status() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "gloo" or "nccl".
+  virtual absl::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Reduces `tensor` across ranks in place. kAverage divides the sum by size()
+  // (floating dtypes). `label` is added to error messages (e.g. "bucket 3").
+  virtual std::shared_ptr<Work> AllReduce(at::Tensor tensor,
+                                          ReduceOp op = ReduceOp::kSum,
+                                          absl::string_view label = "") = 0;
+
+  // Copies `tensor` from rank `root` to every rank, in place.
+  virtual std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) = 0;
+
+  // Rank r's `input` lands in `outputs[r]` on every rank. outputs.size() ==
+  // size(), each shaped and typed like `input`.
+  virtual std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
+                                          at::Tensor input) = 0;
+
+  // Reduces inputs[r] across ranks and leaves the result for rank r in its
+  // `output`. inputs.size() == size(), each shaped and typed like `output`.
+  virtual std::shared_ptr<Work> ReduceScatter(at::Tensor output,
+                                              std::vector<at::Tensor> inputs,
+                                              ReduceOp op = ReduceOp::kSum) = 0;
+
+  // Completes when every rank has issued it.
+  virtual std::shared_ptr<Work> Barrier() = 0;
+};
+
+}  // namespace dtrain::backend
+
+#endif  // DTRAIN_DIST_BACKEND_BACKEND_H_

@@ -1,0 +1,125 @@
+#include "dist/backend/collective.h"
+
+#include <c10/core/ScalarType.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace dtrain::backend::internal {
+namespace {
+
+std::string ScalarTypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kShort:
+      return "int16";
+    case at::kByte:
+      return "uint8";
+    case at::kChar:
+      return "int8";
+    case at::kBool:
+      return "bool";
+    default:
+      return c10::toString(t);
+  }
+}
+
+}  // namespace
+
+std::string DtypeName(const at::Tensor& t) {
+  return ScalarTypeName(t.scalar_type());
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  if (bytes < (1 << 20)) return absl::StrFormat("%.3g KiB", bytes / 1024.0);
+  if (bytes < (int64_t{1} << 30))
+    return absl::StrFormat("%.3g MiB", bytes / 1048576.0);
+  return absl::StrFormat("%.3g GiB", bytes / 1073741824.0);
+}
+
+std::string DescribeTensor(const at::Tensor& t) {
+  if (!t.defined()) return "undefined tensor";
+  return absl::StrCat(t.numel(), " x ", DtypeName(t), " = ",
+                      FormatBytes(t.numel() * t.element_size()));
+}
+
+std::string FormatElapsed(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(d, d < absl::Seconds(1)
+                                                 ? absl::Milliseconds(1)
+                                                 : absl::Milliseconds(100)));
+}
+
+absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
+                         const at::Tensor& t, bool want_cuda,
+                         absl::Span<const at::ScalarType> supported) {
+  const std::string where = absl::StrCat(backend, " ", op);
+  if (!t.defined())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": undefined tensor"));
+  if (want_cuda != t.is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " needs ", want_cuda ? "CUDA" : "CPU",
+                     " tensors; got one on ", t.device().str()));
+  }
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " needs contiguous tensors; call .contiguous() first"));
+  }
+  for (at::ScalarType s : supported) {
+    if (t.scalar_type() == s) return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  for (at::ScalarType s : supported) names.push_back(ScalarTypeName(s));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, " does not support dtype ", DtypeName(t),
+                   " (supported: ", absl::StrJoin(names, ", "), ")"));
+}
+
+absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
+                         absl::Span<const at::Tensor> tensors, size_t count,
+                         const at::Tensor& like) {
+  const std::string where = absl::StrCat(backend, " ", op);
+  if (tensors.size() != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " needs one tensor per rank (", count, "), got ",
+                     tensors.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined() || t.scalar_type() != like.scalar_type() ||
+        t.numel() != like.numel() || t.device() != like.device() ||
+        !t.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tensor ", i, " (", DescribeTensor(t),
+          t.defined() ? absl::StrCat(" on ", t.device().str()) : "",
+          ") must be contiguous and match ", DescribeTensor(like), " on ",
+          like.device().str()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
+                           ReduceOp reduce, const at::Tensor& t) {
+  if (reduce == ReduceOp::kAverage && !at::isFloatingType(t.scalar_type())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " ", op, ": average of ", DtypeName(t),
+                     " tensors is not defined; use sum"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::backend::internal

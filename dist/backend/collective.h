@@ -1,0 +1,51 @@
+// Argument checks and descriptions shared by the backends, so that every
+// backend rejects the same inputs with the same words and describes its
+// collectives the same way in errors.
+#ifndef DTRAIN_DIST_BACKEND_COLLECTIVE_H_
+#define DTRAIN_DIST_BACKEND_COLLECTIVE_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "dist/backend/backend.h"
+
+namespace dtrain::backend::internal {
+
+// "float32", "int64", ...
+std::string DtypeName(const at::Tensor& t);
+
+// "4096 x float32 = 16 KiB".
+std::string DescribeTensor(const at::Tensor& t);
+
+// "16 KiB", "2.1 MiB".
+std::string FormatBytes(int64_t bytes);
+
+// "1.2s", "350ms": a duration rounded for people.
+std::string FormatElapsed(absl::Duration d);
+
+// Checks a tensor given to `op` on a backend that needs `device_kind` ("CPU" or
+// "CUDA") tensors: defined, on that kind of device, contiguous, and of a dtype
+// in `supported`.
+absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
+                         const at::Tensor& t, bool want_cuda,
+                         absl::Span<const at::ScalarType> supported);
+
+// Checks that each of `tensors` (expected: `count` of them) has `like`'s dtype,
+// size and device.
+absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
+                         absl::Span<const at::Tensor> tensors, size_t count,
+                         const at::Tensor& like);
+
+// kAverage needs a floating dtype.
+absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
+                           ReduceOp reduce, const at::Tensor& t);
+
+}  // namespace dtrain::backend::internal
+
+#endif  // DTRAIN_DIST_BACKEND_COLLECTIVE_H_

@@ -1,0 +1,497 @@
+#include "dist/backend/gloo/gloo_backend.h"
+
+#include <ATen/ATen.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dist/backend/collective.h"
+#include "dist/backend/work.h"
+#include "dist/rendezvous/gloo_store.h"
+#include "dist/rendezvous/prefix_store.h"
+#include "gloo/allgather_ring.h"
+#include "gloo/allreduce_bcube.h"
+#include "gloo/allreduce_halving_doubling.h"
+#include "gloo/allreduce_ring.h"
+#include "gloo/allreduce_ring_chunked.h"
+#include "gloo/barrier_all_to_all.h"
+#include "gloo/broadcast_one_to_all.h"
+#include "gloo/common/error.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace dtrain::backend {
+namespace {
+
+using internal::CompletionWork;
+
+constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
+                                         at::kBFloat16, at::kInt,    at::kLong,
+                                         at::kByte,     at::kChar};
+constexpr char kName[] = "gloo";
+constexpr int64_t kHalvingDoublingMaxBytes = 256 * 1024;
+// How long a destroyed backend waits for the other ranks to finish.
+constexpr absl::Duration kMaxExitWait = absl::Seconds(60);
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) with the C++ type Gloo uses for `type` (bfloat16 is staged
+// in float32).
+template <typename F>
+void DispatchGlooType(at::ScalarType type, F&& f) {
+  switch (type) {
+    case at::kFloat:
+    case at::kBFloat16:
+      return f(Tag<float>{});
+    case at::kDouble:
+      return f(Tag<double>{});
+    case at::kHalf:
+      return f(Tag<gloo::float16>{});
+    case at::kInt:
+      return f(Tag<int32_t>{});
+    case at::kLong:
+      return f(Tag<int64_t>{});
+    case at::kByte:
+      return f(Tag<uint8_t>{});
+    case at::kChar:
+      return f(Tag<int8_t>{});
+    default:
+      throw std::logic_error("dtype not checked before dispatch");
+  }
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* ReductionFor(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return gloo::ReductionFunction<T>::sum;
+    case ReduceOp::kMin:
+      return gloo::ReductionFunction<T>::min;
+    case ReduceOp::kMax:
+      return gloo::ReductionFunction<T>::max;
+    case ReduceOp::kProduct:
+      return gloo::ReductionFunction<T>::product;
+  }
+  return gloo::ReductionFunction<T>::sum;
+}
+
+template <typename T>
+void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
+                  int count, const gloo::ReductionFunction<T>* fn,
+                  GlooAlgorithm algorithm) {
+  const std::vector<T*> ptrs{data};
+  switch (algorithm) {
+    case GlooAlgorithm::kRing:
+      gloo::AllreduceRing<T>(context, ptrs, count, fn).run();
+      return;
+    case GlooAlgorithm::kHalvingDoubling:
+      gloo::AllreduceHalvingDoubling<T>(context, ptrs, count, fn).run();
+      return;
+    case GlooAlgorithm::kBcube:
+      gloo::AllreduceBcube<T>(context, ptrs, count, fn).run();
+      return;
+    case GlooAlgorithm::kAuto:
+    case GlooAlgorithm::kRingChunked:
+      gloo::AllreduceRingChunked<T>(context, ptrs, count, fn).run();
+      return;
+  }
+}
+
+// The tensor Gloo works on: the tensor itself, or a float32 copy for bfloat16.
+at::Tensor Staged(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t;
+}
+
+// Broadcast and allgather only move bits: bfloat16 travels as a 16-bit type.
+at::ScalarType BitsType(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? at::kHalf : t.scalar_type();
+}
+
+// The address Gloo binds and advertises when none is given: this host's name if
+// it resolves.
+std::string DefaultHostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* result = nullptr;
+    if (::getaddrinfo(name, nullptr, &hints, &result) == 0) {
+      ::freeaddrinfo(result);
+      return name;
+    }
+  }
+  return "127.0.0.1";
+}
+
+class GlooBackend : public Backend {
+ public:
+  GlooBackend(const GlooBackendOptions& options,
+              std::shared_ptr<rendezvous::Store> store,
+              std::shared_ptr<gloo::Context> context)
+      : rank_(options.rank),
+        size_(options.world_size),
+        algorithm_(options.algorithm),
+        exit_timeout_(std::min(options.timeout, kMaxExitWait)),
+        store_(std::move(store)),
+        context_(std::move(context)),
+        worker_([this] { Loop(); }) {}
+
+  // Runs what was issued, then waits (bounded) until every rank got here.
+  ~GlooBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+    if (broken_.ok() && size_ > 1) {
+      // Gloo shuts its sockets down abruptly, which can discard data a slower
+      // peer has not read yet: close only once every rank has finished its last
+      // collective.
+      std::vector<std::string> keys;
+      for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("exit/", r));
+      if (store_->Set(keys[rank_], "").ok())
+        (void)store_->Wait(keys, exit_timeout_);
+    }
+  }
+
+  absl::string_view name() const override { return kName; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
+                                  absl::string_view label) override {
+    if (absl::Status s = Check("allreduce", tensor); !s.ok())
+      return CompletionWork::Failed(s);
+    if (absl::Status s =
+            internal::CheckReduceOp(kName, "allreduce", op, tensor);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    const int64_t bytes = tensor.numel() * tensor.element_size();
+    const GlooAlgorithm algorithm =
+        algorithm_ == GlooAlgorithm::kAuto
+            ? ChooseGlooAllReduceAlgorithm(bytes, size_)
+            : algorithm_;
+    std::string what = absl::StrCat(
+        "allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
+        internal::DescribeTensor(tensor), ", ", GlooAlgorithmName(algorithm));
+    if (!label.empty()) absl::StrAppend(&what, ", ", label);
+    absl::StrAppend(&what, ")");
+    return Enqueue(std::move(what), [this, tensor, op, algorithm]() mutable {
+      if (tensor.numel() == 0) return;
+      at::Tensor staged = Staged(tensor);
+      DispatchGlooType(staged.scalar_type(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        RunAllReduce<T>(context_, static_cast<T*>(staged.data_ptr()),
+                        static_cast<int>(staged.numel()), ReductionFor<T>(op),
+                        algorithm);
+      });
+      if (op == ReduceOp::kAverage) staged.div_(size_);
+      if (!staged.is_same(tensor)) tensor.copy_(staged);
+    });
+  }
+
+  std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
+    if (absl::Status s = Check("broadcast", tensor); !s.ok())
+      return CompletionWork::Failed(s);
+    if (root < 0 || root >= size_) {
+      return CompletionWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "gloo broadcast: root ", root, " is outside [0, ", size_, ")")));
+    }
+    std::string what =
+        absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
+                     internal::DescribeTensor(tensor), ")");
+    return Enqueue(std::move(what), [this, tensor, root]() mutable {
+      if (tensor.numel() == 0) return;
+      DispatchGlooType(BitsType(tensor), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        gloo::BroadcastOneToAll<T>(context_,
+                                   {static_cast<T*>(tensor.data_ptr())},
+                                   static_cast<size_t>(tensor.numel()), root)
+            .run();
+      });
+    });
+  }
+
+  std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
+                                  at::Tensor input) override {
+    if (absl::Status s = Check("allgather", input); !s.ok())
+      return CompletionWork::Failed(s);
+    if (absl::Status s =
+            internal::CheckSameAs(kName, "allgather", outputs, size_, input);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    std::string what = absl::StrCat("allgather #", next_seq(), " (",
+                                    internal::DescribeTensor(input), ")");
+    return Enqueue(std::move(what), [this, outputs, input]() mutable {
+      const int64_t n = input.numel();
+      if (n == 0) return;
+      if (size_ == 1) {  // Gloo's ring needs a neighbour.
+        outputs[0].view({-1}).copy_(input.view({-1}));
+        return;
+      }
+      at::Tensor flat = at::empty({size_ * n}, input.options());
+      DispatchGlooType(BitsType(input), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        gloo::AllgatherRing<T>(
+            context_, {static_cast<const T*>(input.data_ptr())},
+            static_cast<T*>(flat.data_ptr()), static_cast<int>(n))
+            .run();
+      });
+      for (int r = 0; r < size_; ++r) {
+        outputs[r].view({-1}).copy_(flat.narrow(0, r * n, n));
+      }
+    });
+  }
+
+  std::shared_ptr<Work> ReduceScatter(at::Tensor output,
+                                      std::vector<at::Tensor> inputs,
+                                      ReduceOp op) override {
+    if (absl::Status s = Check("reduce_scatter", output); !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    if (absl::Status s = internal::CheckSameAs(kName, "reduce_scatter", inputs,
+                                               size_, output);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    if (absl::Status s =
+            internal::CheckReduceOp(kName, "reduce_scatter", op, output);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    std::string what =
+        absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
+                     ", ", internal::DescribeTensor(output), " per rank)");
+    return Enqueue(std::move(what), [this, output, inputs, op]() mutable {
+      const int64_t n = output.numel();
+      if (n == 0) return;
+      std::vector<at::Tensor> flat_inputs;
+      for (const at::Tensor& t : inputs)
+        flat_inputs.push_back(Staged(t).view({-1}));
+      at::Tensor flat = at::cat(flat_inputs);
+      if (size_ > 1) {
+        DispatchGlooType(flat.scalar_type(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          gloo::ReduceScatterHalvingDoubling<T>(
+              context_, {static_cast<T*>(flat.data_ptr())},
+              static_cast<int>(flat.numel()),
+              std::vector<int>(size_, static_cast<int>(n)), ReductionFor<T>(op))
+              .run();
+        });
+      }
+      // Gloo leaves this rank's reduced block at the front of the buffer.
+      at::Tensor mine = flat.narrow(0, 0, n);
+      if (op == ReduceOp::kAverage) mine.div_(size_);
+      output.view({-1}).copy_(mine);
+    });
+  }
+
+  std::shared_ptr<Work> Barrier() override {
+    std::string what = absl::StrCat("barrier #", next_seq());
+    return Enqueue(std::move(what),
+                   [this] { gloo::BarrierAllToAll(context_).run(); });
+  }
+
+ private:
+  struct Task {
+    std::string what;
+    std::function<void()> run;
+    std::shared_ptr<CompletionWork> work;
+  };
+
+  absl::Status Check(absl::string_view op, const at::Tensor& t) const {
+    absl::Status s =
+        internal::CheckTensor(kName, op, t, /*want_cuda=*/false, kSupported);
+    if (s.ok() && t.numel() > std::numeric_limits<int>::max() / size_) {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("gloo ", op, ": ", internal::DescribeTensor(t),
+                       " is more elements than Gloo can address"));
+    }
+    return s;
+  }
+
+  int64_t next_seq() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++seq_;
+  }
+
+  std::shared_ptr<Work> Enqueue(std::string what, std::function<void()> run) {
+    auto work = std::make_shared<CompletionWork>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Task{std::move(what), std::move(run), work});
+    }
+    cv_.notify_one();
+    return work;
+  }
+
+  // The worker: runs tasks in issue order until stopped and drained.
+  void Loop() {
+    while (true) {
+      Task task;
+      absl::Status broken;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        broken = broken_;
+      }
+      if (!broken.ok()) {
+        task.work->Complete(absl::Status(
+            broken.code(), absl::StrCat("[rank ", rank_, "] gloo ", task.what,
+                                        " not run: ", broken.message())));
+        continue;
+      }
+      const absl::Time start = absl::Now();
+      absl::Status result;
+      try {
+        task.run();
+      } catch (const gloo::IoException& e) {
+        result = absl::UnavailableError(e.what());
+      } catch (const std::exception& e) {
+        result = absl::InternalError(e.what());
+      }
+      if (!result.ok()) {
+        const std::string message(result.message());
+        // Gloo reports its timeouts as IoExceptions ("Read timeout", "Timed out
+        // waiting").
+        const std::string lower = absl::AsciiStrToLower(message);
+        const bool timed_out = absl::StrContains(lower, "timeout") ||
+                               absl::StrContains(lower, "timed out");
+        result = absl::Status(
+            timed_out ? absl::StatusCode::kDeadlineExceeded : result.code(),
+            absl::StrCat(
+                "[rank ", rank_, "] gloo ", task.what, " failed after ",
+                internal::FormatElapsed(absl::Now() - start), ": ", message));
+        std::lock_guard<std::mutex> lock(mu_);
+        if (broken_.ok()) broken_ = result;
+      }
+      task.work->Complete(result);
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const GlooAlgorithm algorithm_;
+  const absl::Duration exit_timeout_;
+  const std::shared_ptr<rendezvous::Store> store_;  // This backend's namespace.
+  const std::shared_ptr<gloo::Context> context_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  absl::Status broken_;  // The first failure; the context is unusable after it.
+  int64_t seq_ = 0;
+
+  std::thread worker_;  // Last: starts once everything above is constructed.
+};
+
+}  // namespace
+
+absl::string_view GlooAlgorithmName(GlooAlgorithm algorithm) {
+  switch (algorithm) {
+    case GlooAlgorithm::kAuto:
+      return "auto";
+    case GlooAlgorithm::kRing:
+      return "ring";
+    case GlooAlgorithm::kRingChunked:
+      return "ring_chunked";
+    case GlooAlgorithm::kHalvingDoubling:
+      return "halving_doubling";
+    case GlooAlgorithm::kBcube:
+      return "bcube";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<GlooAlgorithm> ParseGlooAlgorithm(absl::string_view name) {
+  for (GlooAlgorithm a :
+       {GlooAlgorithm::kAuto, GlooAlgorithm::kRing, GlooAlgorithm::kRingChunked,
+        GlooAlgorithm::kHalvingDoubling, GlooAlgorithm::kBcube}) {
+    if (name == GlooAlgorithmName(a)) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown gloo allreduce algorithm '", name,
+      "' (known: auto, ring, ring_chunked, halving_doubling, bcube)"));
+}
+
+GlooAlgorithm ChooseGlooAllReduceAlgorithm(int64_t bytes, int world_size) {
+  (void)world_size;
+  return bytes < kHalvingDoublingMaxBytes ? GlooAlgorithm::kHalvingDoubling
+                                          : GlooAlgorithm::kRingChunked;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
+    const GlooBackendOptions& options) {
+  const std::string who = absl::StrCat("[rank ", options.rank, "] gloo");
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
+  }
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": rank ", options.rank,
+                                                   " is outside [0, ",
+                                                   options.world_size, ")"));
+  }
+  if (options.algorithm == GlooAlgorithm::kBcube &&
+      (options.world_size & (options.world_size - 1)) != 0) {
+    // Gloo's bcube silently returns wrong results for other sizes.
+    return absl::InvalidArgumentError(absl::StrCat(
+        who,
+        ": the bcube allreduce needs a world size that is a power of 2, not ",
+        options.world_size, "; use ring_chunked or halving_doubling"));
+  }
+  gloo::transport::tcp::attr attr;
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else {
+    attr.hostname =
+        options.hostname.empty() ? DefaultHostname() : options.hostname;
+  }
+  const std::string where = !options.iface.empty()
+                                ? absl::StrCat("interface ", options.iface)
+                                : absl::StrCat("address ", attr.hostname);
+  const absl::Time start = absl::Now();
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(
+        options.rank, options.world_size);
+    context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+    auto store =
+        std::make_shared<rendezvous::PrefixStore>("gloo", options.store);
+    rendezvous::GlooStore gloo_store(store);
+    context->connectFullMesh(gloo_store, device);
+    return std::unique_ptr<Backend>(
+        new GlooBackend(options, std::move(store), std::move(context)));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        who, ": connecting the full mesh of ", options.world_size, " ranks on ",
+        where, " through ", options.store->Describe(), " failed after ",
+        internal::FormatElapsed(absl::Now() - start), ": ", e.what()));
+  }
+}
+
+}  // namespace dtrain::backend

@@ -1,0 +1,46 @@
+#include "dist/backend/work.h"
+
+#include <chrono>
+
+namespace dtrain::backend::internal {
+
+std::shared_ptr<Work> CompletionWork::Failed(absl::Status status) {
+  auto work = std::make_shared<CompletionWork>();
+  work->Complete(std::move(status));
+  return work;
+}
+
+absl::Status CompletionWork::Wait(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (timeout == absl::InfiniteDuration()) {
+    cv_.wait(lock, [this] { return done_; });
+  } else if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                           [this] { return done_; })) {
+    return absl::DeadlineExceededError(
+        "collective still running after the wait's timeout of " +
+        absl::FormatDuration(timeout));
+  }
+  return status_;
+}
+
+bool CompletionWork::IsCompleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+absl::Status CompletionWork::status() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ ? status_ : absl::OkStatus();
+}
+
+void CompletionWork::Complete(absl::Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    done_ = true;
+    status_ = std::move(status);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace dtrain::backend::internal

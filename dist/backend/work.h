@@ -1,0 +1,39 @@
+// The Work implementation shared by the backends: a one-shot completion that
+// the thread running the collective (Gloo's worker, NCCL's event poller)
+// completes once, and that any number of threads may wait on. Uses std::mutex
+// rather than absl::Mutex so that ThreadSanitizer builds see the
+// synchronisation (Debian's Abseil is not instrumented).
+#ifndef DTRAIN_DIST_BACKEND_WORK_H_
+#define DTRAIN_DIST_BACKEND_WORK_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "dist/backend/backend.h"
+
+namespace dtrain::backend::internal {
+
+class CompletionWork : public Work {
+ public:
+  // A Work that has already failed, for argument errors found before anything
+  // was issued.
+  static std::shared_ptr<Work> Failed(absl::Status status);
+
+  absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) override;
+  bool IsCompleted() override;
+  absl::Status status() override;
+
+  // Marks the work finished with `status`; later calls are ignored.
+  void Complete(absl::Status status);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
+}  // namespace dtrain::backend::internal
+
+#endif  // DTRAIN_DIST_BACKEND_WORK_H_
