@@ -1,0 +1,526 @@
+#include "dist/backend/nccl/nccl_backend.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "third_party/cuda_config.h"
+
+#if DTRAIN_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "dist/backend/collective.h"
+#include "dist/backend/work.h"
+#include "dist/rendezvous/prefix_store.h"
+
+#endif  // DTRAIN_HAVE_NCCL
+
+namespace dtrain::backend {
+
+#if !DTRAIN_HAVE_NCCL
+
+bool NcclAvailable(std::string* reason) {
+  if (reason != nullptr) *reason = DTRAIN_NCCL_MISSING_REASON;
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
+    const NcclBackendOptions& options) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "[rank ", options.rank, "] nccl: this binary was built without NCCL (",
+      DTRAIN_NCCL_MISSING_REASON,
+      "); rebuild with CUDA_HOME (and NCCL_HOME) pointing at a CUDA "
+      "installation with NCCL"));
+}
+
+#else  // DTRAIN_HAVE_NCCL
+
+namespace {
+
+using internal::CompletionWork;
+
+constexpr char kName[] = "nccl";
+constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
+                                         at::kBFloat16, at::kInt,    at::kLong,
+                                         at::kByte,     at::kChar};
+constexpr absl::Duration kPollInterval = absl::Microseconds(200);
+
+std::string CudaError(cudaError_t e) {
+  return absl::StrCat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+ncclDataType_t NcclType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      return ncclInt8;
+  }
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
+  }
+  return ncclSum;
+}
+
+// Non-blocking communicators may answer ncclInProgress: wait until the call
+// settled.
+ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline) {
+  while (r == ncclInProgress) {
+    if (absl::Now() > deadline) return ncclInProgress;
+    absl::SleepFor(kPollInterval);
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
+      return ncclInternalError;
+  }
+  return r;
+}
+
+std::string NcclError(ncclComm_t comm, ncclResult_t r) {
+  std::string message = ncclGetErrorString(r);
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, ": ", last);
+  return message;
+}
+
+class NcclBackend : public Backend {
+ public:
+  NcclBackend(const NcclBackendOptions& options, ncclComm_t comm,
+              cudaStream_t stream, cudaEvent_t ready)
+      : rank_(options.rank),
+        size_(options.world_size),
+        device_(options.device),
+        timeout_(options.timeout),
+        comm_(comm),
+        stream_(stream),
+        ready_(ready),
+        watchdog_([this] { Watch(); }) {}
+
+  ~NcclBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();  // Returns once every pending collective completed,
+                       // failed or was aborted.
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      if (broken_.ok()) {
+        ncclCommFinalize(comm_);
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    cudaEventDestroy(ready_);
+    cudaStreamDestroy(stream_);
+  }
+
+  absl::string_view name() const override { return kName; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
+                                  absl::string_view label) override {
+    if (absl::Status s = Check("allreduce", tensor); !s.ok())
+      return CompletionWork::Failed(s);
+    if (absl::Status s =
+            internal::CheckReduceOp(kName, "allreduce", op, tensor);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    std::string what =
+        absl::StrCat("allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
+                     internal::DescribeTensor(tensor));
+    if (!label.empty()) absl::StrAppend(&what, ", ", label);
+    absl::StrAppend(&what, ")");
+    return Launch(std::move(what), {tensor}, [=]() {
+      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           NcclType(tensor.scalar_type()), NcclOp(op), comm_,
+                           stream_);
+    });
+  }
+
+  std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
+    if (absl::Status s = Check("broadcast", tensor); !s.ok())
+      return CompletionWork::Failed(s);
+    if (root < 0 || root >= size_) {
+      return CompletionWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "nccl broadcast: root ", root, " is outside [0, ", size_, ")")));
+    }
+    std::string what =
+        absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
+                     internal::DescribeTensor(tensor), ")");
+    return Launch(std::move(what), {tensor}, [=]() {
+      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           NcclType(tensor.scalar_type()), root, comm_,
+                           stream_);
+    });
+  }
+
+  std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
+                                  at::Tensor input) override {
+    if (absl::Status s = Check("allgather", input); !s.ok())
+      return CompletionWork::Failed(s);
+    if (absl::Status s =
+            internal::CheckSameAs(kName, "allgather", outputs, size_, input);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    std::string what = absl::StrCat("allgather #", next_seq(), " (",
+                                    internal::DescribeTensor(input), ")");
+    std::vector<at::Tensor> keep = outputs;
+    keep.push_back(input);
+    return Launch(std::move(what), std::move(keep), [=]() -> ncclResult_t {
+      const size_t bytes = input.numel() * input.element_size();
+      if (bytes == 0) return ncclSuccess;
+      void* flat = nullptr;
+      if (cudaMallocAsync(&flat, bytes * size_, stream_) != cudaSuccess)
+        return ncclSystemError;
+      ncclResult_t r =
+          ncclAllGather(input.data_ptr(), flat, input.numel(),
+                        NcclType(input.scalar_type()), comm_, stream_);
+      r = Settle(comm_, r, absl::Now() + timeout_);
+      for (int i = 0; r == ncclSuccess && i < size_; ++i) {
+        cudaMemcpyAsync(outputs[i].data_ptr(),
+                        static_cast<char*>(flat) + i * bytes, bytes,
+                        cudaMemcpyDeviceToDevice, stream_);
+      }
+      cudaFreeAsync(flat, stream_);
+      return r;
+    });
+  }
+
+  std::shared_ptr<Work> ReduceScatter(at::Tensor output,
+                                      std::vector<at::Tensor> inputs,
+                                      ReduceOp op) override {
+    if (absl::Status s = Check("reduce_scatter", output); !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    if (absl::Status s = internal::CheckSameAs(kName, "reduce_scatter", inputs,
+                                               size_, output);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    if (absl::Status s =
+            internal::CheckReduceOp(kName, "reduce_scatter", op, output);
+        !s.ok()) {
+      return CompletionWork::Failed(s);
+    }
+    std::string what =
+        absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
+                     ", ", internal::DescribeTensor(output), " per rank)");
+    std::vector<at::Tensor> keep = inputs;
+    keep.push_back(output);
+    return Launch(std::move(what), std::move(keep), [=]() -> ncclResult_t {
+      const size_t bytes = output.numel() * output.element_size();
+      if (bytes == 0) return ncclSuccess;
+      void* flat = nullptr;
+      if (cudaMallocAsync(&flat, bytes * size_, stream_) != cudaSuccess)
+        return ncclSystemError;
+      for (int i = 0; i < size_; ++i) {
+        cudaMemcpyAsync(static_cast<char*>(flat) + i * bytes,
+                        inputs[i].data_ptr(), bytes, cudaMemcpyDeviceToDevice,
+                        stream_);
+      }
+      const ncclResult_t r = ncclReduceScatter(
+          flat, output.data_ptr(), output.numel(),
+          NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
+      cudaFreeAsync(flat, stream_);
+      return r;
+    });
+  }
+
+  std::shared_ptr<Work> Barrier() override {
+    std::string what = absl::StrCat("barrier #", next_seq());
+    return Launch(std::move(what), {}, [=]() -> ncclResult_t {
+      void* one = nullptr;
+      if (cudaMallocAsync(&one, sizeof(float), stream_) != cudaSuccess)
+        return ncclSystemError;
+      cudaMemsetAsync(one, 0, sizeof(float), stream_);
+      const ncclResult_t r =
+          ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_);
+      cudaFreeAsync(one, stream_);
+      return r;
+    });
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<CompletionWork> work;
+    cudaEvent_t done;
+    absl::Time start;
+    std::string what;
+    std::vector<at::Tensor>
+        keep_alive;  // Until the stream has finished with them.
+  };
+
+  absl::Status Check(absl::string_view op, const at::Tensor& t) const {
+    absl::Status s =
+        internal::CheckTensor(kName, op, t, /*want_cuda=*/true, kSupported);
+    if (s.ok() && t.device().index() != device_) {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("nccl ", op, ": tensor on ", t.device().str(),
+                       ", but rank ", rank_, "'s backend uses cuda:", device_));
+    }
+    return s;
+  }
+
+  int64_t next_seq() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++seq_;
+  }
+
+  // Orders the collective after the default stream's work, enqueues it on our
+  // stream, and orders the default stream after it. The lock keeps issue order
+  // equal to enqueue order.
+  std::shared_ptr<Work> Launch(std::string what, std::vector<at::Tensor> keep,
+                               const std::function<ncclResult_t()>& enqueue) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", what);
+    if (!broken_.ok()) {
+      return CompletionWork::Failed(absl::Status(
+          broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
+    }
+    cudaSetDevice(device_);
+    cudaError_t ce = cudaEventRecord(ready_, cudaStreamLegacy);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream_, ready_, 0);
+    if (ce != cudaSuccess)
+      return FailLocked(
+          absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
+    const absl::Time start = absl::Now();
+    const ncclResult_t r = Settle(comm_, enqueue(), start + timeout_);
+    if (r != ncclSuccess) {
+      return FailLocked(absl::UnavailableError(
+          absl::StrCat(who, " failed to start: ", NcclError(comm_, r))));
+    }
+    cudaEvent_t done = nullptr;
+    ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cudaStreamLegacy, done, 0);
+    if (ce != cudaSuccess)
+      return FailLocked(
+          absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
+    auto work = std::make_shared<CompletionWork>();
+    pending_.push_back(
+        Pending{work, done, start, std::move(what), std::move(keep)});
+    cv_.notify_all();
+    return work;
+  }
+
+  // Marks the backend broken with `status` and returns it as a failed Work.
+  // Requires mu_.
+  std::shared_ptr<Work> FailLocked(absl::Status status) {
+    if (broken_.ok()) broken_ = status;
+    return CompletionWork::Failed(std::move(status));
+  }
+
+  // The watchdog: completes pending work in order, and aborts on an
+  // asynchronous error or timeout.
+  void Watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait_for(
+          lock,
+          absl::ToChronoMicroseconds(pending_.empty() ? absl::Milliseconds(100)
+                                                      : kPollInterval),
+          [this] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) {
+        if (stop_) return;
+        continue;
+      }
+      Pending& p = pending_.front();
+      const cudaError_t ce = cudaEventQuery(p.done);
+      if (ce == cudaSuccess) {
+        cudaEventDestroy(p.done);
+        p.work->Complete(absl::OkStatus());
+        pending_.pop_front();
+        continue;
+      }
+      absl::Status failure;
+      const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", p.what);
+      const std::string elapsed =
+          internal::FormatElapsed(absl::Now() - p.start);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (ce != cudaErrorNotReady) {
+        failure = absl::InternalError(
+            absl::StrCat(who, " failed after ", elapsed, ": ", CudaError(ce)));
+      } else if (async != ncclSuccess && async != ncclInProgress) {
+        failure = absl::UnavailableError(absl::StrCat(
+            who, " failed after ", elapsed, ": ", NcclError(comm_, async),
+            " (a peer may have died or lost its connection)"));
+      } else if (absl::Now() - p.start > timeout_) {
+        failure = absl::DeadlineExceededError(
+            absl::StrCat(who, " timed out after ", elapsed, " (timeout ",
+                         absl::FormatDuration(timeout_),
+                         "): a peer never issued it, died, or is stuck; the "
+                         "communicator was aborted"));
+      } else {
+        continue;
+      }
+      // The communicator cannot be trusted any more: abort it so the stream
+      // drains, then fail everything that was waiting.
+      if (broken_.ok()) broken_ = failure;
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      for (Pending& q : pending_) {
+        q.work->Complete(
+            q.work.get() == p.work.get()
+                ? failure
+                : absl::Status(
+                      failure.code(),
+                      absl::StrCat("[rank ", rank_, "] nccl ", q.what,
+                                   " not completed: ", failure.message())));
+        cudaEventDestroy(q.done);
+      }
+      pending_.clear();
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const int device_;
+  const absl::Duration timeout_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  ncclComm_t comm_;  // Null once aborted.
+  cudaStream_t stream_;
+  cudaEvent_t ready_;
+  std::deque<Pending> pending_;
+  bool stop_ = false;
+  absl::Status broken_;
+  int64_t seq_ = 0;
+
+  std::thread watchdog_;  // Last: starts once everything above is constructed.
+};
+
+}  // namespace
+
+bool NcclAvailable(std::string* reason) {
+  if (reason != nullptr) reason->clear();
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
+    const NcclBackendOptions& options) {
+  const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
+  }
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": rank ", options.rank,
+                                                   " is outside [0, ",
+                                                   options.world_size, ")"));
+  }
+  int devices = 0;
+  const cudaError_t count = cudaGetDeviceCount(&devices);
+  if (count != cudaSuccess || devices == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": no CUDA device is visible (cudaGetDeviceCount: ",
+                     count == cudaSuccess ? "0 devices" : CudaError(count),
+                     "); use the gloo backend on CPUs"));
+  }
+  if (options.device < 0 || options.device >= devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": device cuda:", options.device, " does not exist (",
+                     devices, " visible)"));
+  }
+  cudaSetDevice(options.device);
+
+  // Rank 0 creates the communicator's id; the others read it from the store.
+  rendezvous::PrefixStore store("nccl", options.store);
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      return absl::InternalError(
+          absl::StrCat(who, ": ncclGetUniqueId: ", NcclError(nullptr, r)));
+    }
+    absl::Status s = store.Set(
+        "unique_id", absl::string_view(id.internal, sizeof(id.internal)));
+    if (!s.ok()) return s;
+  } else {
+    absl::StatusOr<std::string> v = store.Get("unique_id", options.timeout);
+    if (!v.ok()) return v.status();
+    if (v->size() != sizeof(id.internal)) {
+      return absl::DataLossError(
+          absl::StrCat(who, ": the unique id in the store has ", v->size(),
+                       " bytes, not ", sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, v->data(), sizeof(id.internal));
+  }
+
+  const absl::Time start = absl::Now();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking =
+      0;  // So that a missing peer ends in our timeout, not a hang.
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, id,
+                                          options.rank, &config);
+  r = Settle(comm, r, start + options.timeout);
+  if (r != ncclSuccess) {
+    const std::string detail =
+        r == ncclInProgress
+            ? absl::StrCat("timed out after ",
+                           internal::FormatElapsed(absl::Now() - start))
+            : NcclError(comm, r);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return absl::Status(
+        r == ncclInProgress ? absl::StatusCode::kDeadlineExceeded
+                            : absl::StatusCode::kUnavailable,
+        absl::StrCat(who, ": creating the communicator of ", options.world_size,
+                     " ranks on cuda:", options.device, ": ", detail));
+  }
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr;
+  cudaError_t ce = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (ce == cudaSuccess)
+    ce = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+  if (ce != cudaSuccess) {
+    ncclCommAbort(comm);
+    return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
+  }
+  return std::unique_ptr<Backend>(
+      new NcclBackend(options, comm, stream, ready));
+}
+
+#endif  // DTRAIN_HAVE_NCCL
+
+}  // namespace dtrain::backend

@@ -1,0 +1,51 @@
+// The NCCL backend: collectives on CUDA tensors of one device per rank, through
+// NCCL's C API.
+//
+// Construction shares NCCL's unique id from rank 0 through the store and
+// creates one communicator (non-blocking, so that a rank that never arrives
+// ends in a timeout rather than a hang). Every collective runs on the backend's
+// own CUDA stream, which first waits for the work already queued on the default
+// stream, and the default stream then waits for the collective: a caller that
+// stays on the default stream sees correct results without synchronising. A
+// watchdog thread completes Work handles as their CUDA events fire, polls
+// NCCL's asynchronous errors, and aborts the communicator when a collective
+// outlives the timeout; after that every call fails at once with the first
+// error.
+//
+// A build without NCCL (see third_party/cuda_configure.bzl) still has this API;
+// CreateNcclBackend then says it was built without NCCL and why.
+#ifndef DTRAIN_DIST_BACKEND_NCCL_NCCL_BACKEND_H_
+#define DTRAIN_DIST_BACKEND_NCCL_NCCL_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+#include "dist/rendezvous/store.h"
+
+namespace dtrain::backend {
+
+struct NcclBackendOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::shared_ptr<rendezvous::Store> store;
+  // The CUDA device this rank uses (usually its local rank).
+  int device = 0;
+  // Bounds creating the communicator and every collective.
+  absl::Duration timeout = absl::Minutes(30);
+};
+
+// kFailedPrecondition when built without NCCL or when no CUDA device is visible
+// (with the reason), kInvalidArgument for a bad rank or device,
+// kDeadlineExceeded when the other ranks do not arrive.
+absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
+    const NcclBackendOptions& options);
+
+// True when this binary was built with NCCL; otherwise `reason` (if given) says
+// what was missing.
+bool NcclAvailable(std::string* reason = nullptr);
+
+}  // namespace dtrain::backend
+
+#endif  // DTRAIN_DIST_BACKEND_NCCL_NCCL_BACKEND_H_
