@@ -407,6 +407,9 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
   }
   status = ExplicitOrEnvMasterPort(env, args, &out);
   if (!status.ok()) return status;
+  if (auto it = env.find("GLOO_SOCKET_IFNAME"); it != env.end()) {
+    out.gloo_socket_ifname = it->second;
+  }
   return out;
 }
 

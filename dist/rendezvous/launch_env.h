@@ -74,6 +74,10 @@ struct LaunchEnv {
   // global ones: right on one node only.
   bool local_inferred = false;
 
+  // GLOO_SOCKET_IFNAME: the network interface Gloo should use, or empty. (NCCL
+  // reads its own NCCL_SOCKET_IFNAME.)
+  std::string gloo_socket_ifname;
+
   absl::string_view source_name() const { return LaunchSourceName(source); }
 
   // "rank 3 of 8 (local 1 of 4) from slurm, master node01:29500

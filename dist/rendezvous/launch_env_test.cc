@@ -543,3 +543,17 @@ TEST(MergeQueryArgsTest, FillsUnsetFieldsFromQuery) {
 
 }  // namespace
 }  // namespace dtrain::rendezvous
+
+namespace dtrain::rendezvous {
+namespace {
+
+TEST(LaunchEnvNetworkTest, ReadsGlooSocketIfname) {
+  absl::StatusOr<LaunchEnv> e =
+      DiscoverLaunchEnv({{"GLOO_SOCKET_IFNAME", "eth1"}}, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->gloo_socket_ifname, "eth1");
+  EXPECT_EQ(DiscoverLaunchEnv({}, {})->gloo_socket_ifname, "");
+}
+
+}  // namespace
+}  // namespace dtrain::rendezvous

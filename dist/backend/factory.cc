@@ -1,0 +1,38 @@
+#include "dist/backend/factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dist/backend/nccl/nccl_backend.h"
+
+namespace dtrain::backend {
+
+std::vector<std::string> KnownBackends() { return {"gloo", "nccl"}; }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const BackendConfig& config) {
+  if (config.name == "gloo") {
+    GlooBackendOptions o;
+    o.rank = config.rank;
+    o.world_size = config.world_size;
+    o.store = config.store;
+    o.iface = config.gloo_iface;
+    o.hostname = config.gloo_hostname;
+    o.timeout = config.timeout;
+    o.algorithm = config.gloo_algorithm;
+    return CreateGlooBackend(o);
+  }
+  if (config.name == "nccl") {
+    NcclBackendOptions o;
+    o.rank = config.rank;
+    o.world_size = config.world_size;
+    o.store = config.store;
+    o.device = config.cuda_device;
+    o.timeout = config.timeout;
+    return CreateNcclBackend(o);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", config.name,
+                   "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));
+}
+
+}  // namespace dtrain::backend

@@ -1,0 +1,45 @@
+// Creates a backend by name ("gloo", "nccl"), as
+// torch.distributed.init_process_group's `backend` argument does. Every rank
+// calls it with the same name and the same store namespace.
+#ifndef DTRAIN_DIST_BACKEND_FACTORY_H_
+#define DTRAIN_DIST_BACKEND_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+#include "dist/backend/gloo/gloo_backend.h"
+#include "dist/rendezvous/store.h"
+
+namespace dtrain::backend {
+
+struct BackendConfig {
+  std::string name = "gloo";
+  int rank = 0;
+  int world_size = 1;
+  std::shared_ptr<rendezvous::Store> store;
+  // Bounds connecting and every collective.
+  absl::Duration timeout = absl::Minutes(30);
+  // gloo: the interface (GLOO_SOCKET_IFNAME) or address to use, and the
+  // allreduce algorithm.
+  std::string gloo_iface;
+  std::string gloo_hostname;
+  GlooAlgorithm gloo_algorithm = GlooAlgorithm::kAuto;
+  // nccl: this rank's CUDA device.
+  int cuda_device = 0;
+};
+
+// The names CreateBackend knows.
+std::vector<std::string> KnownBackends();
+
+// kInvalidArgument naming the known backends for an unknown name; otherwise the
+// chosen backend's own result.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const BackendConfig& config);
+
+}  // namespace dtrain::backend
+
+#endif  // DTRAIN_DIST_BACKEND_FACTORY_H_
