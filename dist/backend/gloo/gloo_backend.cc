@@ -144,13 +144,15 @@ class GlooBackend : public Backend {
  public:
   GlooBackend(const GlooBackendOptions& options,
               std::shared_ptr<rendezvous::Store> store,
-              std::shared_ptr<gloo::Context> context)
+              std::shared_ptr<gloo::Context> context,
+              std::vector<std::pair<std::string, int>> peer_addresses)
       : rank_(options.rank),
         size_(options.world_size),
         algorithm_(options.algorithm),
         exit_timeout_(std::min(options.timeout, kMaxExitWait)),
         store_(std::move(store)),
         context_(std::move(context)),
+        peer_addresses_(std::move(peer_addresses)),
         worker_([this] { Loop(); }) {}
 
   // Runs what was issued, then waits (bounded) until every rank got here.
@@ -380,11 +382,18 @@ class GlooBackend : public Backend {
         const std::string lower = absl::AsciiStrToLower(message);
         const bool timed_out = absl::StrContains(lower, "timeout") ||
                                absl::StrContains(lower, "timed out");
+        std::string peer;
+        for (const auto& [address, peer_rank] : peer_addresses_) {
+          if (absl::StrContains(message, address)) {
+            peer = absl::StrCat(" (peer: rank ", peer_rank, ")");
+          }
+        }
         result = absl::Status(
             timed_out ? absl::StatusCode::kDeadlineExceeded : result.code(),
-            absl::StrCat(
-                "[rank ", rank_, "] gloo ", task.what, " failed after ",
-                internal::FormatElapsed(absl::Now() - start), ": ", message));
+            absl::StrCat("[rank ", rank_, "] gloo ", task.what,
+                         " failed after ",
+                         internal::FormatElapsed(absl::Now() - start), ": ",
+                         message, peer));
         std::lock_guard<std::mutex> lock(mu_);
         if (broken_.ok()) broken_ = result;
       }
@@ -398,6 +407,9 @@ class GlooBackend : public Backend {
   const absl::Duration exit_timeout_;
   const std::shared_ptr<rendezvous::Store> store_;  // This backend's namespace.
   const std::shared_ptr<gloo::Context> context_;
+  // The address each peer's end of its connection to us has, as Gloo prints it
+  // in errors.
+  const std::vector<std::pair<std::string, int>> peer_addresses_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -484,8 +496,26 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
         std::make_shared<rendezvous::PrefixStore>("gloo", options.store);
     rendezvous::GlooStore gloo_store(store);
     context->connectFullMesh(gloo_store, device);
-    return std::unique_ptr<Backend>(
-        new GlooBackend(options, std::move(store), std::move(context)));
+    // Publish the address of our end of each connection, so that a peer's error
+    // message ("closed by peer [10.0.0.3]:41234") can be turned into a rank.
+    for (int p = 0; p < options.world_size; ++p) {
+      if (p == options.rank) continue;
+      absl::Status s =
+          store->Set(absl::StrCat("pair_address/", options.rank, "/", p),
+                     context->getPair(p)->address().str());
+      if (!s.ok()) return s;
+    }
+    std::vector<std::pair<std::string, int>> peer_addresses;
+    for (int p = 0; p < options.world_size; ++p) {
+      if (p == options.rank) continue;
+      absl::StatusOr<std::string> address = store->Get(
+          absl::StrCat("pair_address/", p, "/", options.rank), options.timeout);
+      if (!address.ok()) return address.status();
+      peer_addresses.emplace_back(*address, p);
+    }
+    return std::unique_ptr<Backend>(new GlooBackend(options, std::move(store),
+                                                    std::move(context),
+                                                    std::move(peer_addresses)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         who, ": connecting the full mesh of ", options.world_size, " ranks on ",
