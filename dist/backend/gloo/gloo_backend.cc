@@ -22,6 +22,7 @@
 #include "dist/rendezvous/gloo_store.h"
 #include "dist/rendezvous/prefix_store.h"
 #include "gloo/allgather_ring.h"
+#include "gloo/allreduce.h"
 #include "gloo/allreduce_bcube.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
@@ -42,7 +43,12 @@ constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
                                          at::kBFloat16, at::kInt,    at::kLong,
                                          at::kByte,     at::kChar};
 constexpr char kName[] = "gloo";
-constexpr int64_t kHalvingDoublingMaxBytes = 256 * 1024;
+// kAuto: on 2 and 4 ranks the unbound-buffer ring was fastest at every size
+// from 4 B to 64 MiB (docs/PERFORMANCE.md). Halving-doubling is used for small
+// messages from 16 ranks on, where the ring's step count dominates (not
+// measurable on this machine).
+constexpr int kHalvingDoublingMinRanks = 16;
+constexpr int64_t kHalvingDoublingMaxBytes = 16 * 1024;
 // How long a destroyed backend waits for the other ranks to finish.
 constexpr absl::Duration kMaxExitWait = absl::Seconds(60);
 
@@ -92,14 +98,41 @@ const gloo::ReductionFunction<T>* ReductionFor(ReduceOp op) {
   return gloo::ReductionFunction<T>::sum;
 }
 
+// The element-wise reduction in the signature of Gloo's unbound-buffer API.
+template <typename T>
+gloo::AllreduceOptions::Func NewApiReduction(ReduceOp op) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  switch (op) {
+    case ReduceOp::kMin:
+      return static_cast<Fn>(&gloo::min<T>);
+    case ReduceOp::kMax:
+      return static_cast<Fn>(&gloo::max<T>);
+    case ReduceOp::kProduct:
+      return static_cast<Fn>(&gloo::product<T>);
+    default:
+      return static_cast<Fn>(&gloo::sum<T>);
+  }
+}
+
 template <typename T>
 void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
-                  int count, const gloo::ReductionFunction<T>* fn,
-                  GlooAlgorithm algorithm) {
+                  int count, ReduceOp op, GlooAlgorithm algorithm) {
+  if (algorithm == GlooAlgorithm::kRing || algorithm == GlooAlgorithm::kAuto) {
+    // Gloo's newer API works on the caller's memory: unlike the algorithm
+    // classes below, it allocates no message-sized scratch per call (measured:
+    // docs/PERFORMANCE.md).
+    gloo::AllreduceOptions opts(context);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setOutput<T>(data, static_cast<size_t>(count));
+    opts.setReduceFunction(NewApiReduction<T>(op));
+    gloo::allreduce(opts);
+    return;
+  }
+  const gloo::ReductionFunction<T>* fn = ReductionFor<T>(op);
   const std::vector<T*> ptrs{data};
   switch (algorithm) {
     case GlooAlgorithm::kRing:
-      gloo::AllreduceRing<T>(context, ptrs, count, fn).run();
+    case GlooAlgorithm::kAuto:
       return;
     case GlooAlgorithm::kHalvingDoubling:
       gloo::AllreduceHalvingDoubling<T>(context, ptrs, count, fn).run();
@@ -107,7 +140,6 @@ void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
     case GlooAlgorithm::kBcube:
       gloo::AllreduceBcube<T>(context, ptrs, count, fn).run();
       return;
-    case GlooAlgorithm::kAuto:
     case GlooAlgorithm::kRingChunked:
       gloo::AllreduceRingChunked<T>(context, ptrs, count, fn).run();
       return;
@@ -203,8 +235,7 @@ class GlooBackend : public Backend {
       DispatchGlooType(staged.scalar_type(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         RunAllReduce<T>(context_, static_cast<T*>(staged.data_ptr()),
-                        static_cast<int>(staged.numel()), ReductionFor<T>(op),
-                        algorithm);
+                        static_cast<int>(staged.numel()), op, algorithm);
       });
       if (op == ReduceOp::kAverage) staged.div_(size_);
       if (!staged.is_same(tensor)) tensor.copy_(staged);
@@ -451,9 +482,12 @@ absl::StatusOr<GlooAlgorithm> ParseGlooAlgorithm(absl::string_view name) {
 }
 
 GlooAlgorithm ChooseGlooAllReduceAlgorithm(int64_t bytes, int world_size) {
-  (void)world_size;
-  return bytes < kHalvingDoublingMaxBytes ? GlooAlgorithm::kHalvingDoubling
-                                          : GlooAlgorithm::kRingChunked;
+  // The ring takes 2(n-1) latency-bound steps, halving-doubling 2 log2(n): at
+  // scale, small messages go to halving-doubling despite its per-call setup.
+  return world_size >= kHalvingDoublingMinRanks &&
+                 bytes <= kHalvingDoublingMaxBytes
+             ? GlooAlgorithm::kHalvingDoubling
+             : GlooAlgorithm::kRing;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(

@@ -6,9 +6,11 @@
 // timeout bounds each collective, and its failures become errors that name the
 // rank, the operation and its sequence number (see backend.h).
 //
-// Allreduce algorithm: by default chosen by message size (halving-doubling
-// below 256 KiB, where its log2(n) steps win, ring-chunked above, where
-// bandwidth does); `algorithm` forces one. bfloat16, which Gloo lacks, is
+// Allreduce algorithm: by default the ring of Gloo's unbound-buffer API (no
+// per-call scratch), except small messages on 16 ranks or more, which go to
+// halving-doubling (2 log2(n) steps instead of 2(n-1)); `algorithm` forces one.
+// The ring-chunked, halving-doubling and bcube algorithm classes allocate
+// message-sized scratch on every call. bfloat16, which Gloo lacks, is
 // reduced in float32 and rounded back once.
 #ifndef DTRAIN_DIST_BACKEND_GLOO_GLOO_BACKEND_H_
 #define DTRAIN_DIST_BACKEND_GLOO_GLOO_BACKEND_H_

@@ -312,10 +312,11 @@ TEST(GlooAlgorithmNameTest, ParsesKnownNamesAndListsThemOtherwise) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("halving_doubling"));
-  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(4, 4),
+  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(4, 4), GlooAlgorithm::kRing);
+  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(64 << 20, 4), GlooAlgorithm::kRing);
+  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(4, 32),
             GlooAlgorithm::kHalvingDoubling);
-  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(64 << 20, 4),
-            GlooAlgorithm::kRingChunked);
+  EXPECT_EQ(ChooseGlooAllReduceAlgorithm(64 << 20, 32), GlooAlgorithm::kRing);
 }
 
 }  // namespace
