@@ -1,0 +1,254 @@
+#include "data/distributed_sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randperm.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace dtrain::data {
+namespace {
+
+constexpr absl::string_view kStateTag = "dtrain.DistributedSampler";
+constexpr absl::string_view kStateVersion = "v1";
+
+// An epoch of the whole dataset, before padding and striding: a random
+// permutation from a CPU generator seeded seed + epoch (exactly what PyTorch's
+// sampler does), or 0..N-1.
+std::vector<int64_t> EpochOrder(int64_t dataset_size,
+                                const DistributedSamplerOptions& options,
+                                int64_t epoch) {
+  std::vector<int64_t> order(dataset_size);
+  if (!options.shuffle) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    return order;
+  }
+  // Python's manual_seed takes seed + epoch modulo 2^64 (a negative int as
+  // its two's complement).
+  at::Generator generator = at::detail::createCPUGenerator(
+      options.seed + static_cast<uint64_t>(epoch));
+  const at::Tensor permutation = at::randperm(dataset_size, generator);
+  const int64_t* data = permutation.data_ptr<int64_t>();
+  std::copy(data, data + dataset_size, order.begin());
+  return order;
+}
+
+}  // namespace
+
+int64_t DistributedSampler::NumSamples(int64_t dataset_size,
+                                       int64_t num_replicas, bool drop_last) {
+  if (drop_last && dataset_size % num_replicas != 0) {
+    // ceil((N - R) / R) with N % R != 0 is floor(N / R).
+    return dataset_size / num_replicas;
+  }
+  return (dataset_size + num_replicas - 1) / num_replicas;
+}
+
+absl::StatusOr<DistributedSampler> DistributedSampler::Create(
+    int64_t dataset_size, const DistributedSamplerOptions& options) {
+  if (dataset_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedSampler: dataset size must be >= 0, got ", dataset_size));
+  }
+  if (options.num_replicas < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: num_replicas must be >= 1, got ",
+                     options.num_replicas));
+  }
+  if (options.rank < 0 || options.rank >= options.num_replicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedSampler: invalid rank ", options.rank,
+        ", rank should be in the interval [0, ", options.num_replicas - 1,
+        "] for num_replicas=", options.num_replicas));
+  }
+  return DistributedSampler(dataset_size, options);
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size,
+                                       DistributedSamplerOptions options)
+    : dataset_size_(dataset_size),
+      options_(options),
+      num_samples_(
+          NumSamples(dataset_size, options.num_replicas, options.drop_last)) {
+  ComputeIndices();
+}
+
+void DistributedSampler::ComputeIndices() {
+  const std::vector<int64_t> order =
+      EpochOrder(dataset_size_, options_, epoch_);
+  // Slot p of the padded list is order[p % N]: padding repeats the list from
+  // its start, as many times as needed; drop_last only ever shortens it.
+  indices_.resize(num_samples_);
+  for (int64_t i = 0; i < num_samples_; ++i) {
+    indices_[i] = order[GlobalSlot(i) % dataset_size_];
+  }
+}
+
+void DistributedSampler::SetEpoch(int64_t epoch) {
+  if (resume_pending_ && epoch == epoch_) {
+    resume_pending_ = false;
+    return;
+  }
+  resume_pending_ = false;
+  position_ = 0;
+  if (epoch != epoch_) {
+    epoch_ = epoch;
+    ComputeIndices();
+  }
+}
+
+absl::Status DistributedSampler::Restore(const SamplerState& state) {
+  auto mismatch = [](absl::string_view field, auto saved, auto here) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: cannot restore a state saved with ",
+                     field, "=", saved, " into a sampler with ", field, "=",
+                     here, ": the partition of the data would differ"));
+  };
+  if (state.dataset_size != dataset_size_) {
+    return mismatch("dataset_size", state.dataset_size, dataset_size_);
+  }
+  if (state.num_replicas != options_.num_replicas) {
+    return mismatch("num_replicas", state.num_replicas, options_.num_replicas);
+  }
+  if (state.seed != options_.seed) {
+    return mismatch("seed", state.seed, options_.seed);
+  }
+  if (state.shuffle != options_.shuffle) {
+    return mismatch("shuffle", state.shuffle, options_.shuffle);
+  }
+  if (state.drop_last != options_.drop_last) {
+    return mismatch("drop_last", state.drop_last, options_.drop_last);
+  }
+  if (state.position < 0 || state.position > num_samples_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedSampler: saved position ", state.position,
+        " is outside [0, ", num_samples_, "], the samples per epoch"));
+  }
+  if (state.epoch != epoch_) {
+    epoch_ = state.epoch;
+    ComputeIndices();
+  }
+  position_ = state.position;
+  resume_pending_ = true;
+  return absl::OkStatus();
+}
+
+SamplerState DistributedSampler::state() const {
+  SamplerState s;
+  s.epoch = epoch_;
+  s.position = position_;
+  s.dataset_size = dataset_size_;
+  s.num_replicas = options_.num_replicas;
+  s.seed = options_.seed;
+  s.shuffle = options_.shuffle;
+  s.drop_last = options_.drop_last;
+  return s;
+}
+
+absl::Span<const int64_t> DistributedSampler::Next(int64_t max_count) {
+  const int64_t n = std::clamp<int64_t>(max_count, 0, remaining());
+  absl::Span<const int64_t> out(indices_.data() + position_, n);
+  position_ += n;
+  resume_pending_ = false;
+  return out;
+}
+
+void DistributedSampler::Advance(int64_t count) {
+  position_ += std::clamp<int64_t>(count, 0, remaining());
+  resume_pending_ = false;
+}
+
+absl::StatusOr<std::vector<int64_t>> DistributedSamplerIndices(
+    int64_t dataset_size, const DistributedSamplerOptions& options,
+    int64_t epoch) {
+  absl::StatusOr<DistributedSampler> sampler =
+      DistributedSampler::Create(dataset_size, options);
+  if (!sampler.ok()) return sampler.status();
+  sampler->SetEpoch(epoch);
+  return sampler->indices();
+}
+
+std::string SamplerState::Serialize() const {
+  return absl::StrCat(kStateTag, " ", kStateVersion, " epoch=", epoch,
+                      " position=", position, " dataset_size=", dataset_size,
+                      " num_replicas=", num_replicas, " seed=", seed,
+                      " shuffle=", shuffle ? 1 : 0,
+                      " drop_last=", drop_last ? 1 : 0);
+}
+
+absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
+  auto invalid = [text](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a DistributedSampler state (", why, "): '", text, "'"));
+  };
+  std::vector<absl::string_view> words =
+      absl::StrSplit(text, ' ', absl::SkipEmpty());
+  if (words.size() < 2 || words[0] != kStateTag) {
+    return invalid(absl::StrCat("it must start with '", kStateTag, "'"));
+  }
+  if (words[1] != kStateVersion) {
+    return invalid(absl::StrCat("unknown version '", words[1],
+                                "', this build reads ", kStateVersion));
+  }
+  SamplerState state;
+  struct Field {
+    absl::string_view name;
+    bool seen = false;
+  };
+  Field fields[] = {{"epoch"}, {"position"}, {"dataset_size"}, {"num_replicas"},
+                    {"seed"},  {"shuffle"},  {"drop_last"}};
+  for (size_t i = 2; i < words.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(words[i], absl::MaxSplits('=', 1));
+    Field* field = nullptr;
+    for (Field& f : fields) {
+      if (f.name == kv.first) field = &f;
+    }
+    if (field == nullptr) {
+      return invalid(absl::StrCat("unknown field '", kv.first, "'"));
+    }
+    if (field->seen) {
+      return invalid(absl::StrCat("field '", kv.first, "' appears twice"));
+    }
+    field->seen = true;
+    bool ok = false;
+    if (kv.first == "epoch") {
+      ok = absl::SimpleAtoi(kv.second, &state.epoch);
+    } else if (kv.first == "position") {
+      ok = absl::SimpleAtoi(kv.second, &state.position);
+    } else if (kv.first == "dataset_size") {
+      ok = absl::SimpleAtoi(kv.second, &state.dataset_size);
+    } else if (kv.first == "num_replicas") {
+      ok = absl::SimpleAtoi(kv.second, &state.num_replicas);
+    } else if (kv.first == "seed") {
+      ok = absl::SimpleAtoi(kv.second, &state.seed);
+    } else if (kv.second == "0" || kv.second == "1") {
+      ok = true;
+      (kv.first == "shuffle" ? state.shuffle : state.drop_last) =
+          kv.second == "1";
+    }
+    if (!ok) {
+      return invalid(
+          absl::StrCat("bad value '", kv.second, "' for ", kv.first));
+    }
+  }
+  for (const Field& f : fields) {
+    if (!f.seen) return invalid(absl::StrCat("field '", f.name, "' missing"));
+  }
+  return state;
+}
+
+bool operator==(const SamplerState& a, const SamplerState& b) {
+  return a.epoch == b.epoch && a.position == b.position &&
+         a.dataset_size == b.dataset_size && a.num_replicas == b.num_replicas &&
+         a.seed == b.seed && a.shuffle == b.shuffle &&
+         a.drop_last == b.drop_last;
+}
+
+}  // namespace dtrain::data
