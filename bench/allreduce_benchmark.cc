@@ -23,7 +23,6 @@
 #include "dist/rendezvous/prefix_store.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_halving_doubling.h"
-#include "gloo/allreduce_ring_chunked.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
@@ -49,8 +48,7 @@ std::shared_ptr<rendezvous::Store> RunStore(benchmark::State& state) {
 }
 
 GlooAlgorithm AlgorithmArg(int64_t arg) {
-  return arg == 0 ? GlooAlgorithm::kRingChunked
-                  : GlooAlgorithm::kHalvingDoubling;
+  return arg == 0 ? GlooAlgorithm::kRing : GlooAlgorithm::kHalvingDoubling;
 }
 
 void ReportBandwidth(benchmark::State& state, int64_t bytes) {
@@ -90,6 +88,8 @@ void BM_OurGlooAllReduce(benchmark::State& state) {
   ReportBandwidth(state, bytes);
 }
 
+// Raw Gloo at its best, with the same algorithm as ours: the unbound-buffer
+// ring, or the halving-doubling algorithm object built once and run repeatedly.
 void BM_RawGlooAllReduce(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   const int count = static_cast<int>(std::max<int64_t>(bytes / 4, 1));
@@ -100,18 +100,21 @@ void BM_RawGlooAllReduce(benchmark::State& state) {
       gloo::transport::tcp::attr("127.0.0.1"));
   context->connectFullMesh(store, device);
   at::Tensor t = at::ones({count}, at::kFloat);
-  std::vector<float*> ptrs{t.data_ptr<float>()};
-  // Raw Gloo at its best: the algorithm object is built once and run
-  // repeatedly.
-  std::unique_ptr<gloo::Algorithm> algorithm;
-  if (AlgorithmArg(state.range(1)) == GlooAlgorithm::kRingChunked) {
-    algorithm = std::make_unique<gloo::AllreduceRingChunked<float>>(
-        context, ptrs, count);
+  if (AlgorithmArg(state.range(1)) == GlooAlgorithm::kRing) {
+    for (auto _ : state) {
+      gloo::AllreduceOptions opts(context);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setOutput(t.data_ptr<float>(), static_cast<size_t>(count));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(
+              &gloo::sum<float>));
+      gloo::allreduce(opts);
+    }
   } else {
-    algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
-        context, ptrs, count);
+    gloo::AllreduceHalvingDoubling<float> algorithm(
+        context, {t.data_ptr<float>()}, count);
+    for (auto _ : state) algorithm.run();
   }
-  for (auto _ : state) algorithm->run();
   ReportBandwidth(state, bytes);
 }
 
@@ -127,31 +130,6 @@ void Sizes(benchmark::internal::Benchmark* b) {
       ->MinTime(0.2);
 }
 
-// Gloo's newer API (gloo::allreduce with unbound buffers): no per-call scratch
-// of the message size.
-void BM_RawGlooNewApiRing(benchmark::State& state) {
-  const int64_t bytes = state.range(0);
-  const size_t count = static_cast<size_t>(std::max<int64_t>(bytes / 4, 1));
-  auto context = std::make_shared<gloo::rendezvous::Context>(
-      state.thread_index(), state.threads());
-  rendezvous::GlooStore store(RunStore(state));
-  auto device = gloo::transport::tcp::CreateDevice(
-      gloo::transport::tcp::attr("127.0.0.1"));
-  context->connectFullMesh(store, device);
-  at::Tensor t = at::ones({static_cast<int64_t>(count)}, at::kFloat);
-  for (auto _ : state) {
-    gloo::AllreduceOptions opts(context);
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    opts.setOutput(t.data_ptr<float>(), count);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(
-            &gloo::sum<float>));
-    gloo::allreduce(opts);
-  }
-  ReportBandwidth(state, bytes);
-}
-
-BENCHMARK(BM_RawGlooNewApiRing)->Apply(Sizes);
 BENCHMARK(BM_OurGlooAllReduce)->Apply(Sizes);
 BENCHMARK(BM_RawGlooAllReduce)->Apply(Sizes);
 
