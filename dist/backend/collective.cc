@@ -122,4 +122,63 @@ absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> PrepareAllReduce(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, const at::Tensor& tensor, ReduceOp op,
+    absl::Span<const absl::string_view> details) {
+  if (absl::Status s = check("allreduce", tensor); !s.ok()) return s;
+  if (absl::Status s = CheckReduceOp(backend, "allreduce", op, tensor); !s.ok())
+    return s;
+  std::string what =
+      absl::StrCat("allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
+                   DescribeTensor(tensor));
+  for (absl::string_view d : details) {
+    if (!d.empty()) absl::StrAppend(&what, ", ", d);
+  }
+  return absl::StrCat(what, ")");
+}
+
+absl::StatusOr<std::string> PrepareBroadcast(absl::string_view backend,
+                                             const TensorCheck& check,
+                                             const NextSeq& next_seq, int size,
+                                             const at::Tensor& tensor,
+                                             int root) {
+  if (absl::Status s = check("broadcast", tensor); !s.ok()) return s;
+  if (root < 0 || root >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " broadcast: root ", root, " is outside [0, ", size, ")"));
+  }
+  return absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
+                      DescribeTensor(tensor), ")");
+}
+
+absl::StatusOr<std::string> PrepareAllGather(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, int size, absl::Span<const at::Tensor> outputs,
+    const at::Tensor& input) {
+  if (absl::Status s = check("allgather", input); !s.ok()) return s;
+  if (absl::Status s = CheckSameAs(backend, "allgather", outputs, size, input);
+      !s.ok())
+    return s;
+  return absl::StrCat("allgather #", next_seq(), " (", DescribeTensor(input),
+                      ")");
+}
+
+absl::StatusOr<std::string> PrepareReduceScatter(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, int size, const at::Tensor& output,
+    absl::Span<const at::Tensor> inputs, ReduceOp op) {
+  if (absl::Status s = check("reduce_scatter", output); !s.ok()) return s;
+  if (absl::Status s =
+          CheckSameAs(backend, "reduce_scatter", inputs, size, output);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckReduceOp(backend, "reduce_scatter", op, output);
+      !s.ok())
+    return s;
+  return absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
+                      ", ", DescribeTensor(output), " per rank)");
+}
+
 }  // namespace dtrain::backend::internal

@@ -6,10 +6,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -45,6 +47,35 @@ absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
 // kAverage needs a floating dtype.
 absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
                            ReduceOp reduce, const at::Tensor& t);
+
+// Validates one tensor the way a backend needs (device, dtype, size limits).
+using TensorCheck =
+    std::function<absl::Status(absl::string_view op, const at::Tensor& t)>;
+// Hands out the next sequence number; called only for collectives that pass
+// validation.
+using NextSeq = std::function<int64_t()>;
+
+// Each Prepare* checks a collective's arguments for `backend` (rank count
+// `size`) and returns its description for messages, e.g. "allreduce #12 (sum,
+// 4096 x float32 = 16 KiB, ring, bucket 3)", or the argument error. `details`
+// are appended inside the parentheses when not empty.
+absl::StatusOr<std::string> PrepareAllReduce(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, const at::Tensor& tensor, ReduceOp op,
+    absl::Span<const absl::string_view> details);
+absl::StatusOr<std::string> PrepareBroadcast(absl::string_view backend,
+                                             const TensorCheck& check,
+                                             const NextSeq& next_seq, int size,
+                                             const at::Tensor& tensor,
+                                             int root);
+absl::StatusOr<std::string> PrepareAllGather(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, int size, absl::Span<const at::Tensor> outputs,
+    const at::Tensor& input);
+absl::StatusOr<std::string> PrepareReduceScatter(
+    absl::string_view backend, const TensorCheck& check,
+    const NextSeq& next_seq, int size, const at::Tensor& output,
+    absl::Span<const at::Tensor> inputs, ReduceOp op);
 
 }  // namespace dtrain::backend::internal
 

@@ -212,24 +212,18 @@ class GlooBackend : public Backend {
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
-    if (absl::Status s = Check("allreduce", tensor); !s.ok())
-      return CompletionWork::Failed(s);
-    if (absl::Status s =
-            internal::CheckReduceOp(kName, "allreduce", op, tensor);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    const int64_t bytes = tensor.numel() * tensor.element_size();
+    // Validation comes after: an undefined tensor has no element size.
+    const int64_t bytes =
+        tensor.defined() ? tensor.numel() * tensor.element_size() : 0;
     const GlooAlgorithm algorithm =
         algorithm_ == GlooAlgorithm::kAuto
             ? ChooseGlooAllReduceAlgorithm(bytes, size_)
             : algorithm_;
-    std::string what = absl::StrCat(
-        "allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
-        internal::DescribeTensor(tensor), ", ", GlooAlgorithmName(algorithm));
-    if (!label.empty()) absl::StrAppend(&what, ", ", label);
-    absl::StrAppend(&what, ")");
-    return Enqueue(std::move(what), [this, tensor, op, algorithm]() mutable {
+    absl::StatusOr<std::string> what =
+        internal::PrepareAllReduce(kName, check_, next_seq_, tensor, op,
+                                   {GlooAlgorithmName(algorithm), label});
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Enqueue(*std::move(what), [this, tensor, op, algorithm]() mutable {
       if (tensor.numel() == 0) return;
       at::Tensor staged = Staged(tensor);
       DispatchGlooType(staged.scalar_type(), [&](auto tag) {
@@ -243,16 +237,10 @@ class GlooBackend : public Backend {
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
-    if (absl::Status s = Check("broadcast", tensor); !s.ok())
-      return CompletionWork::Failed(s);
-    if (root < 0 || root >= size_) {
-      return CompletionWork::Failed(absl::InvalidArgumentError(absl::StrCat(
-          "gloo broadcast: root ", root, " is outside [0, ", size_, ")")));
-    }
-    std::string what =
-        absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
-                     internal::DescribeTensor(tensor), ")");
-    return Enqueue(std::move(what), [this, tensor, root]() mutable {
+    absl::StatusOr<std::string> what = internal::PrepareBroadcast(
+        kName, check_, next_seq_, size_, tensor, root);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Enqueue(*std::move(what), [this, tensor, root]() mutable {
       if (tensor.numel() == 0) return;
       DispatchGlooType(BitsType(tensor), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -266,16 +254,10 @@ class GlooBackend : public Backend {
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
-    if (absl::Status s = Check("allgather", input); !s.ok())
-      return CompletionWork::Failed(s);
-    if (absl::Status s =
-            internal::CheckSameAs(kName, "allgather", outputs, size_, input);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    std::string what = absl::StrCat("allgather #", next_seq(), " (",
-                                    internal::DescribeTensor(input), ")");
-    return Enqueue(std::move(what), [this, outputs, input]() mutable {
+    absl::StatusOr<std::string> what = internal::PrepareAllGather(
+        kName, check_, next_seq_, size_, outputs, input);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Enqueue(*std::move(what), [this, outputs, input]() mutable {
       const int64_t n = input.numel();
       if (n == 0) return;
       if (size_ == 1) {  // Gloo's ring needs a neighbour.
@@ -299,23 +281,10 @@ class GlooBackend : public Backend {
   std::shared_ptr<Work> ReduceScatter(at::Tensor output,
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
-    if (absl::Status s = Check("reduce_scatter", output); !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    if (absl::Status s = internal::CheckSameAs(kName, "reduce_scatter", inputs,
-                                               size_, output);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    if (absl::Status s =
-            internal::CheckReduceOp(kName, "reduce_scatter", op, output);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    std::string what =
-        absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
-                     ", ", internal::DescribeTensor(output), " per rank)");
-    return Enqueue(std::move(what), [this, output, inputs, op]() mutable {
+    absl::StatusOr<std::string> what = internal::PrepareReduceScatter(
+        kName, check_, next_seq_, size_, output, inputs, op);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Enqueue(*std::move(what), [this, output, inputs, op]() mutable {
       const int64_t n = output.numel();
       if (n == 0) return;
       std::vector<at::Tensor> flat_inputs;
@@ -367,6 +336,12 @@ class GlooBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return ++seq_;
   }
+
+  const internal::TensorCheck check_ = [this](absl::string_view op,
+                                              const at::Tensor& t) {
+    return Check(op, t);
+  };
+  const internal::NextSeq next_seq_ = [this] { return next_seq(); };
 
   std::shared_ptr<Work> Enqueue(std::string what, std::function<void()> run) {
     auto work = std::make_shared<CompletionWork>();

@@ -155,19 +155,10 @@ class NcclBackend : public Backend {
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
-    if (absl::Status s = Check("allreduce", tensor); !s.ok())
-      return CompletionWork::Failed(s);
-    if (absl::Status s =
-            internal::CheckReduceOp(kName, "allreduce", op, tensor);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    std::string what =
-        absl::StrCat("allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
-                     internal::DescribeTensor(tensor));
-    if (!label.empty()) absl::StrAppend(&what, ", ", label);
-    absl::StrAppend(&what, ")");
-    return Launch(std::move(what), {tensor}, [=]() {
+    absl::StatusOr<std::string> what = internal::PrepareAllReduce(
+        kName, check_, next_seq_, tensor, op, {label});
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Launch(*std::move(what), {tensor}, [=]() {
       return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            NcclType(tensor.scalar_type()), NcclOp(op), comm_,
                            stream_);
@@ -175,16 +166,10 @@ class NcclBackend : public Backend {
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
-    if (absl::Status s = Check("broadcast", tensor); !s.ok())
-      return CompletionWork::Failed(s);
-    if (root < 0 || root >= size_) {
-      return CompletionWork::Failed(absl::InvalidArgumentError(absl::StrCat(
-          "nccl broadcast: root ", root, " is outside [0, ", size_, ")")));
-    }
-    std::string what =
-        absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
-                     internal::DescribeTensor(tensor), ")");
-    return Launch(std::move(what), {tensor}, [=]() {
+    absl::StatusOr<std::string> what = internal::PrepareBroadcast(
+        kName, check_, next_seq_, size_, tensor, root);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return Launch(*std::move(what), {tensor}, [=]() {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            NcclType(tensor.scalar_type()), root, comm_,
                            stream_);
@@ -193,18 +178,12 @@ class NcclBackend : public Backend {
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
-    if (absl::Status s = Check("allgather", input); !s.ok())
-      return CompletionWork::Failed(s);
-    if (absl::Status s =
-            internal::CheckSameAs(kName, "allgather", outputs, size_, input);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    std::string what = absl::StrCat("allgather #", next_seq(), " (",
-                                    internal::DescribeTensor(input), ")");
+    absl::StatusOr<std::string> what = internal::PrepareAllGather(
+        kName, check_, next_seq_, size_, outputs, input);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
     std::vector<at::Tensor> keep = outputs;
     keep.push_back(input);
-    return Launch(std::move(what), std::move(keep), [=]() -> ncclResult_t {
+    return Launch(*std::move(what), std::move(keep), [=]() -> ncclResult_t {
       const size_t bytes = input.numel() * input.element_size();
       if (bytes == 0) return ncclSuccess;
       void* flat = nullptr;
@@ -227,25 +206,12 @@ class NcclBackend : public Backend {
   std::shared_ptr<Work> ReduceScatter(at::Tensor output,
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
-    if (absl::Status s = Check("reduce_scatter", output); !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    if (absl::Status s = internal::CheckSameAs(kName, "reduce_scatter", inputs,
-                                               size_, output);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    if (absl::Status s =
-            internal::CheckReduceOp(kName, "reduce_scatter", op, output);
-        !s.ok()) {
-      return CompletionWork::Failed(s);
-    }
-    std::string what =
-        absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
-                     ", ", internal::DescribeTensor(output), " per rank)");
+    absl::StatusOr<std::string> what = internal::PrepareReduceScatter(
+        kName, check_, next_seq_, size_, output, inputs, op);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
     std::vector<at::Tensor> keep = inputs;
     keep.push_back(output);
-    return Launch(std::move(what), std::move(keep), [=]() -> ncclResult_t {
+    return Launch(*std::move(what), std::move(keep), [=]() -> ncclResult_t {
       const size_t bytes = output.numel() * output.element_size();
       if (bytes == 0) return ncclSuccess;
       void* flat = nullptr;
@@ -303,6 +269,12 @@ class NcclBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return ++seq_;
   }
+
+  const internal::TensorCheck check_ = [this](absl::string_view op,
+                                              const at::Tensor& t) {
+    return Check(op, t);
+  };
+  const internal::NextSeq next_seq_ = [this] { return next_seq(); };
 
   // Orders the collective after the default stream's work, enqueues it on our
   // stream, and orders the default stream after it. The lock keeps issue order
