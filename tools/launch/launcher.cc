@@ -1,0 +1,325 @@
+#include "tools/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace dtrain::launch {
+namespace {
+
+// Written by the signal handler, read by the loop: the first SIGINT/SIGTERM,
+// and a byte on the pipe to wake poll() for every signal (SIGCHLD included).
+volatile sig_atomic_t g_stop_signal = 0;
+int g_wake_write = -1;
+
+void OnSignal(int sig) {
+  if (sig != SIGCHLD && g_stop_signal == 0) g_stop_signal = sig;
+  const int saved = errno;
+  if (g_wake_write >= 0) (void)!::write(g_wake_write, "x", 1);
+  errno = saved;
+}
+
+// The signal handler's self-pipe.
+class Pipe {
+ public:
+  Pipe() { ok_ = ::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) == 0; }
+  ~Pipe() {
+    if (ok_) {
+      ::close(fds_[0]);
+      ::close(fds_[1]);
+    }
+  }
+  bool ok() const { return ok_; }
+  int read_fd() const { return fds_[0]; }
+  int write_fd() const { return fds_[1]; }
+
+ private:
+  int fds_[2] = {-1, -1};
+  bool ok_ = false;
+};
+
+// Installs the handlers for the lifetime of the object and restores the
+// previous ones after.
+class SignalScope {
+ public:
+  explicit SignalScope(int wake_write) {
+    g_stop_signal = 0;
+    g_wake_write = wake_write;
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~SignalScope() {
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    g_wake_write = -1;
+  }
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGCHLD};
+  struct sigaction old_[3];
+};
+
+struct Rank {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+
+  std::string Name() const {
+    return absl::StrCat("rank ", rank, " (local rank ", local_rank, ", pid ",
+                        pid, ")");
+  }
+};
+
+std::string DescribeStatus(int status) {
+  if (WIFEXITED(status))
+    return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
+                        strsignal(WTERMSIG(status)), ")");
+  }
+  return absl::StrCat("ended with status ", status);
+}
+
+bool Failed(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+// The environment of one rank: ours, with the launcher's variables set.
+std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
+                                         int local_rank, int restart) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env[std::string(*e, eq - *e)] = eq + 1;
+  }
+  env["RANK"] = std::to_string(rank);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = std::to_string(o.nproc_per_node * o.nnodes);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc_per_node);
+  env["GROUP_RANK"] = std::to_string(o.node_rank);
+  env["MASTER_ADDR"] = o.master_addr;
+  env["MASTER_PORT"] = std::to_string(o.master_port);
+  env["DTRAIN_RESTART_COUNT"] = std::to_string(restart);
+  // Several ranks on few cores oversubscribe with one OpenMP thread pool per
+  // core each.
+  env.emplace("OMP_NUM_THREADS", "1");
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
+  return out;
+}
+
+// Starts one rank. Everything the child needs is prepared before fork().
+absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r,
+                            int restart) {
+  std::vector<std::string> env_strings =
+      RankEnvironment(o, r.rank, r.local_rank, restart);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o.command;
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string failed_exec = absl::StrCat(
+      "[launch] rank ", r.rank, ": cannot run '", o.command[0], "': ");
+  const pid_t parent = ::getpid();
+  // Signals stay blocked across fork until the child has reset the launcher's
+  // handlers, so that a SIGTERM arriving in that window takes its default
+  // effect instead of running our handler there.
+  sigset_t block, saved;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &block, &saved);
+  const pid_t pid = ::fork();
+  if (pid != 0) ::sigprocmask(SIG_SETMASK, &saved, nullptr);
+  if (pid < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("fork for rank ", r.rank, ": ", strerror(errno)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127);  // The launcher died before prctl took effect.
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &saved, nullptr);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const std::string message = failed_exec + strerror(errno) + "\n";
+    (void)!::write(STDERR_FILENO, message.data(), message.size());
+    ::_exit(127);
+  }
+  ::setpgid(pid,
+            pid);  // Also here, so that killpg works even before the child ran.
+  return pid;
+}
+
+void SignalGroup(const std::vector<Rank>& ranks, int sig) {
+  for (const Rank& r : ranks) {
+    if (r.running) ::killpg(r.pid, sig);
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
+  if (o.command.empty()) {
+    return absl::InvalidArgumentError(
+        "no program to launch: give it after the flags, e.g. "
+        "launch --nproc_per_node=2 -- ./train --epochs=1");
+  }
+  if (o.nproc_per_node < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nproc_per_node=", o.nproc_per_node, " must be at least 1"));
+  }
+  if (o.nnodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes=", o.nnodes, " must be at least 1"));
+  }
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_rank=", o.node_rank,
+                     " is outside [0, --nnodes=", o.nnodes, ")"));
+  }
+  if (o.master_port < 1 || o.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--master_port=", o.master_port, " is outside 1..65535"));
+  }
+  if (o.master_addr.empty())
+    return absl::InvalidArgumentError("--master_addr is empty");
+  if (o.max_restarts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_restarts=", o.max_restarts, " must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
+  if (absl::Status s = ValidateLaunchOptions(o); !s.ok()) return s;
+  Pipe wake;
+  if (!wake.ok())
+    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  const int pipe_fds[2] = {wake.read_fd(), wake.write_fd()};
+  SignalScope signals(
+      wake.write_fd());  // Destroyed before the pipe it writes to.
+  LaunchResult result;
+  const int world_size = o.nproc_per_node * o.nnodes;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<Rank> ranks(o.nproc_per_node);
+    for (int i = 0; i < o.nproc_per_node; ++i) {
+      ranks[i].local_rank = i;
+      ranks[i].rank = o.node_rank * o.nproc_per_node + i;
+    }
+    log << "[launch] starting ranks " << ranks.front().rank << "-"
+        << ranks.back().rank << " of " << world_size << " (node " << o.node_rank
+        << " of " << o.nnodes << ", master " << o.master_addr << ":"
+        << o.master_port << ")"
+        << (attempt > 0
+                ? absl::StrCat(", restart ", attempt, " of ", o.max_restarts)
+                : "")
+        << ": " << absl::StrJoin(o.command, " ") << std::endl;
+    for (Rank& r : ranks) {
+      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt);
+      if (!pid.ok()) {
+        SignalGroup(ranks, SIGKILL);
+        for (Rank& q : ranks) {
+          if (q.running) ::waitpid(q.pid, nullptr, 0);
+        }
+        return pid.status();
+      }
+      r.pid = *pid;
+      r.running = true;
+    }
+
+    std::string failure;  // The first rank failure of this attempt.
+    int stop_signal = 0;  // A SIGINT/SIGTERM received and forwarded.
+    absl::Time kill_at = absl::InfiniteFuture();
+    int running = static_cast<int>(ranks.size());
+    while (running > 0) {
+      pollfd p{pipe_fds[0], POLLIN, 0};
+      ::poll(&p, 1, 100);
+      char drain[64];
+      while (::read(pipe_fds[0], drain, sizeof(drain)) > 0) {
+      }
+      for (Rank& r : ranks) {
+        if (!r.running || ::waitpid(r.pid, &r.status, WNOHANG) != r.pid)
+          continue;
+        r.running = false;
+        --running;
+        // Anything the rank left in its process group goes with it.
+        ::killpg(r.pid, SIGKILL);
+        if (Failed(r.status) && failure.empty() && stop_signal == 0) {
+          failure = absl::StrCat(r.Name(), " ", DescribeStatus(r.status));
+          log << "[launch] " << failure;
+          if (running > 0) {
+            log << "; stopping the other ranks";
+            SignalGroup(ranks, SIGTERM);
+            kill_at = absl::Now() + o.stop_timeout;
+          }
+          log << std::endl;
+        }
+      }
+      if (g_stop_signal != 0 && stop_signal == 0) {
+        stop_signal = g_stop_signal;
+        log << "[launch] received " << strsignal(stop_signal)
+            << "; forwarding it to " << running << " rank(s)" << std::endl;
+        SignalGroup(ranks, stop_signal);
+        kill_at = std::min(kill_at, absl::Now() + o.stop_timeout);
+      }
+      if (running > 0 && absl::Now() >= kill_at) {
+        log << "[launch] " << running << " rank(s) still running "
+            << absl::FormatDuration(o.stop_timeout)
+            << " after being asked to stop; killing them" << std::endl;
+        SignalGroup(ranks, SIGKILL);
+        kill_at = absl::InfiniteFuture();
+      }
+    }
+
+    if (stop_signal != 0) {
+      result.exit_code = 128 + stop_signal;
+      result.summary = absl::StrCat("stopped by ", strsignal(stop_signal));
+      break;
+    }
+    if (failure.empty()) {
+      result.exit_code = 0;
+      result.summary =
+          absl::StrCat("all ", ranks.size(), " rank(s) exited with code 0");
+      break;
+    }
+    if (attempt >= o.max_restarts) {
+      result.exit_code = 1;
+      result.summary = o.max_restarts > 0
+                           ? absl::StrCat(failure, " (after ", attempt,
+                                          " restart(s), the limit)")
+                           : failure;
+      break;
+    }
+    ++result.restarts;
+    log << "[launch] restarting the group (" << result.restarts << " of "
+        << o.max_restarts << ")" << std::endl;
+  }
+  log << "[launch] " << result.summary << std::endl;
+  return result;
+}
+
+}  // namespace dtrain::launch

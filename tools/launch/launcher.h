@@ -1,0 +1,67 @@
+// The launcher: starts a program once per local rank with torchrun's
+// environment variables, watches the group, and ends it as a whole. For any
+// program, not only the trainer:
+//
+//   launch --nproc_per_node=4 -- bazel-bin/trainer/train --epochs=1
+//
+// Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, OMP_NUM_THREADS=1 (unless already set) and DTRAIN_RESTART_COUNT.
+// Ranks run in their own process groups and die with the launcher
+// (PR_SET_PDEATHSIG), so none is left behind.
+//
+// When a rank fails (non-zero exit or a signal) the launcher stops the others
+// (SIGTERM, then SIGKILL after `stop_timeout`) and reports which rank failed
+// and how. With max_restarts > 0 it then starts the whole group again (a
+// trainer resumes from its latest checkpoint). SIGINT and SIGTERM sent to the
+// launcher are forwarded to every rank; the launcher then waits `stop_timeout`
+// for them to exit.
+//
+// Run() installs SIGINT/SIGTERM/SIGCHLD handling for its duration; call it from
+// one thread at a time.
+#ifndef DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_
+#define DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace dtrain::launch {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int max_restarts = 0;
+  // How long ranks get to exit after SIGTERM before SIGKILL.
+  absl::Duration stop_timeout = absl::Seconds(30);
+  // The program and its arguments.
+  std::vector<std::string> command;
+};
+
+struct LaunchResult {
+  // 0 when every rank exited 0; 1 when a rank failed; 128 + signal when the
+  // launcher was stopped by SIGINT or SIGTERM.
+  int exit_code = 0;
+  // What happened, for people: "rank 2 (local rank 2, pid 4242) was killed by
+  // signal 9 (Killed)".
+  std::string summary;
+  int restarts = 0;
+};
+
+// Checks the options: kInvalidArgument naming the bad one.
+absl::Status ValidateLaunchOptions(const LaunchOptions& options);
+
+// Runs the group to the end. Progress lines ("[launch] ...") go to `log`.
+// Errors only for what prevents launching at all (bad options, fork failure);
+// rank failures are in the result.
+absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
+                                 std::ostream& log);
+
+}  // namespace dtrain::launch
+
+#endif  // DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_

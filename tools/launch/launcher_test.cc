@@ -1,0 +1,178 @@
+// The launcher with /bin/sh programs as ranks: environment, success, failures
+// by exit code and by signal, stopping the others, restarts, and bad options.
+
+#include "tools/launch/launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::launch {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+std::string TmpDir() { return getenv("TEST_TMPDIR"); }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+LaunchOptions Shell(int nproc, const std::string& script) {
+  LaunchOptions o;
+  o.nproc_per_node = nproc;
+  o.master_port = 29999;
+  o.stop_timeout = absl::Seconds(5);
+  o.command = {"/bin/sh", "-c", script};
+  return o;
+}
+
+LaunchResult MustRun(const LaunchOptions& o) {
+  std::ostringstream log;
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::printf("%s", log.str().c_str());
+  return r.ok() ? *r : LaunchResult{-1, "", 0};
+}
+
+TEST(LauncherTest, SetsTorchrunEnvironmentForEveryRank) {
+  const std::string dir = TmpDir();
+  LaunchOptions o =
+      Shell(3, absl::StrCat("echo \"$RANK $LOCAL_RANK $WORLD_SIZE "
+                            "$LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
+                            "$OMP_NUM_THREADS $DTRAIN_RESTART_COUNT\" > ",
+                            dir, "/env.$RANK"));
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "10.1.2.3";
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.summary, "all 3 rank(s) exited with code 0");
+  for (int local = 0; local < 3; ++local) {
+    const int rank = 3 + local;
+    EXPECT_EQ(Slurp(absl::StrCat(dir, "/env.", rank)),
+              absl::StrCat(rank, " ", local, " 6 3 10.1.2.3 29999 1 0\n"));
+  }
+}
+
+TEST(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
+  const absl::Time start = absl::Now();
+  LaunchResult r =
+      MustRun(Shell(3, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(
+      r.summary,
+      MatchesRegex("rank 1 \\(local rank 1, pid [0-9]+\\) exited with code 3"));
+  EXPECT_LT(absl::Now() - start,
+            absl::Seconds(4));  // Sleepers die on SIGTERM at once.
+}
+
+TEST(LauncherTest, RankKilledBySignalIsReportedAsSuch) {
+  LaunchResult r =
+      MustRun(Shell(2, "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; sleep 60"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.summary, HasSubstr("rank 0 (local rank 0, pid "));
+  EXPECT_THAT(r.summary, HasSubstr("was killed by signal 9 (Killed)"));
+}
+
+TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheStopTimeout) {
+  LaunchOptions o = Shell(2,
+                          "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 2; fi; "
+                          "trap '' TERM; while :; do sleep 0.05; done");
+  o.stop_timeout = absl::Milliseconds(500);
+  const absl::Time start = absl::Now();
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.summary, HasSubstr("rank 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(LauncherTest, RestartsTheGroupUntilItSucceeds) {
+  // Fails on the first attempt only.
+  LaunchOptions o = Shell(2, "[ \"$DTRAIN_RESTART_COUNT\" -ge 1 ] || exit 5");
+  o.max_restarts = 3;
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restarts, 1);
+}
+
+TEST(LauncherTest, GivesUpAfterMaxRestarts) {
+  LaunchOptions o = Shell(2, "exit 4");
+  o.max_restarts = 2;
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.restarts, 2);
+  EXPECT_THAT(r.summary,
+              HasSubstr("exited with code 4 (after 2 restart(s), the limit)"));
+}
+
+TEST(LauncherTest, MissingProgramFailsWithCode127) {
+  LaunchOptions o;
+  o.command = {"/nonexistent/program"};
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.summary, HasSubstr("exited with code 127"));
+}
+
+TEST(LauncherTest, NothingIsLeftBehind) {
+  // The rank leaves a background child behind and exits; the launcher kills its
+  // process group.
+  const std::string pid_file = TmpDir() + "/grandchild.pid";
+  LaunchResult r =
+      MustRun(Shell(1, absl::StrCat("sleep 300 & echo $! > ", pid_file)));
+  EXPECT_EQ(r.exit_code, 0);
+  const int pid = std::stoi(Slurp(pid_file));
+  // Gone, or at most a zombie waiting for init, once SIGKILL has been
+  // delivered.
+  std::string state;
+  for (int i = 0; i < 100; ++i) {
+    state = Slurp(absl::StrCat("/proc/", pid, "/stat"));
+    if (state.empty() || state.find(") Z ") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(state.empty() || state.find(") Z ") != std::string::npos)
+      << state;
+}
+
+TEST(LauncherTest, BadOptionsAreNamed) {
+  struct Case {
+    LaunchOptions options;
+    std::string message;
+  };
+  LaunchOptions base = Shell(1, "true");
+  std::vector<Case> cases;
+  cases.push_back({base, ""});
+  cases.back().options.command.clear();
+  cases.back().message = "no program to launch";
+  cases.push_back({base, "--nproc_per_node=0"});
+  cases.back().options.nproc_per_node = 0;
+  cases.push_back({base, "--node_rank=2 is outside [0, --nnodes=2)"});
+  cases.back().options.nnodes = 2;
+  cases.back().options.node_rank = 2;
+  cases.push_back({base, "--master_port=70000"});
+  cases.back().options.master_port = 70000;
+  cases.push_back({base, "--max_restarts=-1"});
+  cases.back().options.max_restarts = -1;
+  for (const Case& c : cases) {
+    std::ostringstream log;
+    absl::StatusOr<LaunchResult> r = launch::Run(c.options, log);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::launch

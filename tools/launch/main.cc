@@ -1,0 +1,54 @@
+// launch: torchrun for any program. See launcher.h for what it does.
+//
+//   launch --nproc_per_node=2 -- ./train --epochs=1
+//   launch --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --nproc_per_node=4
+//   -- ./train
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "tools/launch/launcher.h"
+
+ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
+ABSL_FLAG(int, nnodes, 1, "Number of nodes, each running its own launcher.");
+ABSL_FLAG(int, node_rank, 0, "This node's index in [0, nnodes).");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1",
+          "Address of the node that runs rank 0.");
+ABSL_FLAG(int, master_port, 29500,
+          "Port of the rendezvous store on the master.");
+ABSL_FLAG(int, max_restarts, 0,
+          "Restart the group this many times after a rank fails.");
+ABSL_FLAG(absl::Duration, stop_timeout, absl::Seconds(30),
+          "How long ranks get to exit after SIGTERM before SIGKILL.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "launch [flags] -- PROGRAM [ARGS...]: runs PROGRAM once per local rank "
+      "with RANK, "
+      "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+      "set.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  dtrain::launch::LaunchOptions o;
+  o.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.node_rank = absl::GetFlag(FLAGS_node_rank);
+  o.master_addr = absl::GetFlag(FLAGS_master_addr);
+  o.master_port = absl::GetFlag(FLAGS_master_port);
+  o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  o.stop_timeout = absl::GetFlag(FLAGS_stop_timeout);
+  for (size_t i = 1; i < positional.size(); ++i)
+    o.command.emplace_back(positional[i]);
+  absl::StatusOr<dtrain::launch::LaunchResult> result =
+      dtrain::launch::Run(o, std::cerr);
+  if (!result.ok()) {
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(result.status().message()).c_str());
+    return 2;
+  }
+  return result->exit_code;
+}
