@@ -160,6 +160,47 @@ TEST_P(GlooCollectivesTest, BroadcastAllGatherReduceScatterBarrier) {
   });
 }
 
+// Every operation and dtype once more at a large, odd size (1M+3 elements), on
+// 3 ranks.
+TEST(GlooLargeMessageTest, EveryOperationAndDtypeAtOneMillionPlusThree) {
+  constexpr int w = 3;
+  constexpr int64_t n = (1 << 20) + 3;
+  RunRanks(w, Gloo(), [&](Backend& b) {
+    const int r = b.rank();
+    for (at::ScalarType dtype : kDtypes) {
+      const std::string what =
+          absl::StrCat("rank ", r, " ", c10::toString(dtype));
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                          ReduceOp::kMax, ReduceOp::kProduct}) {
+        if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+        at::Tensor t = op == ReduceOp::kProduct ? ProductFill(r, n, dtype)
+                                                : Fill(r, n, dtype);
+        absl::Status s = b.AllReduce(t, op)->Wait();
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectEqual(t, Expected(op, w, n),
+                    absl::StrCat("allreduce ", ReduceOpName(op), " ", what));
+      }
+      at::Tensor t = Fill(r, n, dtype);
+      ASSERT_TRUE(b.Broadcast(t, 1)->Wait().ok()) << what;
+      ExpectEqual(t, Fill(1, n, dtype).to(at::kDouble), "broadcast " + what);
+      std::vector<at::Tensor> outputs;
+      for (int p = 0; p < w; ++p) outputs.push_back(at::zeros({n}, dtype));
+      ASSERT_TRUE(b.AllGather(outputs, Fill(r, n, dtype))->Wait().ok()) << what;
+      for (int p = 0; p < w; ++p) {
+        ExpectEqual(outputs[p], Fill(p, n, dtype).to(at::kDouble),
+                    "allgather " + what);
+      }
+      std::vector<at::Tensor> inputs;
+      for (int p = 0; p < w; ++p)
+        inputs.push_back((Fill(r, n, at::kLong) + p).to(dtype));
+      at::Tensor out = at::zeros({n}, dtype);
+      ASSERT_TRUE(b.ReduceScatter(out, inputs)->Wait().ok()) << what;
+      ExpectEqual(out, Expected(ReduceOp::kSum, w, n) + w * r,
+                  "reduce_scatter " + what);
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectivesTest,
                          ::testing::Range(1, 9), [](const auto& info) {
                            return absl::StrCat("w", info.param);
