@@ -5,8 +5,9 @@
 //
 // Ordering contract: every rank issues the same collectives, with the same
 // shapes, dtypes and roots, in the same order. A backend runs its collectives
-// in issue order; a rank that breaks the contract makes the job fail or hang
-// until the timeout, never silently mix data.
+// in issue order. A rank that breaks the contract gets undefined results:
+// mismatched sizes usually fail or hang until the timeout, but tensors of equal
+// byte size and different dtypes can be combined silently.
 //
 // Asynchrony and lifetimes: each call returns at once with a Work handle; the
 // backend keeps the tensors alive until the collective finishes. The caller

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "dist/rendezvous/prefix_store.h"
 
 namespace dtrain::backend::internal {
 namespace {
@@ -69,6 +70,11 @@ absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
   if (!t.defined())
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": undefined tensor"));
+  if (t.layout() != at::kStrided || t.is_quantized()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " needs dense (strided) tensors; got layout ",
+        c10::toString(t.layout()), t.is_quantized() ? " (quantized)" : ""));
+  }
   if (want_cuda != t.is_cuda()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " needs ", want_cuda ? "CUDA" : "CPU",
@@ -99,9 +105,9 @@ absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
-    if (!t.defined() || t.scalar_type() != like.scalar_type() ||
-        t.numel() != like.numel() || t.device() != like.device() ||
-        !t.is_contiguous()) {
+    if (!t.defined() || t.layout() != at::kStrided ||
+        t.scalar_type() != like.scalar_type() || t.numel() != like.numel() ||
+        t.device() != like.device() || !t.is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": tensor ", i, " (", DescribeTensor(t),
           t.defined() ? absl::StrCat(" on ", t.device().str()) : "",
@@ -122,25 +128,43 @@ absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> PrepareAllReduce(
+absl::StatusOr<std::shared_ptr<rendezvous::Store>> BackendNamespace(
+    std::shared_ptr<rendezvous::Store> store, absl::string_view backend,
+    int rank) {
+  absl::StatusOr<int64_t> n =
+      store->Add(absl::StrCat(backend, "_instances/rank", rank), 1);
+  if (!n.ok()) {
+    return absl::Status(n.status().code(),
+                        absl::StrCat("[rank ", rank, "] ", backend,
+                                     ": numbering this backend in the store: ",
+                                     n.status().message()));
+  }
+  return std::make_shared<rendezvous::PrefixStore>(
+      absl::StrCat(backend, "/", *n), std::move(store));
+}
+
+std::string Describe(const Description& d, int64_t seq) {
+  if (d.details.empty()) return absl::StrCat(d.op, " #", seq);
+  return absl::StrCat(d.op, " #", seq, " (", d.details, ")");
+}
+
+absl::StatusOr<Description> PrepareAllReduce(
     absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, const at::Tensor& tensor, ReduceOp op,
+    const at::Tensor& tensor, ReduceOp op,
     absl::Span<const absl::string_view> details) {
   if (absl::Status s = check("allreduce", tensor); !s.ok()) return s;
   if (absl::Status s = CheckReduceOp(backend, "allreduce", op, tensor); !s.ok())
     return s;
-  std::string what =
-      absl::StrCat("allreduce #", next_seq(), " (", ReduceOpName(op), ", ",
-                   DescribeTensor(tensor));
-  for (absl::string_view d : details) {
-    if (!d.empty()) absl::StrAppend(&what, ", ", d);
+  Description d{"allreduce",
+                absl::StrCat(ReduceOpName(op), ", ", DescribeTensor(tensor))};
+  for (absl::string_view x : details) {
+    if (!x.empty()) absl::StrAppend(&d.details, ", ", x);
   }
-  return absl::StrCat(what, ")");
+  return d;
 }
 
-absl::StatusOr<std::string> PrepareBroadcast(absl::string_view backend,
-                                             const TensorCheck& check,
-                                             const NextSeq& next_seq, int size,
+absl::StatusOr<Description> PrepareBroadcast(absl::string_view backend,
+                                             const TensorCheck& check, int size,
                                              const at::Tensor& tensor,
                                              int root) {
   if (absl::Status s = check("broadcast", tensor); !s.ok()) return s;
@@ -148,26 +172,24 @@ absl::StatusOr<std::string> PrepareBroadcast(absl::string_view backend,
     return absl::InvalidArgumentError(absl::StrCat(
         backend, " broadcast: root ", root, " is outside [0, ", size, ")"));
   }
-  return absl::StrCat("broadcast #", next_seq(), " (from rank ", root, ", ",
-                      DescribeTensor(tensor), ")");
+  return Description{"broadcast", absl::StrCat("from rank ", root, ", ",
+                                               DescribeTensor(tensor))};
 }
 
-absl::StatusOr<std::string> PrepareAllGather(
-    absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, int size, absl::Span<const at::Tensor> outputs,
-    const at::Tensor& input) {
+absl::StatusOr<Description> PrepareAllGather(
+    absl::string_view backend, const TensorCheck& check, int size,
+    absl::Span<const at::Tensor> outputs, const at::Tensor& input) {
   if (absl::Status s = check("allgather", input); !s.ok()) return s;
   if (absl::Status s = CheckSameAs(backend, "allgather", outputs, size, input);
       !s.ok())
     return s;
-  return absl::StrCat("allgather #", next_seq(), " (", DescribeTensor(input),
-                      ")");
+  return Description{"allgather", DescribeTensor(input)};
 }
 
-absl::StatusOr<std::string> PrepareReduceScatter(
-    absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, int size, const at::Tensor& output,
-    absl::Span<const at::Tensor> inputs, ReduceOp op) {
+absl::StatusOr<Description> PrepareReduceScatter(
+    absl::string_view backend, const TensorCheck& check, int size,
+    const at::Tensor& output, absl::Span<const at::Tensor> inputs,
+    ReduceOp op) {
   if (absl::Status s = check("reduce_scatter", output); !s.ok()) return s;
   if (absl::Status s =
           CheckSameAs(backend, "reduce_scatter", inputs, size, output);
@@ -177,8 +199,9 @@ absl::StatusOr<std::string> PrepareReduceScatter(
   if (absl::Status s = CheckReduceOp(backend, "reduce_scatter", op, output);
       !s.ok())
     return s;
-  return absl::StrCat("reduce_scatter #", next_seq(), " (", ReduceOpName(op),
-                      ", ", DescribeTensor(output), " per rank)");
+  return Description{"reduce_scatter",
+                     absl::StrCat(ReduceOpName(op), ", ",
+                                  DescribeTensor(output), " per rank")};
 }
 
 }  // namespace dtrain::backend::internal

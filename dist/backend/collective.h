@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dist/backend/backend.h"
+#include "dist/rendezvous/store.h"
 
 namespace dtrain::backend::internal {
 
@@ -51,31 +53,43 @@ absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
 // Validates one tensor the way a backend needs (device, dtype, size limits).
 using TensorCheck =
     std::function<absl::Status(absl::string_view op, const at::Tensor& t)>;
-// Hands out the next sequence number; called only for collectives that pass
-// validation.
-using NextSeq = std::function<int64_t()>;
+// A validated collective, described for messages: `op` ("allreduce") and
+// `details` ("sum, 4096 x float32 = 16 KiB, ring"). The backend adds the
+// sequence number when it issues it.
+struct Description {
+  std::string op;
+  std::string details;
+};
+
+// The store namespace of a new backend: "<backend>/<n>" where n counts the
+// backends of that kind this rank created over `store`. Every rank creates its
+// backends in the same order (as PyTorch numbers its process groups), so the
+// ranks of one backend meet in one fresh namespace, and a backend re-created
+// after another never reads the first one's keys.
+absl::StatusOr<std::shared_ptr<rendezvous::Store>> BackendNamespace(
+    std::shared_ptr<rendezvous::Store> store, absl::string_view backend,
+    int rank);
+
+// "allreduce #12 (sum, 4096 x float32 = 16 KiB, ring, bucket 3)".
+std::string Describe(const Description& d, int64_t seq);
 
 // Each Prepare* checks a collective's arguments for `backend` (rank count
-// `size`) and returns its description for messages, e.g. "allreduce #12 (sum,
-// 4096 x float32 = 16 KiB, ring, bucket 3)", or the argument error. `details`
-// are appended inside the parentheses when not empty.
-absl::StatusOr<std::string> PrepareAllReduce(
+// `size`) and describes it, or returns the argument error. `details` are
+// appended when not empty.
+absl::StatusOr<Description> PrepareAllReduce(
     absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, const at::Tensor& tensor, ReduceOp op,
+    const at::Tensor& tensor, ReduceOp op,
     absl::Span<const absl::string_view> details);
-absl::StatusOr<std::string> PrepareBroadcast(absl::string_view backend,
-                                             const TensorCheck& check,
-                                             const NextSeq& next_seq, int size,
+absl::StatusOr<Description> PrepareBroadcast(absl::string_view backend,
+                                             const TensorCheck& check, int size,
                                              const at::Tensor& tensor,
                                              int root);
-absl::StatusOr<std::string> PrepareAllGather(
-    absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, int size, absl::Span<const at::Tensor> outputs,
-    const at::Tensor& input);
-absl::StatusOr<std::string> PrepareReduceScatter(
-    absl::string_view backend, const TensorCheck& check,
-    const NextSeq& next_seq, int size, const at::Tensor& output,
-    absl::Span<const at::Tensor> inputs, ReduceOp op);
+absl::StatusOr<Description> PrepareAllGather(
+    absl::string_view backend, const TensorCheck& check, int size,
+    absl::Span<const at::Tensor> outputs, const at::Tensor& input);
+absl::StatusOr<Description> PrepareReduceScatter(
+    absl::string_view backend, const TensorCheck& check, int size,
+    const at::Tensor& output, absl::Span<const at::Tensor> inputs, ReduceOp op);
 
 }  // namespace dtrain::backend::internal
 

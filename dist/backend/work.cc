@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+
 namespace dtrain::backend::internal {
 
 std::shared_ptr<Work> CompletionWork::Failed(absl::Status status) {
@@ -12,13 +14,15 @@ std::shared_ptr<Work> CompletionWork::Failed(absl::Status status) {
 
 absl::Status CompletionWork::Wait(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout == absl::InfiniteDuration()) {
+  // Centuries overflow std::chrono's nanoseconds: treat them as forever.
+  if (timeout >= absl::Hours(24 * 365 * 100)) {
     cv_.wait(lock, [this] { return done_; });
   } else if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                            [this] { return done_; })) {
     return absl::DeadlineExceededError(
-        "collective still running after the wait's timeout of " +
-        absl::FormatDuration(timeout));
+        absl::StrCat(what_.empty() ? "collective" : what_,
+                     " still running after the wait's timeout of ",
+                     absl::FormatDuration(timeout)));
   }
   return status_;
 }

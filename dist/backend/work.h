@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "dist/backend/backend.h"
 
@@ -16,6 +17,10 @@ namespace dtrain::backend::internal {
 
 class CompletionWork : public Work {
  public:
+  // `what` names the collective in Wait's timeout message: "[rank 0] gloo
+  // allreduce #3 (...)".
+  explicit CompletionWork(std::string what = "") : what_(std::move(what)) {}
+
   // A Work that has already failed, for argument errors found before anything
   // was issued.
   static std::shared_ptr<Work> Failed(absl::Status status);
@@ -30,6 +35,7 @@ class CompletionWork : public Work {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
+  const std::string what_;
   bool done_ = false;
   absl::Status status_;
 };

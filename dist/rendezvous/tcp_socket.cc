@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -102,18 +103,17 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
                                 : JoinHostPort(host, port);
   auto addrs = Resolve(host, port, /*passive=*/true);
   if (!addrs.ok()) return addrs.status();
-  // With no host, prefer the IPv6 wildcard in dual-stack mode (accepts IPv4
-  // too).
-  addrinfo* chosen = nullptr;
+  // With no host, try the IPv6 wildcard first (dual-stack, accepts IPv4 too),
+  // then the rest (the IPv4 wildcard, for kernels without IPv6).
+  std::vector<addrinfo*> order;
   for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
-    if (host.empty() && a->ai_family == AF_INET6) {
-      chosen = a;
-      break;
-    }
+    if (host.empty() && a->ai_family == AF_INET6)
+      order.insert(order.begin(), a);
+    else
+      order.push_back(a);
   }
   std::string last_error = "no usable address";
-  for (addrinfo* a = chosen ? chosen : addrs->get(); a != nullptr;
-       a = chosen ? nullptr : a->ai_next) {
+  for (addrinfo* a : order) {
     Fd fd(
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {

@@ -128,8 +128,14 @@ void TcpStoreServer::Loop::Run() {
     fds.push_back({wake_read_.get(), POLLIN, 0});
     fds.push_back({listen_.get(), POLLIN, 0});
     for (auto& [id, c] : clients_) {
-      short events = 0;
-      if (!c.blocked && !c.closing) events |= POLLIN;
+      // POLLRDHUP: a client that hangs up while blocked in Get/Wait is noticed
+      // at once. Input is read only while replies are not piling up, which
+      // bounds a client's memory on both sides.
+      short events = POLLRDHUP;
+      if (!c.blocked && !c.closing &&
+          c.out.size() <= options_.max_payload_bytes) {
+        events |= POLLIN;
+      }
       if (!c.out.empty()) events |= POLLOUT;
       fds.push_back({c.fd.get(), events, 0});
       ids.push_back(id);
@@ -145,8 +151,16 @@ void TcpStoreServer::Loop::Run() {
       if (it == clients_.end()) continue;
       Client& c = it->second;
       const short rev = fds[i].revents;
-      if (rev & POLLOUT) WriteTo(c);
-      if (rev & (POLLIN | POLLHUP | POLLERR)) ReadFrom(id, c);
+      if (rev & POLLOUT) {
+        WriteTo(c);
+        if (c.out.empty() && !c.in.empty()) resume_.push_back(id);
+      }
+      if (c.blocked && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
+        c.fd =
+            internal::Fd();  // Gone while waiting: its waiter is dropped below.
+      } else if (rev & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) {
+        ReadFrom(id, c);
+      }
     }
     ExpireWaiters(absl::Now());
     std::vector<int> resume;
@@ -218,7 +232,9 @@ void TcpStoreServer::Loop::WriteTo(Client& c) {
 }
 
 void TcpStoreServer::Loop::ProcessFrames(int id, Client& c) {
-  while (!c.blocked && !c.closing && c.in.size() >= protocol::kHeaderSize) {
+  while (!c.blocked && !c.closing &&
+         c.out.size() <= options_.max_payload_bytes &&
+         c.in.size() >= protocol::kHeaderSize) {
     const protocol::Header h = protocol::DecodeHeader(c.in.data());
     std::string problem;
     if (h.magic != protocol::kMagic) {

@@ -1,7 +1,9 @@
 #include "dist/backend/gloo/gloo_backend.h"
 
 #include <ATen/ATen.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -157,14 +159,27 @@ at::ScalarType BitsType(const at::Tensor& t) {
 }
 
 // The address Gloo binds and advertises when none is given: this host's name if
-// it resolves.
-std::string DefaultHostname() {
+// it resolves, else loopback. `*loopback_only` tells whether that address only
+// reaches this machine (Debian maps the host name to 127.0.1.1), which is fine
+// on one machine and fatal on several.
+std::string DefaultHostname(bool* loopback_only) {
+  *loopback_only = true;
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) == 0) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* result = nullptr;
     if (::getaddrinfo(name, nullptr, &hints, &result) == 0) {
+      for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
+        const bool loopback =
+            a->ai_family == AF_INET
+                ? (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)
+                             ->sin_addr.s_addr) >>
+                   24) == 127
+                : IN6_IS_ADDR_LOOPBACK(
+                      &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+        if (!loopback) *loopback_only = false;
+      }
       ::freeaddrinfo(result);
       return name;
     }
@@ -195,14 +210,16 @@ class GlooBackend : public Backend {
     }
     cv_.notify_all();
     worker_.join();
-    if (broken_.ok() && size_ > 1) {
+    if (size_ > 1) {
       // Gloo shuts its sockets down abruptly, which can discard data a slower
       // peer has not read yet: close only once every rank has finished its last
-      // collective.
+      // collective. A broken backend still says it is leaving, so that healthy
+      // peers do not wait for it, but does not wait itself.
       std::vector<std::string> keys;
       for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("exit/", r));
-      if (store_->Set(keys[rank_], "").ok())
+      if (store_->Set(keys[rank_], "").ok() && broken_.ok()) {
         (void)store_->Wait(keys, exit_timeout_);
+      }
     }
   }
 
@@ -219,11 +236,10 @@ class GlooBackend : public Backend {
         algorithm_ == GlooAlgorithm::kAuto
             ? ChooseGlooAllReduceAlgorithm(bytes, size_)
             : algorithm_;
-    absl::StatusOr<std::string> what =
-        internal::PrepareAllReduce(kName, check_, next_seq_, tensor, op,
-                                   {GlooAlgorithmName(algorithm), label});
+    absl::StatusOr<internal::Description> what = internal::PrepareAllReduce(
+        kName, check_, tensor, op, {GlooAlgorithmName(algorithm), label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Enqueue(*std::move(what), [this, tensor, op, algorithm]() mutable {
+    return Enqueue(*what, [this, tensor, op, algorithm]() mutable {
       if (tensor.numel() == 0) return;
       at::Tensor staged = Staged(tensor);
       DispatchGlooType(staged.scalar_type(), [&](auto tag) {
@@ -237,10 +253,10 @@ class GlooBackend : public Backend {
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
-    absl::StatusOr<std::string> what = internal::PrepareBroadcast(
-        kName, check_, next_seq_, size_, tensor, root);
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Enqueue(*std::move(what), [this, tensor, root]() mutable {
+    return Enqueue(*what, [this, tensor, root]() mutable {
       if (tensor.numel() == 0) return;
       DispatchGlooType(BitsType(tensor), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -254,10 +270,10 @@ class GlooBackend : public Backend {
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
-    absl::StatusOr<std::string> what = internal::PrepareAllGather(
-        kName, check_, next_seq_, size_, outputs, input);
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllGather(kName, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Enqueue(*std::move(what), [this, outputs, input]() mutable {
+    return Enqueue(*what, [this, outputs, input]() mutable {
       const int64_t n = input.numel();
       if (n == 0) return;
       if (size_ == 1) {  // Gloo's ring needs a neighbour.
@@ -281,10 +297,10 @@ class GlooBackend : public Backend {
   std::shared_ptr<Work> ReduceScatter(at::Tensor output,
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
-    absl::StatusOr<std::string> what = internal::PrepareReduceScatter(
-        kName, check_, next_seq_, size_, output, inputs, op);
+    absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
+        kName, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Enqueue(*std::move(what), [this, output, inputs, op]() mutable {
+    return Enqueue(*what, [this, output, inputs, op]() mutable {
       const int64_t n = output.numel();
       if (n == 0) return;
       std::vector<at::Tensor> flat_inputs;
@@ -309,8 +325,7 @@ class GlooBackend : public Backend {
   }
 
   std::shared_ptr<Work> Barrier() override {
-    std::string what = absl::StrCat("barrier #", next_seq());
-    return Enqueue(std::move(what),
+    return Enqueue(internal::Description{"barrier", ""},
                    [this] { gloo::BarrierAllToAll(context_).run(); });
   }
 
@@ -332,21 +347,21 @@ class GlooBackend : public Backend {
     return s;
   }
 
-  int64_t next_seq() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return ++seq_;
-  }
-
   const internal::TensorCheck check_ = [this](absl::string_view op,
                                               const at::Tensor& t) {
     return Check(op, t);
   };
-  const internal::NextSeq next_seq_ = [this] { return next_seq(); };
 
-  std::shared_ptr<Work> Enqueue(std::string what, std::function<void()> run) {
-    auto work = std::make_shared<CompletionWork>();
+  // Numbers the collective and queues it; one lock for both, so numbers follow
+  // issue order.
+  std::shared_ptr<Work> Enqueue(const internal::Description& description,
+                                std::function<void()> run) {
+    std::shared_ptr<CompletionWork> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      std::string what = internal::Describe(description, ++seq_);
+      work = std::make_shared<CompletionWork>(
+          absl::StrCat("[rank ", rank_, "] gloo ", what));
       queue_.push_back(Task{std::move(what), std::move(run), work});
     }
     cv_.notify_one();
@@ -355,6 +370,10 @@ class GlooBackend : public Backend {
 
   // The worker: runs tasks in issue order until stopped and drained.
   void Loop() {
+    // The worker writes results in place (div_, copy_): into tensors that may
+    // require grad, such as parameters being averaged, which autograd would
+    // refuse.
+    at::NoGradGuard no_grad;
     while (true) {
       Task task;
       absl::Status broken;
@@ -378,6 +397,8 @@ class GlooBackend : public Backend {
         task.run();
       } catch (const gloo::IoException& e) {
         result = absl::UnavailableError(e.what());
+      } catch (const c10::Error& e) {
+        result = absl::InternalError(e.what_without_backtrace());
       } catch (const std::exception& e) {
         result = absl::InternalError(e.what());
       }
@@ -486,11 +507,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
         options.world_size, "; use ring_chunked or halving_doubling"));
   }
   gloo::transport::tcp::attr attr;
+  bool loopback_only = false;
   if (!options.iface.empty()) {
     attr.iface = options.iface;
   } else {
-    attr.hostname =
-        options.hostname.empty() ? DefaultHostname() : options.hostname;
+    attr.hostname = options.hostname.empty() ? DefaultHostname(&loopback_only)
+                                             : options.hostname;
   }
   const std::string where = !options.iface.empty()
                                 ? absl::StrCat("interface ", options.iface)
@@ -501,8 +523,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     auto context = std::make_shared<gloo::rendezvous::Context>(
         options.rank, options.world_size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    auto store =
-        std::make_shared<rendezvous::PrefixStore>("gloo", options.store);
+    absl::StatusOr<std::shared_ptr<rendezvous::Store>> namespaced =
+        internal::BackendNamespace(options.store, kName, options.rank);
+    if (!namespaced.ok()) return namespaced.status();
+    std::shared_ptr<rendezvous::Store> store = *std::move(namespaced);
     rendezvous::GlooStore gloo_store(store);
     context->connectFullMesh(gloo_store, device);
     // Publish the address of our end of each connection, so that a peer's error
@@ -512,14 +536,19 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
       absl::Status s =
           store->Set(absl::StrCat("pair_address/", options.rank, "/", p),
                      context->getPair(p)->address().str());
-      if (!s.ok()) return s;
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
     }
     std::vector<std::pair<std::string, int>> peer_addresses;
     for (int p = 0; p < options.world_size; ++p) {
       if (p == options.rank) continue;
       absl::StatusOr<std::string> address = store->Get(
           absl::StrCat("pair_address/", p, "/", options.rank), options.timeout);
-      if (!address.ok()) return address.status();
+      if (!address.ok()) {
+        return absl::Status(
+            address.status().code(),
+            absl::StrCat(who, ": ", address.status().message()));
+      }
       peer_addresses.emplace_back(*address, p);
     }
     return std::unique_ptr<Backend>(new GlooBackend(options, std::move(store),
@@ -529,7 +558,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     return absl::UnavailableError(absl::StrCat(
         who, ": connecting the full mesh of ", options.world_size, " ranks on ",
         where, " through ", options.store->Describe(), " failed after ",
-        internal::FormatElapsed(absl::Now() - start), ": ", e.what()));
+        internal::FormatElapsed(absl::Now() - start), ": ", e.what(),
+        loopback_only && options.world_size > 1
+            ? absl::StrCat(" (this host's name '", attr.hostname,
+                           "' resolves only to loopback: on several machines, "
+                           "name the network "
+                           "interface with GLOO_SOCKET_IFNAME)")
+            : ""));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #if DTRAIN_HAVE_NCCL
 
+#include <ATen/ATen.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -21,7 +22,6 @@
 #include "absl/time/clock.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/work.h"
-#include "dist/rendezvous/prefix_store.h"
 
 #endif  // DTRAIN_HAVE_NCCL
 
@@ -115,6 +115,25 @@ std::string NcclError(ncclComm_t comm, ncclResult_t r) {
   return message;
 }
 
+// Makes `device` current for its lifetime and restores the caller's device
+// after, so that calls into the backend never move the caller's later CUDA work
+// to another device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 class NcclBackend : public Backend {
  public:
   NcclBackend(const NcclBackendOptions& options, ncclComm_t comm,
@@ -136,10 +155,14 @@ class NcclBackend : public Backend {
     cv_.notify_all();
     watchdog_.join();  // Returns once every pending collective completed,
                        // failed or was aborted.
-    cudaSetDevice(device_);
+    DeviceGuard device(device_);
     if (comm_ != nullptr) {
-      if (broken_.ok()) {
-        ncclCommFinalize(comm_);
+      // A non-blocking communicator finalizes asynchronously: wait (bounded),
+      // then destroy; abort when broken or when finalizing does not finish.
+      const absl::Time deadline =
+          absl::Now() + std::min(timeout_, absl::Seconds(60));
+      if (broken_.ok() &&
+          Settle(comm_, ncclCommFinalize(comm_), deadline) == ncclSuccess) {
         ncclCommDestroy(comm_);
       } else {
         ncclCommAbort(comm_);
@@ -155,10 +178,10 @@ class NcclBackend : public Backend {
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
-    absl::StatusOr<std::string> what = internal::PrepareAllReduce(
-        kName, check_, next_seq_, tensor, op, {label});
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(*std::move(what), {tensor}, [=]() {
+    return Launch(*what, {tensor}, [=](std::vector<at::Tensor>&) {
       return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            NcclType(tensor.scalar_type()), NcclOp(op), comm_,
                            stream_);
@@ -166,10 +189,10 @@ class NcclBackend : public Backend {
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
-    absl::StatusOr<std::string> what = internal::PrepareBroadcast(
-        kName, check_, next_seq_, size_, tensor, root);
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(*std::move(what), {tensor}, [=]() {
+    return Launch(*what, {tensor}, [=](std::vector<at::Tensor>&) {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            NcclType(tensor.scalar_type()), root, comm_,
                            stream_);
@@ -178,70 +201,74 @@ class NcclBackend : public Backend {
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
-    absl::StatusOr<std::string> what = internal::PrepareAllGather(
-        kName, check_, next_seq_, size_, outputs, input);
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllGather(kName, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     std::vector<at::Tensor> keep = outputs;
     keep.push_back(input);
-    return Launch(*std::move(what), std::move(keep), [=]() -> ncclResult_t {
-      const size_t bytes = input.numel() * input.element_size();
-      if (bytes == 0) return ncclSuccess;
-      void* flat = nullptr;
-      if (cudaMallocAsync(&flat, bytes * size_, stream_) != cudaSuccess)
-        return ncclSystemError;
-      ncclResult_t r =
-          ncclAllGather(input.data_ptr(), flat, input.numel(),
-                        NcclType(input.scalar_type()), comm_, stream_);
-      r = Settle(comm_, r, absl::Now() + timeout_);
-      for (int i = 0; r == ncclSuccess && i < size_; ++i) {
-        cudaMemcpyAsync(outputs[i].data_ptr(),
-                        static_cast<char*>(flat) + i * bytes, bytes,
-                        cudaMemcpyDeviceToDevice, stream_);
-      }
-      cudaFreeAsync(flat, stream_);
-      return r;
-    });
+    return Launch(
+        *what, std::move(keep), [=](std::vector<at::Tensor>& staging) {
+          const size_t bytes = input.numel() * input.element_size();
+          if (bytes == 0) return ncclSuccess;
+          // Staging from the caching allocator, kept alive until the stream is
+          // done with it.
+          at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+          staging.push_back(flat);
+          ncclResult_t r =
+              ncclAllGather(input.data_ptr(), flat.data_ptr(), input.numel(),
+                            NcclType(input.scalar_type()), comm_, stream_);
+          r = Settle(comm_, r, absl::Now() + timeout_);
+          for (int i = 0; r == ncclSuccess && i < size_; ++i) {
+            if (cudaMemcpyAsync(outputs[i].data_ptr(),
+                                static_cast<char*>(flat.data_ptr()) + i * bytes,
+                                bytes, cudaMemcpyDeviceToDevice,
+                                stream_) != cudaSuccess) {
+              r = ncclUnhandledCudaError;
+            }
+          }
+          return r;
+        });
   }
 
   std::shared_ptr<Work> ReduceScatter(at::Tensor output,
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
-    absl::StatusOr<std::string> what = internal::PrepareReduceScatter(
-        kName, check_, next_seq_, size_, output, inputs, op);
+    absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
+        kName, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     std::vector<at::Tensor> keep = inputs;
     keep.push_back(output);
-    return Launch(*std::move(what), std::move(keep), [=]() -> ncclResult_t {
-      const size_t bytes = output.numel() * output.element_size();
-      if (bytes == 0) return ncclSuccess;
-      void* flat = nullptr;
-      if (cudaMallocAsync(&flat, bytes * size_, stream_) != cudaSuccess)
-        return ncclSystemError;
-      for (int i = 0; i < size_; ++i) {
-        cudaMemcpyAsync(static_cast<char*>(flat) + i * bytes,
-                        inputs[i].data_ptr(), bytes, cudaMemcpyDeviceToDevice,
-                        stream_);
-      }
-      const ncclResult_t r = ncclReduceScatter(
-          flat, output.data_ptr(), output.numel(),
-          NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
-      cudaFreeAsync(flat, stream_);
-      return r;
-    });
+    return Launch(
+        *what, std::move(keep), [=](std::vector<at::Tensor>& staging) {
+          const size_t bytes = output.numel() * output.element_size();
+          if (bytes == 0) return ncclSuccess;
+          at::Tensor flat =
+              at::empty({size_ * output.numel()}, output.options());
+          staging.push_back(flat);
+          for (int i = 0; i < size_; ++i) {
+            if (cudaMemcpyAsync(static_cast<char*>(flat.data_ptr()) + i * bytes,
+                                inputs[i].data_ptr(), bytes,
+                                cudaMemcpyDeviceToDevice,
+                                stream_) != cudaSuccess) {
+              return ncclUnhandledCudaError;
+            }
+          }
+          return ncclReduceScatter(
+              flat.data_ptr(), output.data_ptr(), output.numel(),
+              NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
+        });
   }
 
   std::shared_ptr<Work> Barrier() override {
-    std::string what = absl::StrCat("barrier #", next_seq());
-    return Launch(std::move(what), {}, [=]() -> ncclResult_t {
-      void* one = nullptr;
-      if (cudaMallocAsync(&one, sizeof(float), stream_) != cudaSuccess)
-        return ncclSystemError;
-      cudaMemsetAsync(one, 0, sizeof(float), stream_);
-      const ncclResult_t r =
-          ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_);
-      cudaFreeAsync(one, stream_);
-      return r;
-    });
+    return Launch(
+        internal::Description{"barrier", ""}, {},
+        [=](std::vector<at::Tensor>& staging) {
+          at::Tensor one = at::zeros(
+              {1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
+          staging.push_back(one);
+          return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32,
+                               ncclSum, comm_, stream_);
+        });
   }
 
  private:
@@ -253,6 +280,7 @@ class NcclBackend : public Backend {
     std::vector<at::Tensor>
         keep_alive;  // Until the stream has finished with them.
   };
+  using Enqueue = std::function<ncclResult_t(std::vector<at::Tensor>& staging)>;
 
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
     absl::Status s =
@@ -265,74 +293,91 @@ class NcclBackend : public Backend {
     return s;
   }
 
-  int64_t next_seq() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return ++seq_;
-  }
-
   const internal::TensorCheck check_ = [this](absl::string_view op,
                                               const at::Tensor& t) {
     return Check(op, t);
   };
-  const internal::NextSeq next_seq_ = [this] { return next_seq(); };
 
-  // Orders the collective after the default stream's work, enqueues it on our
-  // stream, and orders the default stream after it. The lock keeps issue order
-  // equal to enqueue order.
-  std::shared_ptr<Work> Launch(std::string what, std::vector<at::Tensor> keep,
-                               const std::function<ncclResult_t()>& enqueue) {
+  // Numbers the collective, orders it after the default stream's earlier work,
+  // and enqueues it on our stream between two events. The lock keeps numbers
+  // and enqueue order equal to issue order. Callers see the results once the
+  // Work completes (the watchdog saw the second event).
+  std::shared_ptr<Work> Launch(const internal::Description& description,
+                               std::vector<at::Tensor> keep,
+                               const Enqueue& enqueue) {
     std::lock_guard<std::mutex> lock(mu_);
+    const std::string what = internal::Describe(description, ++seq_);
     const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", what);
     if (!broken_.ok()) {
       return CompletionWork::Failed(absl::Status(
           broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
     }
-    cudaSetDevice(device_);
+    DeviceGuard device(device_);
     cudaError_t ce = cudaEventRecord(ready_, cudaStreamLegacy);
     if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream_, ready_, 0);
-    if (ce != cudaSuccess)
-      return FailLocked(
+    if (ce != cudaSuccess) {
+      return AbortLocked(
           absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
+    }
     const absl::Time start = absl::Now();
-    const ncclResult_t r = Settle(comm_, enqueue(), start + timeout_);
+    ncclResult_t r;
+    try {
+      r = Settle(comm_, enqueue(keep), start + timeout_);
+    } catch (const c10::Error& e) {
+      return AbortLocked(absl::InternalError(
+          absl::StrCat(who, " failed to start: ", e.what_without_backtrace())));
+    }
     if (r != ncclSuccess) {
-      return FailLocked(absl::UnavailableError(
-          absl::StrCat(who, " failed to start: ", NcclError(comm_, r))));
+      // NCCL may still run what it half-enqueued: abort, which also stops it
+      // touching our memory.
+      return AbortLocked(absl::UnavailableError(
+          absl::StrCat(who, " failed to start after ",
+                       internal::FormatElapsed(absl::Now() - start), ": ",
+                       r == ncclInProgress ? "still in progress at the timeout"
+                                           : NcclError(comm_, r))));
     }
     cudaEvent_t done = nullptr;
     ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
-    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cudaStreamLegacy, done, 0);
-    if (ce != cudaSuccess)
-      return FailLocked(
+    if (ce != cudaSuccess) {
+      if (done != nullptr) cudaEventDestroy(done);
+      return AbortLocked(
           absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
-    auto work = std::make_shared<CompletionWork>();
-    pending_.push_back(
-        Pending{work, done, start, std::move(what), std::move(keep)});
+    }
+    auto work = std::make_shared<CompletionWork>(who);
+    pending_.push_back(Pending{work, done, start, what, std::move(keep)});
     cv_.notify_all();
     return work;
   }
 
-  // Marks the backend broken with `status` and returns it as a failed Work.
-  // Requires mu_.
-  std::shared_ptr<Work> FailLocked(absl::Status status) {
+  // Aborts the communicator, fails every pending collective and returns
+  // `status` as a failed Work. Requires mu_.
+  std::shared_ptr<Work> AbortLocked(absl::Status status) {
     if (broken_.ok()) broken_ = status;
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    for (Pending& q : pending_) {
+      q.work->Complete(absl::Status(
+          status.code(), absl::StrCat("[rank ", rank_, "] nccl ", q.what,
+                                      " not completed: ", status.message())));
+      cudaEventDestroy(q.done);
+    }
+    pending_.clear();
     return CompletionWork::Failed(std::move(status));
   }
 
-  // The watchdog: completes pending work in order, and aborts on an
-  // asynchronous error or timeout.
+  // The watchdog: completes pending work in order; aborts on an asynchronous
+  // error or a timeout. It never sleeps holding the lock, so Launch is never
+  // held up by a collective in flight.
   void Watch() {
-    cudaSetDevice(device_);
+    DeviceGuard device(device_);
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait_for(
-          lock,
-          absl::ToChronoMicroseconds(pending_.empty() ? absl::Milliseconds(100)
-                                                      : kPollInterval),
-          [this] { return stop_ || !pending_.empty(); });
       if (pending_.empty()) {
         if (stop_) return;
+        cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
         continue;
       }
       Pending& p = pending_.front();
@@ -343,12 +388,12 @@ class NcclBackend : public Backend {
         pending_.pop_front();
         continue;
       }
-      absl::Status failure;
       const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", p.what);
       const std::string elapsed =
           internal::FormatElapsed(absl::Now() - p.start);
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      if (comm_ != nullptr) ncclCommGetAsyncError(comm_, &async);
+      absl::Status failure;
       if (ce != cudaErrorNotReady) {
         failure = absl::InternalError(
             absl::StrCat(who, " failed after ", elapsed, ": ", CudaError(ce)));
@@ -362,25 +407,18 @@ class NcclBackend : public Backend {
                          absl::FormatDuration(timeout_),
                          "): a peer never issued it, died, or is stuck; the "
                          "communicator was aborted"));
-      } else {
+      }
+      if (!failure.ok()) {
+        // The first pending collective gets the failure itself, the rest "not
+        // completed".
+        std::shared_ptr<CompletionWork> first = p.work;
+        first->Complete(failure);
+        AbortLocked(failure);
         continue;
       }
-      // The communicator cannot be trusted any more: abort it so the stream
-      // drains, then fail everything that was waiting.
-      if (broken_.ok()) broken_ = failure;
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      for (Pending& q : pending_) {
-        q.work->Complete(
-            q.work.get() == p.work.get()
-                ? failure
-                : absl::Status(
-                      failure.code(),
-                      absl::StrCat("[rank ", rank_, "] nccl ", q.what,
-                                   " not completed: ", failure.message())));
-        cudaEventDestroy(q.done);
-      }
-      pending_.clear();
+      lock.unlock();
+      absl::SleepFor(kPollInterval);
+      lock.lock();
     }
   }
 
@@ -434,10 +472,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
         absl::StrCat(who, ": device cuda:", options.device, " does not exist (",
                      devices, " visible)"));
   }
-  cudaSetDevice(options.device);
+  DeviceGuard device(options.device);
 
   // Rank 0 creates the communicator's id; the others read it from the store.
-  rendezvous::PrefixStore store("nccl", options.store);
+  absl::StatusOr<std::shared_ptr<rendezvous::Store>> namespaced =
+      internal::BackendNamespace(options.store, kName, options.rank);
+  if (!namespaced.ok()) return namespaced.status();
+  rendezvous::Store& store = **namespaced;
   ncclUniqueId id;
   if (options.rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
@@ -447,10 +488,19 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     }
     absl::Status s = store.Set(
         "unique_id", absl::string_view(id.internal, sizeof(id.internal)));
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat(who, ": publishing the unique id: ", s.message()));
+    }
   } else {
     absl::StatusOr<std::string> v = store.Get("unique_id", options.timeout);
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return absl::Status(
+          v.status().code(),
+          absl::StrCat(
+              who, ": waiting for rank 0's unique id: ", v.status().message()));
+    }
     if (v->size() != sizeof(id.internal)) {
       return absl::DataLossError(
           absl::StrCat(who, ": the unique id in the store has ", v->size(),

@@ -4,13 +4,14 @@
 // Construction shares NCCL's unique id from rank 0 through the store and
 // creates one communicator (non-blocking, so that a rank that never arrives
 // ends in a timeout rather than a hang). Every collective runs on the backend's
-// own CUDA stream, which first waits for the work already queued on the default
-// stream, and the default stream then waits for the collective: a caller that
-// stays on the default stream sees correct results without synchronising. A
-// watchdog thread completes Work handles as their CUDA events fire, polls
-// NCCL's asynchronous errors, and aborts the communicator when a collective
-// outlives the timeout; after that every call fails at once with the first
-// error.
+// own CUDA stream after the work already queued on the default stream (an event
+// orders them), so it reads what earlier kernels wrote; later default-stream
+// work is not held back, so computation overlaps communication, and results may
+// be read once the Work has completed (the contract of backend.h). A watchdog
+// thread completes Work handles as their CUDA events fire, polls NCCL's
+// asynchronous errors, and aborts the communicator when a collective outlives
+// the timeout; after that every call fails at once with the first error. Calls
+// leave the caller's current CUDA device as they found it.
 //
 // A build without NCCL (see third_party/cuda_configure.bzl) still has this API;
 // CreateNcclBackend then says it was built without NCCL and why.
