@@ -7,7 +7,9 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -331,6 +333,50 @@ TEST(GlooBackendTest, WaitWithTimeoutReturnsWhileStillRunning) {
     EXPECT_FALSE(work->Wait().ok());  // Then Gloo's own timeout ends it.
     rank0_done.Notify();
   });
+}
+
+// Model averaging: parameters require grad, and the backend writes into them in
+// place.
+TEST(GlooBackendTest, AveragesTensorsThatRequireGrad) {
+  RunRanks(2, Gloo(), [&](Backend& b) {
+    at::Tensor p = at::full({5}, b.rank() + 1.0).set_requires_grad(true);
+    absl::Status s = b.AllReduce(p, ReduceOp::kAverage)->Wait();
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(at::allclose(p.detach(), at::full({5}, 1.5)));
+  });
+}
+
+TEST(GlooBackendTest, RejectsSparseTensors) {
+  RunRanks(1, Gloo(), [&](Backend& b) {
+    absl::Status s = b.AllReduce(at::ones({4}).to_sparse())->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("dense (strided)"));
+  });
+}
+
+// A second backend over the same store gets its own namespace (PyTorch's
+// process groups likewise).
+TEST(GlooBackendTest, BackendsCreatedOneAfterAnotherOverOneStoreDoNotClash) {
+  auto store = std::make_shared<rendezvous::HashStore>(absl::Seconds(30));
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int generation = 0; generation < 3; ++generation) {
+        auto b = Gloo()(rank, 2, store);
+        if (!b.ok()) {
+          ADD_FAILURE() << b.status();
+          return;
+        }
+        at::Tensor t = at::ones({3});
+        if ((*b)->AllReduce(t)->Wait().ok() &&
+            at::allclose(t, at::full({3}, 2.0)))
+          ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 6);
 }
 
 // Gloo's bcube returns wrong sums at world size 3 instead of failing: the
