@@ -26,6 +26,11 @@ std::string Hostname() {
   return buf;
 }
 
+// A store error seen during the rendezvous, saying which rank saw it.
+absl::Status Prefixed(const std::string& who, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
+}
+
 std::string FormatSeconds(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(100)));
 }
@@ -87,7 +92,7 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
   // Claim the rank: a second claimant finds the first one's record.
   absl::StatusOr<std::string> claimed =
       store.CompareSet(RankKey(self.rank), "", mine);
-  if (!claimed.ok()) return claimed.status();
+  if (!claimed.ok()) return Prefixed(who, claimed.status());
   if (*claimed != mine) {
     absl::StatusOr<PeerInfo> other = PeerInfo::Decode(*claimed);
     return fail(absl::AlreadyExistsError(
@@ -98,7 +103,7 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
   // The first rank to arrive fixes the world size; the others must agree.
   absl::StatusOr<std::string> agreed =
       store.CompareSet("rdzv/world_size", "", std::to_string(self.world_size));
-  if (!agreed.ok()) return agreed.status();
+  if (!agreed.ok()) return Prefixed(who, agreed.status());
   if (*agreed != std::to_string(self.world_size)) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
         who, ": ranks disagree on the world size: ", self.Describe(), " says ",
@@ -113,7 +118,8 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
     const absl::Duration slice = std::min(kSlice, deadline - absl::Now());
     absl::Status s = store.Wait(keys, std::max(slice, absl::ZeroDuration()));
     if (s.ok()) break;
-    if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+    if (s.code() != absl::StatusCode::kDeadlineExceeded)
+      return Prefixed(who, s);
     absl::StatusOr<bool> error = store.Check({kErrorKey});
     if (error.ok() && *error) {
       absl::StatusOr<std::string> message =
@@ -147,9 +153,9 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
   for (int r = 0; r < options.world_size; ++r) {
     absl::StatusOr<std::string> record =
         store.Get(RankKey(r), absl::Seconds(10));
-    if (!record.ok()) return record.status();
+    if (!record.ok()) return Prefixed(who, record.status());
     absl::StatusOr<PeerInfo> peer = PeerInfo::Decode(*record);
-    if (!peer.ok()) return peer.status();
+    if (!peer.ok()) return Prefixed(who, peer.status());
     if (peer->world_size != self.world_size) {
       return fail(absl::FailedPreconditionError(absl::StrCat(
           who, ": ranks disagree on the world size: ", peer->Describe(),
