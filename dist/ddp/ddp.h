@@ -1,0 +1,230 @@
+// DistributedDataParallel for the LibTorch C++ frontend: PyTorch's
+// torch.nn.parallel.DistributedDataParallel semantics over our Backend.
+//
+//   auto ddp = DistributedDataParallel::Create(model, backend, options);
+//   for each step:
+//     RETURN_IF_ERROR(ddp->PrepareForward());   // buffers from rank 0
+//     loss = criterion(model->forward(x), y);
+//     loss.backward();                          // buckets allreduce as they
+//     fill RETURN_IF_ERROR(ddp->SynchronizeGradients());  // averaged .grad
+//     optimizer.step(); optimizer.zero_grad();
+//
+// Gradient accumulation: run all but the last micro-batch of a step (forward
+// and backward) while a NoSyncGuard is alive; .grad then accumulates locally
+// and the next synchronised backward averages the accumulated sum.
+//
+// Construction (Create) is collective: it checks that every rank has the same
+// parameters and buffers (names, shapes, dtypes, in registration order) and
+// fails on every rank with the first difference and the ranks on each side;
+// then it broadcasts parameters and buffers from rank 0.
+//
+// Buckets: parameters that require grad, in reverse registration order, are
+// grouped into flat buckets (the first within first_bucket_cap_bytes, the
+// rest within bucket_cap_bytes; one dtype and device per bucket). A hook on
+// each parameter copies its gradient into its bucket during backward; a
+// complete bucket is allreduced at once, asynchronously, but only after every
+// earlier bucket was launched, so every rank issues the same collectives in the
+// same order and communication overlaps the rest of backward.
+//
+// Hooks and accumulation: a LibTorch tensor hook on a leaf sees the incoming
+// gradient g before AccumulateGrad adds it to .grad. The hook therefore puts
+// .grad + g into the bucket (just g when .grad is undefined), which is what
+// PyTorch's DDP reads from .grad after accumulation; SynchronizeGradients then
+// overwrites .grad with the average. So with or without no_sync, .grad ends up
+// as the average over ranks of each rank's locally accumulated gradient,
+// exactly as in PyTorch. Parameters whose hook did not run in a synchronised
+// step (unused ones) contribute their current .grad, or zeros, as PyTorch
+// with find_unused_parameters=True; UnusedParameters::kError fails instead.
+// Unlike PyTorch, every such parameter gets a defined .grad afterwards (zeros
+// when unused everywhere), where PyTorch leaves a globally unused one alone.
+// Whether a backward synchronises is decided when its hooks run (PyTorch
+// decides at forward): keep a NoSyncGuard alive over both forward and backward,
+// as PyTorch's documentation does, and the two agree.
+//
+// Call order across ranks: Create, PrepareForward and SynchronizeGradients
+// issue collectives, and backward issues bucket allreduces, so every rank must
+// call them in the same sequence, with the same no_sync pattern, and run
+// backward between them the same number of times.
+//
+// Thread safety: one training thread drives a DistributedDataParallel; the
+// hooks may run on LibTorch's autograd threads (CUDA) and synchronise with it
+// internally. Do not run backward concurrently with SynchronizeGradients or
+// PrepareForward.
+//
+// Lifetimes: the module and the backend must outlive the object; the module's
+// parameter tensors must not be replaced while it is wrapped (in-place updates
+// such as optimizer steps are fine). The destructor removes the hooks; do not
+// destroy it while a backward runs.
+//
+// Errors come back as absl::Status naming the rank, the step, the bucket and
+// its size: "[rank 1] ddp: step 12, bucket 3 (2.1 MiB, 14 parameters
+// fc1.bias..conv2.weight) allreduce failed after 1.2s: <backend message>".
+// After a communication failure the object is broken: every later call
+// returns the first error at once (the backend is broken too).
+#ifndef DTRAIN_DIST_DDP_DDP_H_
+#define DTRAIN_DIST_DDP_DDP_H_
+
+#include <c10/core/ScalarType.h>
+#include <torch/nn/module.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+
+namespace dtrain::ddp {
+
+// What SynchronizeGradients does with a parameter that received no gradient
+// in a synchronised step.
+enum class UnusedParameters {
+  // It contributes its .grad, or zeros when undefined (PyTorch's
+  // find_unused_parameters=True).
+  kZero,
+  // As kZero, then SynchronizeGradients fails on every rank with
+  // kFailedPrecondition naming the parameters and the ranks where they went
+  // unused. Costs one small extra allreduce per step.
+  kError,
+};
+
+struct DdpOptions {
+  // Caps on a bucket's gradient bytes; PyTorch's defaults.
+  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+  int64_t bucket_cap_bytes = int64_t{25} << 20;
+  // Broadcast buffers (batch-norm statistics) from rank 0 in PrepareForward,
+  // as PyTorch's broadcast_buffers.
+  bool broadcast_buffers = true;
+  UnusedParameters unused_parameters = UnusedParameters::kZero;
+  // Communicate float32/float64 gradients as float16, divided by the world size
+  // before the sum (PyTorch's fp16_compress_hook): half the bytes, about three
+  // significant digits.
+  bool fp16_compression = false;
+  // Bounds each wait for a collective, on top of the backend's own timeout
+  // (which already bounds every collective).
+  absl::Duration timeout = absl::InfiniteDuration();
+};
+
+// A bucket as laid out at construction.
+struct BucketInfo {
+  int index = 0;
+  // Parameter names in bucket order (reverse registration order).
+  std::vector<std::string> parameters;
+  int64_t numel = 0;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  // Gradient bytes, and bytes on the wire per allreduce (half with
+  // fp16_compression).
+  int64_t bytes = 0;
+  int64_t communicated_bytes = 0;
+};
+
+// One synchronised step, as measured on this rank.
+struct StepStats {
+  // Synchronised steps so far, this one included.
+  int64_t step = 0;
+  int num_buckets = 0;
+  // Buckets launched by hooks during backward; the others were launched by
+  // SynchronizeGradients (their parameters had no gradient in backward).
+  int buckets_launched_in_backward = 0;
+  // From the first gradient hook of the step (close to the start of backward)
+  // to the launch of the last bucket.
+  absl::Duration backward_until_last_launch;
+  // Time spent inside the gradient hooks: copies into buckets and launches.
+  absl::Duration hooks;
+  // Blocked in SynchronizeGradients waiting for collectives: communication
+  // that backward did not hide.
+  absl::Duration exposed_communication;
+  // All of SynchronizeGradients: launches, waits and copies into .grad.
+  absl::Duration synchronize;
+  // Buffer broadcasts in PrepareForward since the previous step.
+  absl::Duration buffer_broadcast;
+  // Per bucket: gradient bytes and how long after the step's first hook it was
+  // launched.
+  std::vector<int64_t> bucket_bytes;
+  std::vector<absl::Duration> bucket_launch_offsets;
+  // Parameters that received no gradient this step, on this rank.
+  std::vector<std::string> unused_parameters;
+};
+
+class DistributedDataParallel {
+ public:
+  // Collective (see the file comment). kInvalidArgument for bad options (found
+  // before any collective, so give every rank the same options) or models
+  // that differ across ranks; the backend's error when a collective fails.
+  // LibTorch exceptions become kInternal.
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
+      std::shared_ptr<torch::nn::Module> module, backend::Backend& backend,
+      const DdpOptions& options = {});
+
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Call before each forward pass. Broadcasts buffers from rank 0 when
+  // broadcast_buffers is set, unless the previous PrepareForward ran under
+  // no_sync or with grad mode off (PyTorch's rule: a forward that will not
+  // synchronise marks the buffers as not needing a sync before the next one).
+  // kFailedPrecondition when a synchronised backward ran since the last
+  // SynchronizeGradients.
+  absl::Status PrepareForward();
+
+  // Call after each synchronised backward, before the optimizer step: launches
+  // the buckets still pending (filling parameters that had no gradient),
+  // waits for all of them and writes the averages into each parameter's .grad.
+  // A no-op returning OK while gradient sync is off (inside a NoSyncGuard).
+  absl::Status SynchronizeGradients();
+
+  // While alive, backward passes accumulate gradients locally and
+  // communicate nothing. Nests; restores the previous setting on exit.
+  class [[nodiscard]] NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncGuard NoSync() { return NoSyncGuard(*this); }
+
+  // The flag NoSyncGuard sets, as PyTorch's require_backward_grad_sync.
+  void set_gradient_sync(bool enabled) { gradient_sync_.store(enabled); }
+  bool gradient_sync() const { return gradient_sync_.load(); }
+
+  const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  // The last synchronised step; read from the training thread after
+  // SynchronizeGradients returned.
+  const StepStats& last_step_stats() const { return last_stats_; }
+  int64_t steps() const { return last_stats_.step; }
+
+  torch::nn::Module& module() { return *module_; }
+  const std::shared_ptr<torch::nn::Module>& module_ptr() const {
+    return module_;
+  }
+  backend::Backend& backend() { return backend_; }
+  const DdpOptions& options() const { return options_; }
+
+ private:
+  struct State;
+
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          backend::Backend& backend, const DdpOptions& options);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  backend::Backend& backend_;
+  const DdpOptions options_;
+  std::atomic<bool> gradient_sync_{true};
+  std::vector<BucketInfo> bucket_info_;
+  StepStats last_stats_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dtrain::ddp
+
+#endif  // DTRAIN_DIST_DDP_DDP_H_
