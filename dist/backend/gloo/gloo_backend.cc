@@ -23,16 +23,15 @@
 #include "dist/backend/work.h"
 #include "dist/rendezvous/gloo_store.h"
 #include "dist/rendezvous/prefix_store.h"
-#include "gloo/allgather_ring.h"
+#include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_bcube.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/allreduce_ring_chunked.h"
-#include "gloo/barrier_all_to_all.h"
-#include "gloo/broadcast_one_to_all.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
 #include "gloo/common/error.h"
-#include "gloo/reduce_scatter.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
@@ -260,10 +259,11 @@ class GlooBackend : public Backend {
       if (tensor.numel() == 0) return;
       DispatchGlooType(BitsType(tensor), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        gloo::BroadcastOneToAll<T>(context_,
-                                   {static_cast<T*>(tensor.data_ptr())},
-                                   static_cast<size_t>(tensor.numel()), root)
-            .run();
+        gloo::BroadcastOptions opts(context_);
+        opts.setRoot(root);
+        opts.setOutput<T>(static_cast<T*>(tensor.data_ptr()),
+                          static_cast<size_t>(tensor.numel()));
+        gloo::broadcast(opts);
       });
     });
   }
@@ -283,10 +283,12 @@ class GlooBackend : public Backend {
       at::Tensor flat = at::empty({size_ * n}, input.options());
       DispatchGlooType(BitsType(input), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        gloo::AllgatherRing<T>(
-            context_, {static_cast<const T*>(input.data_ptr())},
-            static_cast<T*>(flat.data_ptr()), static_cast<int>(n))
-            .run();
+        gloo::AllgatherOptions opts(context_);
+        opts.setInput<T>(static_cast<T*>(input.data_ptr()),
+                         static_cast<size_t>(n));
+        opts.setOutput<T>(static_cast<T*>(flat.data_ptr()),
+                          static_cast<size_t>(size_ * n));
+        gloo::allgather(opts);
       });
       for (int r = 0; r < size_; ++r) {
         outputs[r].view({-1}).copy_(flat.narrow(0, r * n, n));
@@ -307,26 +309,29 @@ class GlooBackend : public Backend {
       for (const at::Tensor& t : inputs)
         flat_inputs.push_back(Staged(t).view({-1}));
       at::Tensor flat = at::cat(flat_inputs);
+      // An allreduce of the concatenation (twice the bytes of a true
+      // reduce-scatter): Gloo's reduce-scatter class, like its other
+      // pair-bound algorithm classes, leaves later unbound-buffer collectives
+      // on the same context slow (docs/PERFORMANCE.md).
       if (size_ > 1) {
         DispatchGlooType(flat.scalar_type(), [&](auto tag) {
           using T = typename decltype(tag)::type;
-          gloo::ReduceScatterHalvingDoubling<T>(
-              context_, {static_cast<T*>(flat.data_ptr())},
-              static_cast<int>(flat.numel()),
-              std::vector<int>(size_, static_cast<int>(n)), ReductionFor<T>(op))
-              .run();
+          RunAllReduce<T>(context_, static_cast<T*>(flat.data_ptr()),
+                          static_cast<int>(flat.numel()), op,
+                          GlooAlgorithm::kRing);
         });
       }
-      // Gloo leaves this rank's reduced block at the front of the buffer.
-      at::Tensor mine = flat.narrow(0, 0, n);
+      at::Tensor mine = flat.narrow(0, rank_ * n, n);
       if (op == ReduceOp::kAverage) mine.div_(size_);
       output.view({-1}).copy_(mine);
     });
   }
 
   std::shared_ptr<Work> Barrier() override {
-    return Enqueue(internal::Description{"barrier", ""},
-                   [this] { gloo::BarrierAllToAll(context_).run(); });
+    return Enqueue(internal::Description{"barrier", ""}, [this] {
+      gloo::BarrierOptions opts(context_);
+      gloo::barrier(opts);
+    });
   }
 
  private:
