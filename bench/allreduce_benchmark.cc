@@ -12,10 +12,10 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/rendezvous/gloo_store.h"
@@ -28,24 +28,6 @@
 
 namespace dtrain::backend {
 namespace {
-
-// A fresh store for each run of a benchmark function, shared by that run's
-// threads (Google Benchmark starts new threads for every run, and runs one
-// after another).
-std::shared_ptr<rendezvous::Store> RunStore(benchmark::State& state) {
-  static std::mutex mu;
-  static int arrived = 0;
-  static std::shared_ptr<rendezvous::Store>* current = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (arrived == 0) {
-    delete current;
-    current = new std::shared_ptr<rendezvous::Store>(
-        std::make_shared<rendezvous::HashStore>(absl::Seconds(60)));
-  }
-  std::shared_ptr<rendezvous::Store> store = *current;
-  if (++arrived == state.threads()) arrived = 0;
-  return store;
-}
 
 GlooAlgorithm AlgorithmArg(int64_t arg) {
   return arg == 0 ? GlooAlgorithm::kRing : GlooAlgorithm::kHalvingDoubling;
@@ -69,7 +51,7 @@ void BM_OurGlooAllReduce(benchmark::State& state) {
   GlooBackendOptions o;
   o.rank = state.thread_index();
   o.world_size = state.threads();
-  o.store = RunStore(state);
+  o.store = bench::RunStore(state);
   o.hostname = "127.0.0.1";
   o.algorithm = AlgorithmArg(state.range(1));
   auto backend = CreateGlooBackend(o);
@@ -102,7 +84,7 @@ void BM_RawGlooAllReduce(benchmark::State& state) {
   const int count = static_cast<int>(std::max<int64_t>(bytes / 4, 1));
   auto context = std::make_shared<gloo::rendezvous::Context>(
       state.thread_index(), state.threads());
-  rendezvous::GlooStore store(RunStore(state));
+  rendezvous::GlooStore store(bench::RunStore(state));
   auto device = gloo::transport::tcp::CreateDevice(
       gloo::transport::tcp::attr("127.0.0.1"));
   context->connectFullMesh(store, device);

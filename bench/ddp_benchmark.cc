@@ -27,7 +27,6 @@
 // OPENBLAS_NUM_THREADS=1 for numbers to report.
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
@@ -44,6 +43,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/ddp/ddp.h"
@@ -57,39 +57,6 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
-}
-
-// Returns the number of threads OpenBLAS reports after the change, or -1 when
-// OpenBLAS is not the BLAS in use.
-int UseOneThread() {
-  at::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  using GetThreads = int (*)();
-  auto set = reinterpret_cast<SetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get = reinterpret_cast<GetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (set == nullptr || get == nullptr) return -1;
-  set(1);
-  return get();
-}
-
-// A fresh store for each run of a benchmark function, shared by that run's
-// threads (Google Benchmark starts new threads for every run, one run after
-// another).
-std::shared_ptr<rendezvous::Store> RunStore(benchmark::State& state) {
-  static std::mutex mu;
-  static int arrived = 0;
-  static std::shared_ptr<rendezvous::Store>* current = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (arrived == 0) {
-    delete current;
-    current = new std::shared_ptr<rendezvous::Store>(
-        std::make_shared<rendezvous::HashStore>(absl::Seconds(60)));
-  }
-  std::shared_ptr<rendezvous::Store> store = *current;
-  if (++arrived == state.threads()) arrived = 0;
-  return store;
 }
 
 struct Batch {
@@ -143,7 +110,7 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
   backend::GlooBackendOptions o;
   o.rank = state.thread_index();
   o.world_size = state.threads();
-  o.store = RunStore(state);
+  o.store = bench::RunStore(state);
   o.hostname = "127.0.0.1";
   o.timeout = absl::Seconds(120);
   return backend::CreateGlooBackend(o);
@@ -164,7 +131,7 @@ benchmark::Counter PerStep(double total, int64_t steps) {
 
 // Args: batch per rank.
 void BM_PlainStep(benchmark::State& state) {
-  UseOneThread();
+  bench::UseOneThread();
   auto model = std::make_shared<models::ConvNetImpl>();
   model->train();
   torch::optim::SGD sgd = MakeSgd(*model);
@@ -186,7 +153,7 @@ BENCHMARK(BM_PlainStep)
 
 // Args: batch per rank, cap of the buckets after the first in KiB.
 void BM_DdpStep(benchmark::State& state) {
-  UseOneThread();
+  bench::UseOneThread();
   auto backend = Connect(state);
   if (!backend.ok()) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
@@ -244,7 +211,7 @@ BENCHMARK(BM_DdpStep)
 // World size 1: plain and DDP steps alternate (which goes first alternates
 // too) on two models with the same weights.
 void BM_DdpOverhead(benchmark::State& state) {
-  UseOneThread();
+  bench::UseOneThread();
   auto backend = Connect(state);
   if (!backend.ok()) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
@@ -300,18 +267,5 @@ BENCHMARK(BM_DdpOverhead)
 }  // namespace dtrain::ddp
 
 int main(int argc, char** argv) {
-  const int blas_threads = dtrain::ddp::UseOneThread();
-  benchmark::AddCustomContext("intra_op_threads",
-                              std::to_string(at::get_num_threads()));
-  benchmark::AddCustomContext("blas_threads",
-                              blas_threads < 0 ? std::string("not OpenBLAS")
-                                               : std::to_string(blas_threads));
-  const char* openblas_env = std::getenv("OPENBLAS_NUM_THREADS");
-  benchmark::AddCustomContext("OPENBLAS_NUM_THREADS",
-                              openblas_env ? openblas_env : "unset");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return dtrain::bench::RunOnOneThread(argc, argv);
 }

@@ -22,7 +22,6 @@
 // cannot hide work from the measurement.
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/utils.h>
 
@@ -31,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "models/adadelta.h"
 #include "models/convnet.h"
@@ -39,21 +39,6 @@
 
 namespace dtrain::models {
 namespace {
-
-// Returns the number of threads OpenBLAS reports after the change, or -1
-// when OpenBLAS is not the BLAS in use.
-int UseOneThread() {
-  at::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  using GetThreads = int (*)();
-  auto set = reinterpret_cast<SetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get = reinterpret_cast<GetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (set == nullptr || get == nullptr) return -1;
-  set(1);
-  return get();
-}
 
 enum class Loss { kNll, kCrossEntropy };
 
@@ -71,7 +56,7 @@ void Step(Model& model, const torch::Tensor& input, const torch::Tensor& target,
 void RunForwardBackward(benchmark::State& state, Model& model, int64_t batch,
                         int64_t channels, int64_t size, int64_t classes,
                         Loss loss) {
-  UseOneThread();
+  bench::UseOneThread();
   model.train();
   const torch::Tensor input = torch::randn({batch, channels, size, size});
   const torch::Tensor target = torch::randint(classes, {batch});
@@ -139,7 +124,7 @@ BENCHMARK(BM_ResNet18SmallStemForwardBackward)
 // One Adadelta step over all of a model's parameters (arg 0: ConvNet, 1:
 // ResNet-18 with 10 classes), gradients already in place.
 void BM_AdadeltaStep(benchmark::State& state) {
-  UseOneThread();
+  bench::UseOneThread();
   torch::manual_seed(0);
   ResNet18Options options;
   options.num_classes = 10;
@@ -169,18 +154,5 @@ BENCHMARK(BM_AdadeltaStep)
 }  // namespace dtrain::models
 
 int main(int argc, char** argv) {
-  const int blas_threads = dtrain::models::UseOneThread();
-  benchmark::AddCustomContext("intra_op_threads",
-                              std::to_string(at::get_num_threads()));
-  benchmark::AddCustomContext("blas_threads",
-                              blas_threads < 0 ? std::string("not OpenBLAS")
-                                               : std::to_string(blas_threads));
-  const char* openblas_env = std::getenv("OPENBLAS_NUM_THREADS");
-  benchmark::AddCustomContext("OPENBLAS_NUM_THREADS",
-                              openblas_env ? openblas_env : "unset");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return dtrain::bench::RunOnOneThread(argc, argv);
 }
