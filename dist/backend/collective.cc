@@ -5,62 +5,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "dist/backend/describe.h"
 #include "dist/rendezvous/prefix_store.h"
 
 namespace dtrain::backend::internal {
-namespace {
-
-std::string ScalarTypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kInt:
-      return "int32";
-    case at::kLong:
-      return "int64";
-    case at::kShort:
-      return "int16";
-    case at::kByte:
-      return "uint8";
-    case at::kChar:
-      return "int8";
-    case at::kBool:
-      return "bool";
-    default:
-      return c10::toString(t);
-  }
-}
-
-}  // namespace
 
 std::string DtypeName(const at::Tensor& t) {
-  return ScalarTypeName(t.scalar_type());
-}
-
-std::string FormatBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  if (bytes < (1 << 20)) return absl::StrFormat("%.3g KiB", bytes / 1024.0);
-  if (bytes < (int64_t{1} << 30))
-    return absl::StrFormat("%.3g MiB", bytes / 1048576.0);
-  return absl::StrFormat("%.3g GiB", bytes / 1073741824.0);
+  return backend::DtypeName(t.scalar_type());
 }
 
 std::string DescribeTensor(const at::Tensor& t) {
   if (!t.defined()) return "undefined tensor";
   return absl::StrCat(t.numel(), " x ", DtypeName(t), " = ",
                       FormatBytes(t.numel() * t.element_size()));
-}
-
-std::string FormatElapsed(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, d < absl::Seconds(1)
-                                                 ? absl::Milliseconds(1)
-                                                 : absl::Milliseconds(100)));
 }
 
 absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
@@ -88,7 +45,7 @@ absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
     if (t.scalar_type() == s) return absl::OkStatus();
   }
   std::vector<std::string> names;
-  for (at::ScalarType s : supported) names.push_back(ScalarTypeName(s));
+  for (at::ScalarType s : supported) names.push_back(backend::DtypeName(s));
   return absl::InvalidArgumentError(
       absl::StrCat(where, " does not support dtype ", DtypeName(t),
                    " (supported: ", absl::StrJoin(names, ", "), ")"));

@@ -17,21 +17,19 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dist/backend/backend.h"
+#include "dist/backend/describe.h"
 #include "dist/rendezvous/store.h"
 
 namespace dtrain::backend::internal {
+
+using backend::FormatBytes;
+using backend::FormatElapsed;
 
 // "float32", "int64", ...
 std::string DtypeName(const at::Tensor& t);
 
 // "4096 x float32 = 16 KiB".
 std::string DescribeTensor(const at::Tensor& t);
-
-// "16 KiB", "2.1 MiB".
-std::string FormatBytes(int64_t bytes);
-
-// "1.2s", "350ms": a duration rounded for people.
-std::string FormatElapsed(absl::Duration d);
 
 // Checks a tensor given to `op` on a backend that needs `device_kind` ("CPU" or
 // "CUDA") tensors: defined, on that kind of device, contiguous, and of a dtype

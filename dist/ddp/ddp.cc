@@ -13,53 +13,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "dist/backend/describe.h"
 #include "dist/ddp/bucket_assignment.h"
 #include "dist/ddp/model_fingerprint.h"
 
 namespace dtrain::ddp {
 namespace {
 
-std::string FormatBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  if (bytes < (1 << 20)) return absl::StrFormat("%.3g KiB", bytes / 1024.0);
-  if (bytes < (int64_t{1} << 30))
-    return absl::StrFormat("%.3g MiB", bytes / 1048576.0);
-  return absl::StrFormat("%.3g GiB", bytes / 1073741824.0);
-}
-
-std::string FormatElapsed(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, d < absl::Seconds(1)
-                                                 ? absl::Milliseconds(1)
-                                                 : absl::Milliseconds(100)));
-}
-
-// PyTorch's names ("float32"), which the backends use in their messages too.
-std::string DtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kLong:
-      return "int64";
-    case at::kInt:
-      return "int32";
-    case at::kShort:
-      return "int16";
-    case at::kChar:
-      return "int8";
-    case at::kByte:
-      return "uint8";
-    case at::kBool:
-      return "bool";
-    default:
-      return c10::toString(t);
-  }
-}
+using backend::DtypeName;
+using backend::FormatBytes;
+using backend::FormatElapsed;
 
 // One line of the cross-rank model check: "parameter fc1.weight [64, 4608]
 // float32", with " (frozen)" when it does not require grad and the device
