@@ -494,14 +494,10 @@ GlooAlgorithm ChooseGlooAllReduceAlgorithm(int64_t bytes, int world_size) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
   const std::string who = absl::StrCat("[rank ", options.rank, "] gloo");
-  if (options.store == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
-  }
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": rank ", options.rank,
-                                                   " is outside [0, ",
-                                                   options.world_size, ")"));
+  if (absl::Status s = internal::CheckMembership(
+          who, options.store.get(), options.rank, options.world_size);
+      !s.ok()) {
+    return s;
   }
   if (options.algorithm == GlooAlgorithm::kBcube &&
       (options.world_size & (options.world_size - 1)) != 0) {

@@ -450,14 +450,10 @@ bool NcclAvailable(std::string* reason) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options) {
   const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
-  if (options.store == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
-  }
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": rank ", options.rank,
-                                                   " is outside [0, ",
-                                                   options.world_size, ")"));
+  if (absl::Status s = internal::CheckMembership(
+          who, options.store.get(), options.rank, options.world_size);
+      !s.ok()) {
+    return s;
   }
   int devices = 0;
   const cudaError_t count = cudaGetDeviceCount(&devices);
