@@ -5,6 +5,7 @@
 #include "dist/rendezvous/gloo_store.h"
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,22 +27,32 @@ namespace {
 void AllReduceThroughStores(
     int world_size, const std::function<std::shared_ptr<Store>()>& make_store) {
   std::vector<float> results(world_size, -1);
+  std::vector<std::string> errors(world_size);
+  // Contexts outlive every rank's allreduce: a rank that closed its pairs
+  // while a peer still flushed the last ring step would fail that peer.
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(world_size);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world_size; ++rank) {
     ranks.emplace_back([&, rank] {
-      GlooStore store(std::make_shared<PrefixStore>("gloo", make_store()));
-      auto device = gloo::transport::tcp::CreateDevice(
-          gloo::transport::tcp::attr("127.0.0.1"));
-      auto context =
-          std::make_shared<gloo::rendezvous::Context>(rank, world_size);
-      context->connectFullMesh(store, device);
-      float value = rank + 1.0f;
-      gloo::AllreduceRing<float> allreduce(context, {&value}, 1);
-      allreduce.run();
-      results[rank] = value;
+      try {
+        GlooStore store(std::make_shared<PrefixStore>("gloo", make_store()));
+        auto device = gloo::transport::tcp::CreateDevice(
+            gloo::transport::tcp::attr("127.0.0.1"));
+        contexts[rank] =
+            std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+        contexts[rank]->connectFullMesh(store, device);
+        float value = rank + 1.0f;
+        gloo::AllreduceRing<float> allreduce(contexts[rank], {&value}, 1);
+        allreduce.run();
+        results[rank] = value;
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
     });
   }
   for (auto& t : ranks) t.join();
+  for (int rank = 0; rank < world_size; ++rank)
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
   const float expected = world_size * (world_size + 1) / 2.0f;
   for (int rank = 0; rank < world_size; ++rank)
     EXPECT_EQ(results[rank], expected);

@@ -18,14 +18,17 @@ TEST(GlooSmokeTest, TwoRanksAllReduceOverLoopbackTcp) {
   constexpr int kCount = 5;
   gloo::rendezvous::HashStore store;
   std::vector<std::vector<float>> data(kWorldSize, std::vector<float>(kCount));
+  // Contexts outlive both ranks' allreduce so that neither closes its pair
+  // while the other still flushes the last step.
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(kWorldSize);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < kWorldSize; ++rank) {
     ranks.emplace_back([&, rank] {
       for (int i = 0; i < kCount; ++i) data[rank][i] = rank * 10.0f + i;
       gloo::transport::tcp::attr attr("127.0.0.1");
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context =
-          std::make_shared<gloo::rendezvous::Context>(rank, kWorldSize);
+      auto& context = contexts[rank];
+      context = std::make_shared<gloo::rendezvous::Context>(rank, kWorldSize);
       context->connectFullMesh(store, device);
       gloo::AllreduceRing<float> allreduce(context, {data[rank].data()},
                                            kCount);
