@@ -11,7 +11,7 @@ readonly PACKAGES=(
   bazel-bootstrap g++ clang-format
   # Libraries wrapped in third_party/.
   libtorch-dev libgloo-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus-cpp-dev zlib1g-dev
+  prometheus-cpp-dev zlib1g-dev nlohmann-json3-dev
   # Without OpenBLAS, LibTorch runs on the reference BLAS (about 2x slower training here).
   libopenblas0-pthread
   # The default dataset (Fashion-MNIST, IDX files under /usr/share/datasets/fashion-mnist).

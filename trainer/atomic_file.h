@@ -1,0 +1,35 @@
+// Whole-file reads and crash-safe writes, for checkpoints and metrics files:
+// a reader sees either the old file or the complete new one, never a torn
+// one, even if the writer dies or the machine loses power mid-write.
+//
+// Thread-compatible; concurrent writers of one path each leave a complete
+// file (the last rename wins).
+#ifndef DTRAIN_TRAINER_ATOMIC_FILE_H_
+#define DTRAIN_TRAINER_ATOMIC_FILE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain::trainer {
+
+// Writes `bytes` to a temporary file in the same directory (".<name>.<pid>.
+// <n>.tmp"), fsyncs it, renames it over `path` and fsyncs the directory. On
+// failure the temporary is removed and `path` is untouched; the error names
+// the path and the system's reason.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view bytes);
+
+// The whole file. kNotFound for a missing file; other errors name the path
+// and the system's reason.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// True for the temporaries WriteFileAtomically leaves when its process dies
+// mid-write (a file name, not a path).
+bool IsAtomicWriteTemporary(absl::string_view file_name);
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_ATOMIC_FILE_H_

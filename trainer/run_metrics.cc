@@ -1,0 +1,101 @@
+#include "trainer/run_metrics.h"
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "trainer/atomic_file.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+json Optional(const absl::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json ConfigJson(const TrainOptions& o) {
+  return json{
+      {"model", o.model},
+      {"small_input_stem", o.small_input_stem},
+      {"dataset", o.dataset},
+      {"data_dir", o.data_dir},
+      {"image_size", Optional(o.image_size)},
+      {"train_limit", Optional(o.train_limit)},
+      {"val_limit", Optional(o.val_limit)},
+      {"batch_size", Optional(o.batch_size)},
+      {"workers", o.workers},
+      {"epochs", Optional(o.epochs)},
+      {"max_steps", o.max_steps},
+      {"optimizer", Optional(o.optimizer)},
+      {"lr", Optional(o.lr)},
+      {"momentum", Optional(o.momentum)},
+      {"weight_decay", Optional(o.weight_decay)},
+      {"lr_step_epochs", o.lr_step_epochs},
+      {"lr_gamma", o.lr_gamma},
+      {"seed", o.seed},
+      {"dist_backend", o.dist_backend},
+      {"dist_url", o.dist_url},
+      {"device", o.device},
+      {"bucket_cap_mb", o.bucket_cap_mb},
+      {"sync_gradients", o.sync_gradients},
+      {"intra_op_threads", o.intra_op_threads},
+      {"timeout_seconds", absl::ToDoubleSeconds(o.timeout)},
+  };
+}
+
+json EpochJson(const EpochMetrics& e) {
+  return json{
+      {"epoch", e.epoch},
+      {"steps", e.steps},
+      {"samples", e.samples},
+      {"lr", e.lr},
+      {"epoch_seconds", e.epoch_seconds},
+      {"samples_per_second", e.samples_per_second},
+      {"train_loss", e.train_loss},
+      {"train_top1", e.train_top1},
+      {"train_top5", e.train_top5},
+      {"data_seconds", e.data_seconds},
+      {"exposed_communication_seconds", e.exposed_communication_seconds},
+      {"step_seconds_mean", e.step_seconds_mean},
+      {"step_seconds_p50", e.step_seconds_p50},
+      {"step_seconds_p90", e.step_seconds_p90},
+      {"step_seconds_max", e.step_seconds_max},
+      {"val_loss", Optional(e.val_loss)},
+      {"val_top1", Optional(e.val_top1)},
+      {"val_top5", Optional(e.val_top5)},
+      {"val_seconds", e.val_seconds},
+  };
+}
+
+}  // namespace
+
+std::string ToJson(const RunMetrics& m) {
+  json epochs = json::array();
+  for (const EpochMetrics& e : m.epochs) epochs.push_back(EpochJson(e));
+  json config = ConfigJson(m.options);
+  config["world_size"] = m.world_size;
+  const json out{
+      {"format", "dtrain.metrics.v1"},
+      {"config", config},
+      {"backend", m.backend},
+      {"device", m.device},
+      {"data", m.data},
+      {"parameters", m.parameters},
+      {"epochs", epochs},
+      {"best_top1", m.best_top1},
+      {"global_step", m.global_step},
+      {"resumed_from", m.resumed_from},
+      {"startup_seconds", m.startup_seconds},
+      {"wall_seconds", m.wall_seconds},
+  };
+  return out.dump(2) + "\n";
+}
+
+absl::Status WriteMetricsJson(const std::string& path, const RunMetrics& m) {
+  return WriteFileAtomically(path, ToJson(m));
+}
+
+}  // namespace dtrain::trainer

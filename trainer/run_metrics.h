@@ -1,0 +1,84 @@
+// What a training run measured, per epoch and in total, and its JSON form
+// (--metrics_json), which the experiment runner reads:
+//
+//   {"format": "dtrain.metrics.v1",
+//    "config": {"model": "convnet", "batch_size": 64, "world_size": 2, ...},
+//    "epochs": [{"epoch": 0, "train_loss": 0.52, "train_top1": 81.3,
+//                "epoch_seconds": 41.2, "samples_per_second": 1456.3, ...}],
+//    "best_top1": 85.1, "global_step": 469, "wall_seconds": 44.0, ...}
+//
+// Times are seconds; accuracies percent. Values measured on every rank are
+// combined as the field says (the slowest rank for times, exact sums for
+// losses and accuracies).
+#ifndef DTRAIN_TRAINER_RUN_METRICS_H_
+#define DTRAIN_TRAINER_RUN_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "trainer/train_options.h"
+
+namespace dtrain::trainer {
+
+struct EpochMetrics {
+  int64_t epoch = 0;
+  // Optimizer steps and examples (all ranks) in this run's part of the epoch
+  // (a resumed epoch counts from where it resumed).
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double lr = 0;
+  // Training pass, from the first batch to the last step, slowest rank.
+  double epoch_seconds = 0;
+  double samples_per_second = 0;
+  // Over all ranks' examples.
+  double train_loss = 0;
+  double train_top1 = 0;
+  double train_top5 = 0;
+  // Summed over the epoch, slowest rank: waiting for batches, and waiting for
+  // gradient allreduces that backward did not hide.
+  double data_seconds = 0;
+  double exposed_communication_seconds = 0;
+  // Rank 0's step times (data wait excluded).
+  double step_seconds_mean = 0;
+  double step_seconds_p50 = 0;
+  double step_seconds_p90 = 0;
+  double step_seconds_max = 0;
+  // Validation over the whole test split (unset when skipped).
+  absl::optional<double> val_loss;
+  absl::optional<double> val_top1;
+  absl::optional<double> val_top5;
+  double val_seconds = 0;
+};
+
+struct RunMetrics {
+  TrainOptions options;
+  int world_size = 1;
+  std::string backend;
+  std::string device;
+  std::string data;
+  int64_t parameters = 0;
+  std::vector<EpochMetrics> epochs;
+  double best_top1 = 0;
+  int64_t global_step = 0;
+  // The checkpoint this run resumed from, if any.
+  std::string resumed_from;
+  // From the process start (or the start of Train) to the first step, and to
+  // the end.
+  double startup_seconds = 0;
+  double wall_seconds = 0;
+};
+
+// The JSON text described above (pretty-printed, one trailing newline).
+std::string ToJson(const RunMetrics& metrics);
+
+// Writes ToJson(metrics) to `path` atomically.
+absl::Status WriteMetricsJson(const std::string& path,
+                              const RunMetrics& metrics);
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_RUN_METRICS_H_

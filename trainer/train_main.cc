@@ -1,0 +1,326 @@
+// train: the tutorials' data-parallel training in one C++ binary.
+//
+//   train                                   # ConvNet, Fashion-MNIST, 1 process
+//   train --nproc_per_node=4 --batch_size=32     # 4 local processes (spawned)
+//   launch --nproc_per_node=2 -- train      # under our launcher (or torchrun,
+//                                           # srun, mpirun: env:// finds them)
+//   train --model=resnet18 --dataset=stl10 --data_dir=/data/stl10
+//         --dist_backend=nccl --device=cuda --nproc_per_node=8
+//
+// Exit status: 0 when training finished, 1 when it failed (the message says
+// which rank and why), 2 for bad flags.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "dist/backend/factory.h"
+#include "dist/rendezvous/init.h"
+#include "dist/rendezvous/launch_env.h"
+#include "tools/launch/launcher.h"
+#include "trainer/train_options.h"
+#include "trainer/trainer.h"
+
+ABSL_FLAG(std::string, model, "convnet", "Model: convnet or resnet18.");
+ABSL_FLAG(bool, small_input_stem, false,
+          "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small "
+          "images.");
+ABSL_FLAG(std::string, dataset, "fashion-mnist",
+          "fashion-mnist (embedded default), mnist, stl10 or synthetic.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Folder with the dataset's files (default for fashion-mnist: "
+          "/usr/share/datasets/fashion-mnist).");
+ABSL_FLAG(int64_t, image_size, 0,
+          "Resize images to this size (0: stl10 with resnet18 at 224, the "
+          "rest as stored).");
+ABSL_FLAG(int64_t, train_limit, 0,
+          "Train on the first N examples only (0: all).");
+ABSL_FLAG(int64_t, val_limit, 0,
+          "Validate on the first N test examples only (0: all).");
+ABSL_FLAG(std::string, synthetic_shape, "1,28,28",
+          "--dataset=synthetic: channels,height,width.");
+ABSL_FLAG(int64_t, synthetic_train_size, 2048,
+          "--dataset=synthetic: training examples.");
+ABSL_FLAG(int64_t, synthetic_val_size, 512,
+          "--dataset=synthetic: validation examples.");
+ABSL_FLAG(int64_t, batch_size, 0,
+          "Batch size per process (0: 128 for convnet, 32 for resnet18).");
+ABSL_FLAG(int, workers, 0, "Loader threads per process.");
+ABSL_FLAG(int64_t, epochs, 0, "Epochs (0: 1 for convnet, 2 for resnet18).");
+ABSL_FLAG(int64_t, max_steps, 0, "Stop after this many steps (0: no limit).");
+ABSL_FLAG(bool, skip_validation, false, "No validation pass.");
+ABSL_FLAG(std::string, optimizer, "",
+          "sgd or adadelta (default: adadelta for convnet, sgd for "
+          "resnet18).");
+ABSL_FLAG(double, lr, 0, "Learning rate (0: 0.5 for adadelta, 0.1 for sgd).");
+ABSL_FLAG(double, momentum, -1, "SGD momentum (default 0.9).");
+ABSL_FLAG(double, weight_decay, -1,
+          "Weight decay (default 1e-4 for sgd, 0 for adadelta).");
+ABSL_FLAG(int64_t, lr_step_epochs, 30,
+          "Multiply the learning rate by --lr_gamma every N epochs.");
+ABSL_FLAG(double, lr_gamma, 0.1, "See --lr_step_epochs.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of weights, shuffling and dropout.");
+ABSL_FLAG(std::string, dist_backend, "gloo", "gloo (CPU) or nccl (CUDA).");
+ABSL_FLAG(std::string, dist_url, "env://",
+          "tcp://HOST:PORT, file:///PATH or env://.");
+ABSL_FLAG(int, world_size, -1, "Number of processes (default: launcher's).");
+ABSL_FLAG(int, rank, -1, "This process's rank (default: launcher's).");
+ABSL_FLAG(int, local_rank, -1,
+          "This process's rank on its node (default: launcher's).");
+ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5),
+          "Bounds the rendezvous and every collective.");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda (cuda:LOCAL_RANK) or cuda:N.");
+ABSL_FLAG(double, bucket_cap_mb, 25, "DDP gradient bucket size in MiB.");
+ABSL_FLAG(bool, sync_gradients, true,
+          "false: no gradient averaging (measures the no-communication "
+          "bound; not a way to train).");
+ABSL_FLAG(int, intra_op_threads, 1, "LibTorch threads per process.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Where rank 0 writes checkpoints.");
+ABSL_FLAG(bool, resume, false,
+          "Continue from the newest valid checkpoint in --checkpoint_dir.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Also checkpoint every N steps inside an epoch.");
+ABSL_FLAG(int, keep_checkpoints, 2, "Checkpoints kept (newest first).");
+ABSL_FLAG(std::string, metrics_json, "",
+          "Rank 0 writes per-epoch metrics and the configuration here.");
+ABSL_FLAG(std::string, progress, "auto",
+          "auto (a bar on a terminal), bar, lines or none.");
+ABSL_FLAG(int, print_freq, 10, "Batches between progress lines.");
+// Spawning local processes, as torch.multiprocessing.spawn / torchrun.
+ABSL_FLAG(int, nproc_per_node, 0,
+          "Spawn this many local ranks (0: this process is one rank).");
+ABSL_FLAG(int, nnodes, 1, "With --nproc_per_node: number of nodes.");
+ABSL_FLAG(int, node_rank, 0, "With --nproc_per_node: this node's index.");
+ABSL_FLAG(std::string, master_addr, "",
+          "Address of rank 0's node (default: launcher's, or 127.0.0.1 when "
+          "spawning).");
+ABSL_FLAG(int, master_port, 0,
+          "Port of the rendezvous store (default: launcher's, or 29500).");
+ABSL_FLAG(int, max_restarts, 0,
+          "With --nproc_per_node: restart the group this many times after a "
+          "failure (it resumes from --checkpoint_dir).");
+
+namespace dtrain::trainer {
+namespace {
+
+// Flags the spawning process consumes; its children get the rest.
+constexpr const char* kSpawnFlags[] = {"nproc_per_node", "nnodes",
+                                       "node_rank",      "master_addr",
+                                       "master_port",    "max_restarts"};
+
+// The flags named on the command line: an unset flag takes the model's
+// default (ResolveDefaults), so "given" matters, not the value. (This
+// Abseil keeps IsSpecifiedOnCommandLine private.)
+absl::flat_hash_set<std::string>& GivenFlags() {
+  static auto* const given = new absl::flat_hash_set<std::string>();
+  return *given;
+}
+
+void RecordGivenFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
+    GivenFlags().insert(std::string(arg.substr(0, arg.find('='))));
+  }
+}
+
+bool Specified(absl::string_view name) {
+  return GivenFlags().contains(std::string(name));
+}
+
+absl::StatusOr<TrainOptions> OptionsFromFlags() {
+  TrainOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.small_input_stem = absl::GetFlag(FLAGS_small_input_stem);
+  o.dataset = absl::GetFlag(FLAGS_dataset);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (Specified("image_size")) o.image_size = absl::GetFlag(FLAGS_image_size);
+  if (Specified("train_limit"))
+    o.train_limit = absl::GetFlag(FLAGS_train_limit);
+  if (Specified("val_limit")) o.val_limit = absl::GetFlag(FLAGS_val_limit);
+  o.synthetic_shape.clear();
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_synthetic_shape), ',')) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(part, &d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--synthetic_shape: '", part, "' is not a number"));
+    }
+    o.synthetic_shape.push_back(d);
+  }
+  o.synthetic_train_size = absl::GetFlag(FLAGS_synthetic_train_size);
+  o.synthetic_val_size = absl::GetFlag(FLAGS_synthetic_val_size);
+  if (Specified("batch_size")) o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  if (Specified("epochs")) o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.skip_validation = absl::GetFlag(FLAGS_skip_validation);
+  if (Specified("optimizer")) o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (Specified("lr")) o.lr = absl::GetFlag(FLAGS_lr);
+  if (Specified("momentum")) o.momentum = absl::GetFlag(FLAGS_momentum);
+  if (Specified("weight_decay"))
+    o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.lr_step_epochs = absl::GetFlag(FLAGS_lr_step_epochs);
+  o.lr_gamma = absl::GetFlag(FLAGS_lr_gamma);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.dist_backend = absl::GetFlag(FLAGS_dist_backend);
+  o.dist_url = absl::GetFlag(FLAGS_dist_url);
+  if (Specified("world_size")) o.world_size = absl::GetFlag(FLAGS_world_size);
+  if (Specified("rank")) o.rank = absl::GetFlag(FLAGS_rank);
+  if (Specified("local_rank")) o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (Specified("master_addr"))
+    o.master_addr = absl::GetFlag(FLAGS_master_addr);
+  if (Specified("master_port"))
+    o.master_port = absl::GetFlag(FLAGS_master_port);
+  o.timeout = absl::GetFlag(FLAGS_timeout);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  o.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
+  o.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  absl::StatusOr<ProgressStyle> style =
+      ParseProgressStyle(absl::GetFlag(FLAGS_progress));
+  if (!style.ok()) return style.status();
+  o.progress = *style;
+  o.print_freq = absl::GetFlag(FLAGS_print_freq);
+  absl::StatusOr<TrainOptions> resolved = ResolveDefaults(std::move(o));
+  if (!resolved.ok()) return resolved.status();
+  if (absl::Status s = Validate(*resolved); !s.ok()) return s;
+  return resolved;
+}
+
+// The arguments for the spawned ranks: ours without the spawning flags, in
+// both "--flag=value" and "--flag value" forms.
+std::vector<std::string> ChildArguments(int argc, char** argv) {
+  std::vector<std::string> out = {"/proc/self/exe"};
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) out[0].assign(self, static_cast<size_t>(n));
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    bool drop = false;
+    for (const char* name : kSpawnFlags) {
+      for (const std::string& prefix :
+           {absl::StrCat("--", name), absl::StrCat("-", name)}) {
+        if (arg == prefix) {
+          drop = true;
+          ++i;  // its value follows
+        } else if (absl::StartsWith(arg, prefix + "=")) {
+          drop = true;
+        }
+        if (drop) break;
+      }
+      if (drop) break;
+    }
+    if (!drop) out.push_back(arg);
+  }
+  return out;
+}
+
+int Spawn(int argc, char** argv) {
+  launch::LaunchOptions l;
+  l.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  l.nnodes = absl::GetFlag(FLAGS_nnodes);
+  l.node_rank = absl::GetFlag(FLAGS_node_rank);
+  if (Specified("master_addr"))
+    l.master_addr = absl::GetFlag(FLAGS_master_addr);
+  if (Specified("master_port"))
+    l.master_port = absl::GetFlag(FLAGS_master_port);
+  l.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  l.command = ChildArguments(argc, argv);
+  absl::StatusOr<launch::LaunchResult> result = launch::Run(l, std::cerr);
+  if (!result.ok()) {
+    std::cerr << "train: " << result.status().message() << "\n";
+    return 2;
+  }
+  return result->exit_code;
+}
+
+int Main(int argc, char** argv) {
+  const absl::Time start = absl::Now();
+  absl::SetProgramUsageMessage(
+      "train [flags]: data-parallel training of the tutorials' models (see "
+      "--help for the flags)");
+  RecordGivenFlags(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<TrainOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "train: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_nproc_per_node) > 0) return Spawn(argc, argv);
+  for (const char* name : {"nnodes", "node_rank", "max_restarts"}) {
+    if (Specified(name)) {
+      std::cerr << "train: --" << name
+                << " needs --nproc_per_node (this process is one rank)\n";
+      return 2;
+    }
+  }
+
+  rendezvous::InitOptions init;
+  init.url = options->dist_url;
+  init.timeout = options->timeout;
+  init.args.rank = options->rank;
+  init.args.world_size = options->world_size;
+  init.args.local_rank = options->local_rank;
+  init.args.master_addr = options->master_addr;
+  init.args.master_port = options->master_port;
+  absl::StatusOr<rendezvous::World> world =
+      rendezvous::InitWorld(init, rendezvous::ProcessEnv());
+  if (!world.ok()) {
+    std::cerr << "train: " << world.status().message() << "\n";
+    return 1;
+  }
+  backend::BackendConfig config;
+  config.name = options->dist_backend;
+  config.rank = world->rank;
+  config.world_size = world->world_size;
+  config.store = world->store;
+  config.timeout = options->timeout;
+  config.gloo_iface = world->launch.gloo_socket_ifname;
+  config.cuda_device = world->local_rank;
+  if (absl::StartsWith(options->device, "cuda:"))
+    absl::SimpleAtoi(options->device.substr(5), &config.cuda_device);
+  absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
+      backend::CreateBackend(config);
+  if (!backend.ok()) {
+    std::cerr << "train: [rank " << world->rank << "] "
+              << backend.status().message() << "\n";
+    return 1;
+  }
+  TrainContext context;
+  context.log = &std::cerr;
+  context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
+  context.start = start;
+  absl::StatusOr<TrainResult> result =
+      Train(*options, *world, **backend, context);
+  if (!result.ok()) {
+    std::cerr << "train: " << result.status().message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtrain::trainer
+
+int main(int argc, char** argv) { return dtrain::trainer::Main(argc, argv); }

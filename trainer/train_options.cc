@@ -1,0 +1,178 @@
+#include "trainer/train_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dtrain::trainer {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", field, ": ", why));
+}
+
+bool Known(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownDatasets() {
+  static const auto* const kNames = new std::vector<std::string>{
+      "fashion-mnist", "mnist", "stl10", "synthetic"};
+  return *kNames;
+}
+
+absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions o) {
+  const bool resnet = o.model == "resnet18";
+  if (!resnet && o.model != "convnet") {
+    return Invalid("model", absl::StrCat("unknown model '", o.model,
+                                         "'; known: convnet, resnet18"));
+  }
+  if (!o.optimizer) o.optimizer = resnet ? "sgd" : "adadelta";
+  const bool sgd = *o.optimizer == "sgd";
+  if (!o.lr) o.lr = sgd ? 0.1 : 0.5;
+  if (!o.momentum) o.momentum = sgd ? 0.9 : 0.0;
+  if (!o.weight_decay) o.weight_decay = sgd ? 1e-4 : 0.0;
+  if (!o.batch_size) o.batch_size = resnet ? 32 : 128;
+  if (!o.epochs) o.epochs = resnet ? 2 : 1;
+  if (!o.image_size && resnet && o.dataset == "stl10") o.image_size = 224;
+  return o;
+}
+
+absl::Status Validate(const TrainOptions& o) {
+  if (o.model != "convnet" && o.model != "resnet18") {
+    return Invalid("model", absl::StrCat("unknown model '", o.model,
+                                         "'; known: convnet, resnet18"));
+  }
+  if (o.small_input_stem && o.model != "resnet18") {
+    return Invalid("small_input_stem", "only resnet18 has this stem");
+  }
+  if (!Known(KnownDatasets(), o.dataset)) {
+    return Invalid("dataset",
+                   absl::StrCat("unknown dataset '", o.dataset, "'; known: ",
+                                absl::StrJoin(KnownDatasets(), ", ")));
+  }
+  if (o.dataset == "stl10" && o.data_dir.empty()) {
+    return Invalid("data_dir",
+                   "stl10 needs the folder with train_X.bin, train_y.bin, "
+                   "test_X.bin and test_y.bin");
+  }
+  if (o.image_size && *o.image_size < 1)
+    return Invalid("image_size", absl::StrCat(*o.image_size, " is not >= 1"));
+  if (o.train_limit && *o.train_limit < 1)
+    return Invalid("train_limit", absl::StrCat(*o.train_limit, " is not >= 1"));
+  if (o.val_limit && *o.val_limit < 1)
+    return Invalid("val_limit", absl::StrCat(*o.val_limit, " is not >= 1"));
+  if (o.dataset == "synthetic") {
+    if (o.synthetic_shape.size() != 3 ||
+        std::any_of(o.synthetic_shape.begin(), o.synthetic_shape.end(),
+                    [](int64_t d) { return d < 1; })) {
+      return Invalid("synthetic_shape",
+                     "needs three positive sizes: channels,height,width");
+    }
+    if (o.synthetic_train_size < 1 || o.synthetic_val_size < 1)
+      return Invalid("synthetic_train_size", "both splits need >= 1 example");
+    if (o.synthetic_classes < 1)
+      return Invalid("synthetic_classes", "needs >= 1 class");
+  }
+  if (!o.batch_size || *o.batch_size < 1)
+    return Invalid("batch_size", "must be >= 1 (per process)");
+  if (o.workers < 0)
+    return Invalid("workers", absl::StrCat(o.workers, " is not >= 0"));
+  if (!o.epochs || *o.epochs < 1) return Invalid("epochs", "must be >= 1");
+  if (o.max_steps < 0)
+    return Invalid("max_steps", absl::StrCat(o.max_steps, " is not >= 0"));
+  if (!o.optimizer || (*o.optimizer != "sgd" && *o.optimizer != "adadelta")) {
+    return Invalid("optimizer",
+                   absl::StrCat("unknown optimizer '", o.optimizer.value_or(""),
+                                "'; known: adadelta, sgd"));
+  }
+  if (!o.lr || !(*o.lr > 0) || !std::isfinite(*o.lr))
+    return Invalid("lr", "must be a finite number > 0");
+  if (!o.momentum || !(*o.momentum >= 0) || !(*o.momentum < 1))
+    return Invalid("momentum", "must be in [0, 1)");
+  if (*o.optimizer == "adadelta" && *o.momentum != 0)
+    return Invalid("momentum", "Adadelta has no momentum; leave it unset");
+  if (!o.weight_decay || !(*o.weight_decay >= 0) ||
+      !std::isfinite(*o.weight_decay))
+    return Invalid("weight_decay", "must be a finite number >= 0");
+  if (o.lr_step_epochs < 1) return Invalid("lr_step_epochs", "must be >= 1");
+  if (!(o.lr_gamma > 0) || !std::isfinite(o.lr_gamma))
+    return Invalid("lr_gamma", "must be a finite number > 0");
+  if (o.dist_backend != "gloo" && o.dist_backend != "nccl") {
+    return Invalid("dist_backend",
+                   absl::StrCat("unknown backend '", o.dist_backend,
+                                "'; known: gloo, nccl"));
+  }
+  if (!absl::StartsWith(o.dist_url, "tcp://") &&
+      !absl::StartsWith(o.dist_url, "file://") &&
+      !absl::StartsWith(o.dist_url, "env://")) {
+    return Invalid("dist_url", absl::StrCat("'", o.dist_url,
+                                            "' is not tcp://host:port, "
+                                            "file:///path or env://"));
+  }
+  if (o.timeout <= absl::ZeroDuration())
+    return Invalid("timeout", "must be > 0");
+  if (o.device != "cpu" && o.device != "cuda") {
+    int index = -1;
+    if (!absl::StartsWith(o.device, "cuda:") ||
+        !absl::SimpleAtoi(o.device.substr(5), &index) || index < 0) {
+      return Invalid("device", absl::StrCat("'", o.device,
+                                            "' is not cpu, cuda or cuda:N"));
+    }
+  }
+  if (o.dist_backend == "nccl" && o.device == "cpu")
+    return Invalid("dist_backend", "nccl needs --device=cuda");
+  if (o.dist_backend == "gloo" && o.device != "cpu") {
+    return Invalid("dist_backend",
+                   "the gloo backend here reduces CPU tensors; use nccl with "
+                   "--device=cuda");
+  }
+  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
+    return Invalid("bucket_cap_mb", "must be a finite number > 0");
+  if (o.intra_op_threads < 1)
+    return Invalid("intra_op_threads", "must be >= 1");
+  if (o.resume && o.checkpoint_dir.empty())
+    return Invalid("resume", "needs --checkpoint_dir");
+  if (o.checkpoint_every_steps < 0)
+    return Invalid("checkpoint_every_steps", "must be >= 0");
+  if (o.checkpoint_every_steps > 0 && o.checkpoint_dir.empty())
+    return Invalid("checkpoint_every_steps", "needs --checkpoint_dir");
+  if (o.keep_checkpoints < 1)
+    return Invalid("keep_checkpoints", "must be >= 1");
+  if (o.print_freq < 1) return Invalid("print_freq", "must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgressStyle> ParseProgressStyle(const std::string& text) {
+  for (ProgressStyle style : {ProgressStyle::kAuto, ProgressStyle::kBar,
+                              ProgressStyle::kLines, ProgressStyle::kNone}) {
+    if (text == ProgressStyleName(style)) return style;
+  }
+  return Invalid("progress", absl::StrCat("unknown style '", text,
+                                          "'; known: auto, bar, lines, none"));
+}
+
+const char* ProgressStyleName(ProgressStyle style) {
+  switch (style) {
+    case ProgressStyle::kAuto:
+      return "auto";
+    case ProgressStyle::kBar:
+      return "bar";
+    case ProgressStyle::kLines:
+      return "lines";
+    case ProgressStyle::kNone:
+      return "none";
+  }
+  return "auto";
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The train binary as users run it, with real processes on loopback: spawning its own ranks, under
+# the launcher with file://, with explicit ranks over tcp://, stopping and resuming, and failing
+# clearly on bad flags and missing data.
+set -uo pipefail
+
+train=$1
+launch=$2
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# json FILE EXPR: evaluates a Python expression on the parsed file, bound to m.
+json() {
+  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+# A small but real run: 1,024 Fashion-MNIST examples, 2 ranks of batch 64, 300 test examples.
+small=(--train_limit=1024 --val_limit=300 --batch_size=64 --timeout=60s)
+
+# 1. The binary spawns its own ranks (--nproc_per_node), as torch.multiprocessing.spawn.
+port=$(free_port)
+timeout 120 "$train" --nproc_per_node=2 --master_port="$port" "${small[@]}" --progress=lines \
+  --print_freq=2 --metrics_json="$tmp/spawn.json" --checkpoint_dir="$tmp/spawn_ck" \
+  >"$tmp/spawn.out" 2>"$tmp/spawn.err"
+rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "spawn: exit $rc: $(tail -5 "$tmp/spawn.err")"
+else
+  [[ $(json "$tmp/spawn.json" 'm["config"]["world_size"]') == 2 ]] || fail "spawn: world size"
+  [[ $(json "$tmp/spawn.json" 'm["epochs"][0]["samples"]') == 1024 ]] || fail "spawn: samples"
+  [[ $(json "$tmp/spawn.json" 'm["epochs"][0]["steps"]') == 8 ]] || fail "spawn: steps"
+  [[ $(json "$tmp/spawn.json" 'int(m["epochs"][0]["val_top1"] > 30)') == 1 ]] \
+    || fail "spawn: validation top-1 not above 30%: $(cat "$tmp/spawn.json")"
+  grep -q 'Epoch: \[0\]\[2/8\]' "$tmp/spawn.err" || fail "spawn: no progress lines"
+  [[ $(grep -c 'Epoch: \[0\]\[2/8\]' "$tmp/spawn.err") == 1 ]] || fail "spawn: a rank other than 0 printed"
+  ls "$tmp/spawn_ck"/checkpoint-*.dtc >/dev/null 2>&1 || fail "spawn: no checkpoint written"
+fi
+
+# 2. Under the launcher, meeting through a file (file://).
+port=$(free_port)
+timeout 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" \
+  --dist_url="file://$tmp/store" "${small[@]}" --max_steps=3 --skip_validation \
+  --metrics_json="$tmp/file.json" >"$tmp/file.out" 2>"$tmp/file.err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "file://: exit $rc: $(tail -5 "$tmp/file.err")"
+[[ $rc -ne 0 ]] || [[ $(json "$tmp/file.json" 'm["global_step"]') == 3 ]] || fail "file://: steps"
+
+# 3. Explicit ranks over tcp://, each process started by hand.
+port=$(free_port)
+for r in 0 1; do
+  timeout 120 "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r \
+    "${small[@]}" --max_steps=2 --skip_validation >"$tmp/tcp$r.out" 2>"$tmp/tcp$r.err" &
+  pids+=($!)
+done
+for i in 0 1; do
+  wait "${pids[$i]}" || fail "tcp:// rank $i: $(tail -5 "$tmp/tcp$i.err")"
+done
+pids=()
+
+# 4. Stopped at step 5 and resumed, a run ends exactly where an uninterrupted one does.
+run() {  # run NAME ARGS...
+  local name=$1; shift
+  local p; p=$(free_port)
+  timeout 120 "$train" --nproc_per_node=2 --master_port="$p" "${small[@]}" --epochs=2 \
+    --progress=none "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || fail "$name: $(tail -5 "$tmp/$name.err")"
+}
+run whole --metrics_json="$tmp/whole.json"
+run part --checkpoint_dir="$tmp/ck" --max_steps=5
+run rest --checkpoint_dir="$tmp/ck" --resume --metrics_json="$tmp/rest.json"
+grep -q 'resumed from' "$tmp/rest.err" || fail "resume: no 'resumed from' line: $(cat "$tmp/rest.err")"
+whole_loss=$(json "$tmp/whole.json" 'repr(m["epochs"][-1]["val_loss"])')
+rest_loss=$(json "$tmp/rest.json" 'repr(m["epochs"][-1]["val_loss"])')
+[[ -n $whole_loss && $whole_loss == "$rest_loss" ]] \
+  || fail "resume: final validation loss $rest_loss, uninterrupted $whole_loss"
+
+# 5. Bad flags exit 2 naming the flag; missing data exits 1 naming the path.
+"$train" --batch_size=0 >"$tmp/bad.out" 2>"$tmp/bad.err"
+rc=$?
+[[ $rc -eq 2 ]] || fail "bad flag: exit $rc, want 2"
+grep -q -- '--batch_size' "$tmp/bad.err" || fail "bad flag: message: $(cat "$tmp/bad.err")"
+timeout 60 "$train" --dataset=mnist --data_dir=/nonexistent/mnist >"$tmp/nodata.out" 2>"$tmp/nodata.err"
+rc=$?
+[[ $rc -eq 1 ]] || fail "missing data: exit $rc, want 1"
+grep -q '/nonexistent/mnist' "$tmp/nodata.err" || fail "missing data: message: $(cat "$tmp/nodata.err")"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "PASS"

@@ -1,0 +1,588 @@
+#include "trainer/trainer.h"
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "data/distributed_sampler.h"
+#include "data/loader.h"
+#include "dist/ddp/ddp.h"
+#include "models/adadelta.h"
+#include "models/lr_schedule.h"
+#include "models/registry.h"
+#include "trainer/checkpoint.h"
+#include "trainer/meters.h"
+#include "trainer/progress.h"
+#include "trainer/rank_sync.h"
+#include "trainer/training_data.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using backend::ReduceOp;
+
+// "[rank 1] " in front of every error, as the backends do.
+absl::Status WithRank(int rank, const absl::Status& status) {
+  if (status.ok() || absl::StartsWith(status.message(), "[rank "))
+    return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("[rank ", rank, "] ", status.message()));
+}
+
+#define DTRAIN_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    if (absl::Status _status = (expr); !_status.ok()) { \
+      return _status;                                   \
+    }                                                   \
+  } while (false)
+
+// The generator state for one step's random draws (dropout): a function of
+// the seed, the rank and the step only, so that a resumed run draws what the
+// uninterrupted one did. SplitMix64's finaliser decorrelates the inputs.
+uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
+  uint64_t z = seed ^ (uint64_t{0x9E3779B97F4A7C15} * (rank + 1)) ^
+               (uint64_t{0xD1B54A32D192ED03} * static_cast<uint64_t>(step));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+  return (z ^ (z >> 31)) >> 1;  // manual_seed takes it as uint64; keep < 2^63
+}
+
+absl::StatusOr<c10::Device> ResolveDevice(const TrainOptions& o,
+                                          int local_rank) {
+  if (o.device == "cpu") return c10::Device(c10::kCPU);
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", o.device,
+        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
+        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
+        "README) or train with --device=cpu --dist_backend=gloo"));
+  }
+  const int index =
+      o.device == "cuda"
+          ? local_rank
+          : std::stoi(o.device.substr(std::string("cuda:").size()));
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (index >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", o.device, ": device ", index, " requested (local rank ",
+        local_rank, ") but only ", count, " visible"));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
+    const TrainOptions& o, std::vector<torch::Tensor> params) {
+  if (*o.optimizer == "sgd") {
+    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
+        std::move(params), torch::optim::SGDOptions(*o.lr)
+                               .momentum(*o.momentum)
+                               .weight_decay(*o.weight_decay)));
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(params));
+  absl::StatusOr<std::unique_ptr<models::Adadelta>> adadelta =
+      models::Adadelta::Create(
+          std::move(groups),
+          models::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay));
+  if (!adadelta.ok()) return adadelta.status();
+  return std::unique_ptr<torch::optim::Optimizer>(std::move(*adadelta));
+}
+
+absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
+    const data::Dataset& dataset, const data::TransformPipeline& transforms,
+    const TrainOptions& o, const rendezvous::World& world, bool shuffle,
+    bool pin_memory) {
+  data::DistributedSamplerOptions s;
+  s.num_replicas = world.world_size;
+  s.rank = world.rank;
+  s.shuffle = shuffle;
+  s.seed = o.seed;
+  absl::StatusOr<data::DistributedSampler> sampler =
+      data::DistributedSampler::Create(dataset.size(), s);
+  if (!sampler.ok()) return sampler.status();
+  data::LoaderOptions l;
+  l.batch_size = *o.batch_size;
+  l.num_workers = o.workers;
+  l.seed = o.seed;
+  l.pin_memory = pin_memory;
+  return data::DataLoader::Create(dataset, *std::move(sampler), transforms, l);
+}
+
+// Cross entropy works for both models: for the ConvNet, whose output is
+// already log-softmax, log_softmax changes nothing, so it equals the book's
+// nll_loss.
+at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
+                int64_t reduction) {
+  return at::cross_entropy_loss(output, labels, {}, reduction);
+}
+
+// Everything one run holds, built by Setup and used by the loop.
+class Run {
+ public:
+  Run(const TrainOptions& o, const rendezvous::World& world,
+      backend::Backend& backend, const TrainContext& context)
+      : o_(o),
+        world_(world),
+        backend_(backend),
+        context_(context),
+        rank0_(world.rank == 0) {}
+
+  absl::StatusOr<TrainResult> Execute();
+
+ private:
+  absl::Status Setup();
+  absl::Status Resume();
+  absl::StatusOr<bool> TrainEpoch(int64_t epoch, EpochMetrics* metrics);
+  absl::Status Validate(EpochMetrics* metrics);
+  absl::Status SaveCheckpoint(const data::SamplerState& sampler, int64_t epoch,
+                              bool best);
+  absl::Status WriteMetrics();
+  void Say(const std::string& line) {
+    if (rank0_ && progress_ != nullptr) progress_->Message(line);
+  }
+
+  const TrainOptions& o_;
+  const rendezvous::World& world_;
+  backend::Backend& backend_;
+  const TrainContext& context_;
+  const bool rank0_;
+
+  c10::Device device_{c10::kCPU};
+  absl::optional<TrainingData> data_;
+  std::shared_ptr<models::Model> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  absl::optional<models::StepLrSchedule> schedule_;
+  std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::unique_ptr<data::DataLoader> train_loader_;
+  std::unique_ptr<data::DataLoader> val_loader_;
+  absl::optional<CheckpointDir> checkpoints_;
+  std::unique_ptr<ProgressPrinter> progress_;
+
+  int64_t start_epoch_ = 0;
+  int64_t global_step_ = 0;
+  double best_top1_ = 0;
+  bool first_step_done_ = false;
+  RunMetrics metrics_;
+};
+
+absl::Status Run::Setup() {
+  DTRAIN_RETURN_IF_ERROR(trainer::Validate(o_));
+  at::set_num_threads(o_.intra_op_threads);
+  progress_ = std::make_unique<ProgressPrinter>(
+      o_.progress, context_.log_is_terminal, o_.print_freq,
+      context_.log != nullptr ? *context_.log : std::cerr);
+  absl::StatusOr<c10::Device> device = ResolveDevice(o_, world_.local_rank);
+  if (!device.ok()) return device.status();
+  device_ = *device;
+
+  absl::StatusOr<TrainingData> data = LoadTrainingData(o_);
+  if (!data.ok()) return data.status();
+  data_ = *std::move(data);
+  Say(absl::StrCat("data: ", data_->description));
+
+  models::ModelConfig config;
+  config.num_classes = data_->num_classes;
+  config.in_channels = data_->input_shape[0];
+  config.image_size = data_->input_shape[1];
+  config.small_input_stem = o_.small_input_stem;
+  // Every rank builds the same initial weights; DDP broadcasts rank 0's all
+  // the same, which also covers models whose construction is not seeded.
+  torch::manual_seed(o_.seed);
+  absl::StatusOr<std::shared_ptr<models::Model>> model =
+      models::CreateModel(o_.model, config);
+  if (!model.ok()) return model.status();
+  model_ = *std::move(model);
+  model_->to(device_);
+
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> optimizer =
+      MakeOptimizer(o_, model_->parameters());
+  if (!optimizer.ok()) return optimizer.status();
+  optimizer_ = *std::move(optimizer);
+  // Created before a checkpoint is loaded, so that the base rates are the
+  // configured ones, not a decayed rate from the checkpoint.
+  absl::StatusOr<models::StepLrSchedule> schedule =
+      models::StepLrSchedule::Create(
+          *optimizer_, models::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma});
+  if (!schedule.ok()) return schedule.status();
+  schedule_ = *std::move(schedule);
+
+  const bool pin = device_.is_cuda();
+  absl::StatusOr<std::unique_ptr<data::DataLoader>> train = MakeLoader(
+      data_->train, data_->transforms, o_, world_, /*shuffle=*/true, pin);
+  if (!train.ok()) return train.status();
+  train_loader_ = *std::move(train);
+  absl::StatusOr<std::unique_ptr<data::DataLoader>> val = MakeLoader(
+      data_->val, data_->transforms, o_, world_, /*shuffle=*/false, pin);
+  if (!val.ok()) return val.status();
+  val_loader_ = *std::move(val);
+
+  if (!o_.checkpoint_dir.empty() && rank0_) {
+    absl::StatusOr<CheckpointDir> dir =
+        CheckpointDir::Open(o_.checkpoint_dir, o_.keep_checkpoints);
+    if (!dir.ok()) return dir.status();
+    checkpoints_ = *std::move(dir);
+  }
+  if (o_.resume) DTRAIN_RETURN_IF_ERROR(Resume());
+
+  ddp::DdpOptions d;
+  d.bucket_cap_bytes = static_cast<int64_t>(o_.bucket_cap_mb * (1 << 20));
+  d.first_bucket_cap_bytes =
+      std::min(d.first_bucket_cap_bytes, d.bucket_cap_bytes);
+  // Without gradient sync nothing else may communicate either: the run
+  // measures what the machine does with no communication at all.
+  d.broadcast_buffers = o_.sync_gradients;
+  d.timeout = o_.timeout;
+  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
+      ddp::DistributedDataParallel::Create(model_, backend_, d);
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = *std::move(ddp);
+  ddp_->set_gradient_sync(o_.sync_gradients);
+
+  metrics_.options = o_;
+  metrics_.world_size = world_.world_size;
+  metrics_.backend = std::string(backend_.name());
+  metrics_.device = device_.str();
+  metrics_.data = data_->description;
+  metrics_.parameters = models::NumParameters(*model_);
+  Say(absl::StrFormat(
+      "%s: %d parameters, %s, world size %d (%s), batch %d per process "
+      "(global %d), %d buckets%s",
+      o_.model, metrics_.parameters, device_.str(), world_.world_size,
+      metrics_.backend, *o_.batch_size, *o_.batch_size * world_.world_size,
+      ddp_->buckets().size(),
+      o_.sync_gradients ? "" : ", gradient sync OFF (no-communication bound)"));
+  return absl::OkStatus();
+}
+
+absl::Status Run::Resume() {
+  std::string bytes;
+  absl::Status found = absl::OkStatus();
+  if (rank0_) {
+    absl::StatusOr<CheckpointDir::Found> latest = checkpoints_->Latest();
+    if (latest.ok()) {
+      for (const std::string& skipped : latest->skipped)
+        Say(absl::StrCat("skipping checkpoint ", skipped));
+      bytes = std::move(latest->bytes);
+      metrics_.resumed_from = latest->path;
+    } else {
+      found = latest.status();
+    }
+  }
+  // Whether rank 0 found one, and then its bytes: every rank decides alike.
+  std::vector<double> have = {rank0_ && found.ok() ? 1.0 : 0.0};
+  absl::StatusOr<std::vector<double>> any =
+      AllReduceValues(backend_, have, ReduceOp::kMax, device_, o_.timeout);
+  if (!any.ok()) return any.status();
+  if ((*any)[0] == 0) {
+    if (found.code() != absl::StatusCode::kNotFound) return found;
+    Say(absl::StrCat("no checkpoint in ", o_.checkpoint_dir,
+                     ": starting from the beginning"));
+    return absl::OkStatus();
+  }
+  DTRAIN_RETURN_IF_ERROR(
+      BroadcastBytes(backend_, 0, &bytes, found, device_, o_.timeout));
+  absl::StatusOr<TrainingState> state =
+      DecodeCheckpoint(bytes, *model_, *optimizer_, o_.model, *o_.optimizer);
+  if (!state.ok()) return state.status();
+  DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state->sampler));
+  start_epoch_ = state->epoch;
+  global_step_ = state->global_step;
+  best_top1_ = state->best_top1;
+  Say(absl::StrCat("resumed from ", metrics_.resumed_from, ": epoch ",
+                   state->sampler.epoch, ", example ", state->sampler.position,
+                   " of ", train_loader_->sampler().num_samples(),
+                   " per rank, step ", global_step_));
+  return absl::OkStatus();
+}
+
+absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
+                                 int64_t epoch, bool best) {
+  if (!rank0_ || !checkpoints_) return absl::OkStatus();
+  TrainingState state;
+  state.epoch = epoch;
+  state.sampler = sampler;
+  state.global_step = global_step_;
+  state.best_top1 = best_top1_;
+  state.model_name = o_.model;
+  state.optimizer_name = *o_.optimizer;
+  state.seed = o_.seed;
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*model_, *optimizer_, state);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<std::string> path = checkpoints_->Save(global_step_, *bytes);
+  if (!path.ok()) return path.status();
+  if (best) {
+    absl::StatusOr<std::string> best_path = checkpoints_->SaveBest(*bytes);
+    if (!best_path.ok()) return best_path.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
+  model_->train();
+  AverageMeter batch_time, data_time, loss_meter, top1, top5;
+  std::vector<double> step_seconds;
+  double exposed = 0;
+  int64_t correct1 = 0, correct5 = 0, examples = 0;
+  double loss_sum = 0;
+  const int64_t limit = o_.max_steps > 0 ? o_.max_steps - global_step_
+                                         : std::numeric_limits<int64_t>::max();
+  const int64_t batches = std::min(train_loader_->batches_left(), limit);
+  progress_->StartEpoch(epoch, *o_.epochs, batches);
+  const absl::Time epoch_start = absl::Now();
+  absl::Time end = epoch_start;
+  for (int64_t b = 0; b < batches; ++b) {
+    absl::StatusOr<absl::optional<data::Batch>> batch = train_loader_->Next();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) break;
+    const absl::Time got = absl::Now();
+    data_time.Update(absl::ToDoubleSeconds(got - end));
+    at::Tensor images = (*batch)->images.to(device_, /*non_blocking=*/true);
+    at::Tensor labels = (*batch)->labels.to(device_, /*non_blocking=*/true);
+    const int64_t n = labels.size(0);
+
+    torch::manual_seed(StepSeed(o_.seed, world_.rank, global_step_));
+    DTRAIN_RETURN_IF_ERROR(ddp_->PrepareForward());
+    optimizer_->zero_grad();
+    at::Tensor output;
+    at::Tensor loss;
+    try {
+      output = model_->forward(images);
+      loss = Loss(output, labels, at::Reduction::Mean);
+      loss.backward();
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("epoch ", epoch, " batch ", b,
+                       ": forward/backward failed: ", e.what()));
+    }
+    DTRAIN_RETURN_IF_ERROR(ddp_->SynchronizeGradients());
+    optimizer_->step();
+    ++global_step_;
+    if (!first_step_done_) {
+      first_step_done_ = true;
+      metrics_.startup_seconds =
+          absl::ToDoubleSeconds(absl::Now() - context_.start);
+    }
+    if (o_.sync_gradients)
+      exposed +=
+          absl::ToDoubleSeconds(ddp_->last_step_stats().exposed_communication);
+
+    const double loss_value = loss.item<double>();
+    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
+    loss_sum += loss_value * n;
+    correct1 += correct[0];
+    correct5 += correct[1];
+    examples += n;
+    loss_meter.Update(loss_value, n);
+    top1.Update(100.0 * correct[0] / n, n);
+    top5.Update(100.0 * correct[1] / n, n);
+    const absl::Time now = absl::Now();
+    batch_time.Update(absl::ToDoubleSeconds(now - end));
+    step_seconds.push_back(absl::ToDoubleSeconds(now - got));
+    end = now;
+    if (rank0_) {
+      BatchReport report;
+      report.batch = b;
+      report.batch_time = &batch_time;
+      report.data_time = &data_time;
+      report.loss = &loss_meter;
+      report.top1 = &top1;
+      report.top5 = &top5;
+      report.samples_per_second = static_cast<double>(examples) *
+                                  world_.world_size /
+                                  absl::ToDoubleSeconds(now - epoch_start);
+      progress_->Batch(report);
+    }
+    if (o_.checkpoint_every_steps > 0 &&
+        global_step_ % o_.checkpoint_every_steps == 0 &&
+        train_loader_->batches_left() > 0) {
+      DTRAIN_RETURN_IF_ERROR(
+          SaveCheckpoint(train_loader_->state(), epoch, /*best=*/false));
+    }
+  }
+  progress_->EndEpoch();
+  // Stopped inside the epoch by max_steps: the checkpoint keeps the position.
+  const bool stopped = o_.max_steps > 0 && global_step_ >= o_.max_steps &&
+                       train_loader_->batches_left() > 0;
+  const double seconds = absl::ToDoubleSeconds(end - epoch_start);
+
+  // Exact totals over ranks, and the slowest rank's times.
+  absl::StatusOr<std::vector<double>> sums = AllReduceValues(
+      backend_,
+      {loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
+       static_cast<double>(examples)},
+      ReduceOp::kSum, device_, o_.timeout);
+  if (!sums.ok()) return sums.status();
+  absl::StatusOr<std::vector<double>> maxima =
+      AllReduceValues(backend_, {seconds, data_time.sum(), exposed},
+                      ReduceOp::kMax, device_, o_.timeout);
+  if (!maxima.ok()) return maxima.status();
+  const double total = std::max(1.0, (*sums)[3]);
+  m->epoch = epoch;
+  m->steps = static_cast<int64_t>(step_seconds.size());
+  m->samples = static_cast<int64_t>((*sums)[3]);
+  m->lr = schedule_->LearningRate(epoch);
+  m->epoch_seconds = (*maxima)[0];
+  m->samples_per_second =
+      m->epoch_seconds > 0 ? (*sums)[3] / m->epoch_seconds : 0;
+  m->train_loss = (*sums)[0] / total;
+  m->train_top1 = 100.0 * (*sums)[1] / total;
+  m->train_top5 = 100.0 * (*sums)[2] / total;
+  m->data_seconds = (*maxima)[1];
+  m->exposed_communication_seconds = (*maxima)[2];
+  m->step_seconds_mean = step_seconds.empty() ? 0 : [&] {
+    double s = 0;
+    for (double x : step_seconds) s += x;
+    return s / step_seconds.size();
+  }();
+  m->step_seconds_p50 = Percentile(step_seconds, 50);
+  m->step_seconds_p90 = Percentile(step_seconds, 90);
+  m->step_seconds_max = Percentile(step_seconds, 100);
+  return stopped;
+}
+
+absl::Status Run::Validate(EpochMetrics* m) {
+  const absl::Time start = absl::Now();
+  model_->eval();
+  at::NoGradGuard no_grad;
+  val_loader_->SetEpoch(0);
+  const int64_t n_total = data_->val.size();
+  double loss_sum = 0;
+  int64_t correct1 = 0, correct5 = 0, examples = 0;
+  for (;;) {
+    absl::StatusOr<absl::optional<data::Batch>> batch = val_loader_->Next();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) break;
+    const data::Batch& b = **batch;
+    // The sampler pads the last round with repeats so that every rank gets as
+    // many examples; slots past the dataset's end are those repeats, and are
+    // left out so that every test example counts exactly once.
+    std::vector<int64_t> keep;
+    for (int64_t j = 0; j < b.labels.size(0); ++j) {
+      if (val_loader_->sampler().GlobalSlot(b.position + j) < n_total)
+        keep.push_back(j);
+    }
+    if (keep.empty()) continue;
+    at::Tensor images = b.images;
+    at::Tensor labels = b.labels;
+    if (static_cast<int64_t>(keep.size()) < labels.size(0)) {
+      const at::Tensor index = at::tensor(keep, at::kLong);
+      images = images.index_select(0, index);
+      labels = labels.index_select(0, index);
+    }
+    images = images.to(device_, true);
+    labels = labels.to(device_, true);
+    at::Tensor output;
+    try {
+      output = model_->forward(images);
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("validation forward failed: ", e.what()));
+    }
+    loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
+    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
+    correct1 += correct[0];
+    correct5 += correct[1];
+    examples += labels.size(0);
+  }
+  absl::StatusOr<std::vector<double>> sums = AllReduceValues(
+      backend_,
+      {loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
+       static_cast<double>(examples)},
+      ReduceOp::kSum, device_, o_.timeout);
+  if (!sums.ok()) return sums.status();
+  const double total = std::max(1.0, (*sums)[3]);
+  m->val_loss = (*sums)[0] / total;
+  m->val_top1 = 100.0 * (*sums)[1] / total;
+  m->val_top5 = 100.0 * (*sums)[2] / total;
+  m->val_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (static_cast<int64_t>((*sums)[3]) != n_total) {
+    return absl::InternalError(absl::StrCat("validation counted ", (*sums)[3],
+                                            " examples, expected ", n_total));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::WriteMetrics() {
+  if (!rank0_ || o_.metrics_json.empty()) return absl::OkStatus();
+  metrics_.best_top1 = best_top1_;
+  metrics_.global_step = global_step_;
+  metrics_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - context_.start);
+  return WriteMetricsJson(o_.metrics_json, metrics_);
+}
+
+absl::StatusOr<TrainResult> Run::Execute() {
+  DTRAIN_RETURN_IF_ERROR(Setup());
+  for (int64_t epoch = start_epoch_; epoch < *o_.epochs; ++epoch) {
+    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;
+    train_loader_->SetEpoch(epoch);
+    DTRAIN_RETURN_IF_ERROR(schedule_->SetEpoch(epoch));
+    Say(absl::StrFormat("Begin training epoch %d/%d (lr %g)", epoch + 1,
+                        *o_.epochs, schedule_->LearningRate(epoch)));
+    EpochMetrics m;
+    absl::StatusOr<bool> stopped = TrainEpoch(epoch, &m);
+    if (!stopped.ok()) return stopped.status();
+    Say(absl::StrFormat(
+        "epoch %d: loss %.4f  top1 %.2f%%  top5 %.2f%%  %.1f s  %.0f "
+        "samples/s  (data %.2f s, exposed communication %.2f s)",
+        epoch + 1, m.train_loss, m.train_top1, m.train_top5, m.epoch_seconds,
+        m.samples_per_second, m.data_seconds, m.exposed_communication_seconds));
+    bool best = false;
+    if (!o_.skip_validation) {
+      DTRAIN_RETURN_IF_ERROR(Validate(&m));
+      best = *m.val_top1 > best_top1_;
+      best_top1_ = std::max(best_top1_, *m.val_top1);
+      Say(absl::StrFormat(
+          " * validation: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (best Prec@1 "
+          "%.3f, %.1f s)",
+          *m.val_loss, *m.val_top1, *m.val_top5, best_top1_, m.val_seconds));
+    }
+    metrics_.epochs.push_back(m);
+    if (*stopped) {
+      DTRAIN_RETURN_IF_ERROR(
+          SaveCheckpoint(train_loader_->state(), epoch, best));
+    } else {
+      data::SamplerState next = train_loader_->state();
+      next.epoch = epoch + 1;
+      next.position = 0;
+      DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, epoch + 1, best));
+    }
+    DTRAIN_RETURN_IF_ERROR(WriteMetrics());
+    if (*stopped) {
+      Say(absl::StrCat("stopped at --max_steps=", o_.max_steps));
+      break;
+    }
+  }
+  DTRAIN_RETURN_IF_ERROR(WriteMetrics());
+  metrics_.best_top1 = best_top1_;
+  metrics_.global_step = global_step_;
+  metrics_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - context_.start);
+  return TrainResult{metrics_, model_};
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainOptions& options,
+                                  const rendezvous::World& world,
+                                  backend::Backend& backend,
+                                  const TrainContext& context) {
+  Run run(options, world, backend, context);
+  absl::StatusOr<TrainResult> result = run.Execute();
+  if (!result.ok()) return WithRank(world.rank, result.status());
+  return result;
+}
+
+}  // namespace dtrain::trainer
