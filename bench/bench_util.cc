@@ -1,28 +1,17 @@
 #include "bench/bench_util.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
 #include "dist/rendezvous/hash_store.h"
+#include "trainer/compute_threads.h"
 
 namespace dtrain::bench {
 
-int UseOneThread() {
-  at::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  using GetThreads = int (*)();
-  auto set = reinterpret_cast<SetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get = reinterpret_cast<GetThreads>(
-      dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (set == nullptr || get == nullptr) return -1;
-  set(1);
-  return get();
-}
+int UseOneThread() { return trainer::SetComputeThreads(1).blas; }
 
 int RunOnOneThread(int argc, char** argv) {
   const int blas_threads = UseOneThread();

@@ -24,6 +24,7 @@
 #include "models/lr_schedule.h"
 #include "models/registry.h"
 #include "trainer/checkpoint.h"
+#include "trainer/compute_threads.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
@@ -180,7 +181,7 @@ class Run {
 
 absl::Status Run::Setup() {
   DTRAIN_RETURN_IF_ERROR(trainer::Validate(o_));
-  at::set_num_threads(o_.intra_op_threads);
+  SetComputeThreads(o_.intra_op_threads);
   progress_ = std::make_unique<ProgressPrinter>(
       o_.progress, context_.log_is_terminal, o_.print_freq,
       context_.log != nullptr ? *context_.log : std::cerr);

@@ -118,8 +118,10 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
   env["MASTER_PORT"] = std::to_string(o.master_port);
   env["DTRAIN_RESTART_COUNT"] = std::to_string(restart);
   // Several ranks on few cores oversubscribe with one OpenMP thread pool per
-  // core each.
+  // core each; OpenBLAS (Debian's LibTorch) has a pool of its own whose idle
+  // workers spin, and it sizes the pool from this variable when loaded.
   env.emplace("OMP_NUM_THREADS", "1");
+  env.emplace("OPENBLAS_NUM_THREADS", "1");
   std::vector<std::string> out;
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
   return out;

@@ -5,9 +5,9 @@
 //   launch --nproc_per_node=4 -- bazel-bin/trainer/train --epochs=1
 //
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, OMP_NUM_THREADS=1 (unless already set) and DTRAIN_RESTART_COUNT.
-// Ranks run in their own process groups and die with the launcher
-// (PR_SET_PDEATHSIG), so none is left behind.
+// MASTER_PORT, OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 (unless already
+// set) and DTRAIN_RESTART_COUNT. Ranks run in their own process groups and die
+// with the launcher (PR_SET_PDEATHSIG), so none is left behind.
 //
 // When a rank fails (non-zero exit or a signal) the launcher stops the others
 // (SIGTERM, then SIGKILL after `stop_timeout`) and reports which rank failed

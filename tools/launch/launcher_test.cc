@@ -52,7 +52,8 @@ TEST(LauncherTest, SetsTorchrunEnvironmentForEveryRank) {
   LaunchOptions o =
       Shell(3, absl::StrCat("echo \"$RANK $LOCAL_RANK $WORLD_SIZE "
                             "$LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
-                            "$OMP_NUM_THREADS $DTRAIN_RESTART_COUNT\" > ",
+                            "$OMP_NUM_THREADS $OPENBLAS_NUM_THREADS "
+                            "$DTRAIN_RESTART_COUNT\" > ",
                             dir, "/env.$RANK"));
   o.nnodes = 2;
   o.node_rank = 1;
@@ -63,7 +64,7 @@ TEST(LauncherTest, SetsTorchrunEnvironmentForEveryRank) {
   for (int local = 0; local < 3; ++local) {
     const int rank = 3 + local;
     EXPECT_EQ(Slurp(absl::StrCat(dir, "/env.", rank)),
-              absl::StrCat(rank, " ", local, " 6 3 10.1.2.3 29999 1 0\n"));
+              absl::StrCat(rank, " ", local, " 6 3 10.1.2.3 29999 1 1 0\n"));
   }
 }
 
