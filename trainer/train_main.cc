@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -91,7 +92,8 @@ ABSL_FLAG(bool, sync_gradients, true,
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch threads per process.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Where rank 0 writes checkpoints.");
 ABSL_FLAG(bool, resume, false,
-          "Continue from the newest valid checkpoint in --checkpoint_dir.");
+          "Continue from the newest valid checkpoint in --checkpoint_dir "
+          "(implied after a restart by the launcher).");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
           "Also checkpoint every N steps inside an epoch.");
 ABSL_FLAG(int, keep_checkpoints, 2, "Checkpoints kept (newest first).");
@@ -194,6 +196,14 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.resume = absl::GetFlag(FLAGS_resume);
+  // A group the launcher restarted (--max_restarts) continues from its last
+  // checkpoint rather than from the beginning.
+  int restart = 0;
+  if (const char* r = std::getenv("DTRAIN_RESTART_COUNT");
+      r != nullptr && absl::SimpleAtoi(r, &restart) && restart > 0 &&
+      !o.checkpoint_dir.empty()) {
+    o.resume = true;
+  }
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
