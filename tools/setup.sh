@@ -18,6 +18,10 @@ readonly PACKAGES=(
   dataset-fashion-mnist
   # Metrics: the experiment runner pushes to a Pushgateway that Prometheus scrapes; tests start both.
   prometheus prometheus-pushgateway
+  # The experiment runner's plots (PNG through gnuplot's cairo terminal).
+  gnuplot-nox
+  # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python.
+  python3-torch
 )
 
 dry_run=0

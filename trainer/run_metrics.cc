@@ -1,6 +1,8 @@
 #include "trainer/run_metrics.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
@@ -63,6 +65,10 @@ json EpochJson(const EpochMetrics& e) {
       {"step_seconds_p50", e.step_seconds_p50},
       {"step_seconds_p90", e.step_seconds_p90},
       {"step_seconds_max", e.step_seconds_max},
+      {"step_seconds_histogram",
+       {{"bounds", StepHistogramBounds()},
+        {"counts", e.step_histogram_counts},
+        {"sum", e.step_seconds_sum}}},
       {"val_loss", Optional(e.val_loss)},
       {"val_top1", Optional(e.val_top1)},
       {"val_top5", Optional(e.val_top5)},
@@ -71,6 +77,23 @@ json EpochJson(const EpochMetrics& e) {
 }
 
 }  // namespace
+
+const std::vector<double>& StepHistogramBounds() {
+  static const auto* const kBounds = new std::vector<double>{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return *kBounds;
+}
+
+std::vector<int64_t> StepHistogram(const std::vector<double>& step_seconds) {
+  const std::vector<double>& bounds = StepHistogramBounds();
+  std::vector<int64_t> counts(bounds.size() + 1, 0);
+  for (double s : step_seconds) {
+    const size_t i =
+        std::lower_bound(bounds.begin(), bounds.end(), s) - bounds.begin();
+    ++counts[i];
+  }
+  return counts;
+}
 
 std::string ToJson(const RunMetrics& m) {
   json epochs = json::array();

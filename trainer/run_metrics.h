@@ -47,6 +47,12 @@ struct EpochMetrics {
   double step_seconds_p50 = 0;
   double step_seconds_p90 = 0;
   double step_seconds_max = 0;
+  // Rank 0's step times as a histogram over StepHistogramBounds(): counts[i]
+  // steps took at most bounds[i] and more than bounds[i - 1]; the last count
+  // is for those above every bound. Not cumulative. In JSON:
+  // "step_seconds_histogram": {"bounds": [...], "counts": [...], "sum": s}.
+  std::vector<int64_t> step_histogram_counts;
+  double step_seconds_sum = 0;
   // Validation over the whole test split (unset when skipped).
   absl::optional<double> val_loss;
   absl::optional<double> val_top1;
@@ -71,6 +77,13 @@ struct RunMetrics {
   double startup_seconds = 0;
   double wall_seconds = 0;
 };
+
+// Upper bounds, in seconds, of the step-time histogram buckets: 1 ms to 10 s,
+// as Prometheus histograms usually go.
+const std::vector<double>& StepHistogramBounds();
+
+// The step-time histogram of `step_seconds` (EpochMetrics's layout).
+std::vector<int64_t> StepHistogram(const std::vector<double>& step_seconds);
 
 // The JSON text described above (pretty-printed, one trailing newline).
 std::string ToJson(const RunMetrics& metrics);

@@ -444,14 +444,13 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   m->train_top5 = 100.0 * (*sums)[2] / total;
   m->data_seconds = (*maxima)[1];
   m->exposed_communication_seconds = (*maxima)[2];
-  m->step_seconds_mean = step_seconds.empty() ? 0 : [&] {
-    double s = 0;
-    for (double x : step_seconds) s += x;
-    return s / step_seconds.size();
-  }();
+  for (double x : step_seconds) m->step_seconds_sum += x;
+  m->step_seconds_mean =
+      step_seconds.empty() ? 0 : m->step_seconds_sum / step_seconds.size();
   m->step_seconds_p50 = Percentile(step_seconds, 50);
   m->step_seconds_p90 = Percentile(step_seconds, 90);
   m->step_seconds_max = Percentile(step_seconds, 100);
+  m->step_histogram_counts = StepHistogram(step_seconds);
   return stopped;
 }
 

@@ -121,6 +121,13 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
   EXPECT_DOUBLE_EQ(json["epochs"][1]["train_loss"].get<double>(),
                    m.epochs[1].train_loss);
   EXPECT_GT(json["epochs"][0]["samples_per_second"].get<double>(), 0);
+  const nlohmann::json& histogram = json["epochs"][0]["step_seconds_histogram"];
+  EXPECT_EQ(histogram["counts"].size(), histogram["bounds"].size() + 1);
+  int64_t steps = 0;
+  for (const auto& c : histogram["counts"]) steps += c.get<int64_t>();
+  EXPECT_EQ(steps, 24);
+  EXPECT_NEAR(histogram["sum"].get<double>(),
+              m.epochs[0].step_seconds_mean * 24, 1e-9);
 }
 
 TEST(TrainerTest, TwoRanksEndIdenticalAndCountEveryTestExampleOnce) {
