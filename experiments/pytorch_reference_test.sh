@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The PyTorch reference training (experiments/pytorch_reference.py) as users run it next to our
+# C++ trainer: one process alone, two ranks under our launcher, without gradient sync, and failing
+# clearly on a bad flag. Skips where Debian's python3-torch is not installed.
+set -uo pipefail
+
+launch=$1
+script=$2
+py=/usr/bin/python3
+
+if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+  echo "SKIP: $py cannot import torch (apt-get install python3-torch)"
+  exit 0
+fi
+
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/pytorch_reference.XXXXXX")
+pids=()
+cleanup() {
+  # TERM: timeout passes it on to what it runs (the launcher then stops its ranks).
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+free_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# json FILE EXPR: evaluates a Python expression on the parsed file, bound to m.
+json() {
+  "$py" -c "import json,sys; m=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+# run NAME TIMEOUT COMMAND...: runs in the background (so that cleanup can end it), waits, and
+# leaves the exit status in $rc, stdout and stderr in $tmp/NAME.out and $tmp/NAME.err.
+run() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local pid=$!
+  pids+=("$pid")
+  wait "$pid"
+  rc=$?
+  pids=()
+}
+
+small=(--train_limit=512 --batch_size=64 --timeout=60s)
+
+# 1. One process alone (world size 1, still in DDP): trains, validates, writes our metrics format.
+run single 120 "$py" "$script" "${small[@]}" --val_limit=200 --progress=lines --print_freq=2 \
+  --metrics_json="$tmp/single.json"
+if [[ $rc -ne 0 ]]; then
+  fail "single: exit $rc: $(tail -5 "$tmp/single.err")"
+else
+  [[ $(json "$tmp/single.json" 'm["format"]') == dtrain.metrics.v1 ]] || fail "single: format"
+  [[ $(json "$tmp/single.json" 'm["config"]["world_size"]') == 1 ]] || fail "single: world size"
+  [[ $(json "$tmp/single.json" 'm["epochs"][0]["samples"]') == 512 ]] || fail "single: samples"
+  [[ $(json "$tmp/single.json" 'm["epochs"][0]["steps"]') == 8 ]] || fail "single: steps"
+  [[ $(json "$tmp/single.json" 'int(m["epochs"][0]["val_top1"] > 20)') == 1 ]] \
+    || fail "single: validation top-1 not above 20%: $(cat "$tmp/single.json")"
+  [[ $(json "$tmp/single.json" 'sum(m["epochs"][0]["step_seconds_histogram"]["counts"])') == 8 ]] \
+    || fail "single: step histogram"
+  [[ $(json "$tmp/single.json" 'm["implementation"].startswith("pytorch ")') == True ]] \
+    || fail "single: implementation"
+  grep -q 'Epoch: \[0\]\[2/8\]' "$tmp/single.err" || fail "single: no progress lines"
+fi
+
+# 2. Two ranks under our launcher (torchrun's variables), stopped at --max_steps.
+port=$(free_port)
+run two 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" "${small[@]}" \
+  --max_steps=3 --skip_validation --progress=none --metrics_json="$tmp/two.json"
+if [[ $rc -ne 0 ]]; then
+  fail "two ranks: exit $rc: $(tail -5 "$tmp/two.err")"
+else
+  [[ $(json "$tmp/two.json" 'm["global_step"]') == 3 ]] || fail "two ranks: global step"
+  [[ $(json "$tmp/two.json" 'm["config"]["world_size"]') == 2 ]] || fail "two ranks: world size"
+  [[ $(json "$tmp/two.json" 'm["epochs"][0]["val_top1"]') == None ]] || fail "two ranks: validated"
+fi
+
+# 3. Without gradient sync (the no-communication bound).
+port=$(free_port)
+run nosync 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" "${small[@]}" \
+  --max_steps=2 --skip_validation --progress=none --sync_gradients=false \
+  --metrics_json="$tmp/nosync.json"
+if [[ $rc -ne 0 ]]; then
+  fail "sync_gradients=false: exit $rc: $(tail -5 "$tmp/nosync.err")"
+else
+  [[ $(json "$tmp/nosync.json" 'm["config"]["sync_gradients"]') == False ]] \
+    || fail "sync_gradients=false: config"
+fi
+
+# 4. A bad flag exits 2 naming it.
+run bad 60 "$py" "$script" --batch_size=0
+[[ $rc -eq 2 ]] || fail "bad flag: exit $rc, want 2"
+grep -q -- '--batch_size' "$tmp/bad.err" || fail "bad flag: message: $(cat "$tmp/bad.err")"
+run unknown 60 "$py" "$script" --no_such_flag=1
+[[ $rc -eq 2 ]] || fail "unknown flag: exit $rc, want 2"
+grep -q -- '--no_such_flag' "$tmp/unknown.err" || fail "unknown flag: message: $(cat "$tmp/unknown.err")"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "PASS"

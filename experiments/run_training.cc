@@ -1,0 +1,239 @@
+#include "experiments/run_training.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+
+namespace dtrain::experiments {
+namespace {
+
+// A port the kernel just had free; the launcher's store binds it moments
+// later.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string Tail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  const size_t from = all.size() > static_cast<size_t>(lines)
+                          ? all.size() - static_cast<size_t>(lines)
+                          : 0;
+  return absl::StrJoin(all.begin() + from, all.end(), "\n");
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return "ended";
+}
+
+}  // namespace
+
+std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
+                                         const std::string& metrics_path,
+                                         int master_port) {
+  std::vector<std::string> cmd = {
+      p.launch, absl::StrCat("--nproc_per_node=", c.world_size),
+      absl::StrCat("--master_port=", master_port),
+      // A run that hangs is stopped by the runner; ranks get 10 s to leave.
+      "--stop_timeout=10s", "--"};
+  if (c.implementation == "pytorch") {
+    cmd.push_back(p.python);
+    cmd.push_back(p.reference_script);
+  } else {
+    cmd.push_back(p.train);
+  }
+  for (std::string arg : {
+           absl::StrCat("--model=", c.model),
+           absl::StrCat("--batch_size=", c.batch_size),
+           absl::StrCat("--epochs=", c.epochs),
+           absl::StrCat("--max_steps=", c.max_steps),
+           absl::StrCat("--dist_backend=", c.backend),
+           absl::StrCat("--device=", c.backend == "nccl" ? "cuda" : "cpu"),
+           absl::StrCat("--sync_gradients=",
+                        c.sync_gradients ? "true" : "false"),
+           absl::StrCat("--metrics_json=", metrics_path),
+           std::string("--skip_validation"),
+           std::string("--progress=none"),
+           std::string("--timeout=120s"),
+       }) {
+    cmd.push_back(arg);
+  }
+  if (c.train_limit > 0)
+    cmd.push_back(absl::StrCat("--train_limit=", c.train_limit));
+  // ResNet-18 on Fashion-MNIST's 28-pixel images: the small-image stem.
+  if (c.model == "resnet18") cmd.push_back("--small_input_stem");
+  return cmd;
+}
+
+absl::Status ReadMetrics(const std::string& path, RunRecord* r) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no metrics file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json m = nlohmann::json::parse(text.str());
+    if (m.value("format", "") != "dtrain.metrics.v1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a dtrain.metrics.v1 file"));
+    }
+    r->startup_seconds = m.value("startup_seconds", 0.0);
+    r->epoch_seconds = r->exposed_communication_seconds = r->data_seconds = 0;
+    r->samples = r->steps = 0;
+    r->step_histogram.clear();
+    r->step_seconds_sum = 0;
+    for (const nlohmann::json& e : m.at("epochs")) {
+      r->epoch_seconds += e.at("epoch_seconds").get<double>();
+      r->samples += e.at("samples").get<int64_t>();
+      r->steps += e.at("steps").get<int64_t>();
+      r->exposed_communication_seconds +=
+          e.at("exposed_communication_seconds").get<double>();
+      r->data_seconds += e.at("data_seconds").get<double>();
+      // The last epoch's percentiles (most runs have one epoch).
+      r->step_seconds_p50 = e.at("step_seconds_p50").get<double>();
+      r->step_seconds_p90 = e.at("step_seconds_p90").get<double>();
+      if (e.contains("step_seconds_histogram")) {
+        const nlohmann::json& h = e.at("step_seconds_histogram");
+        const auto counts = h.at("counts").get<std::vector<int64_t>>();
+        if (r->step_histogram.empty())
+          r->step_histogram.assign(counts.size(), 0);
+        for (size_t i = 0; i < counts.size() && i < r->step_histogram.size();
+             ++i)
+          r->step_histogram[i] += counts[i];
+        r->step_seconds_sum += h.at("sum").get<double>();
+      }
+    }
+    if (r->steps == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the run took no step"));
+    }
+    r->samples_per_second =
+        r->epoch_seconds > 0 ? r->samples / r->epoch_seconds : 0;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": unreadable metrics: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunRecord> RunTraining(
+    const RunConfig& config, const Programs& programs, const std::string& dir,
+    absl::Duration timeout, const std::function<void(absl::Duration)>& tick) {
+  for (const std::string& sub : {dir, dir + "/logs", dir + "/runs"}) {
+    if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", sub, ": ", std::strerror(errno)));
+    }
+  }
+  RunRecord r;
+  r.config = config;
+  r.log_path = absl::StrCat(dir, "/logs/", config.Slug(), ".log");
+  r.metrics_path = absl::StrCat(dir, "/runs/", config.Slug(), ".json");
+  ::unlink(r.metrics_path.c_str());
+  const std::vector<std::string> cmd =
+      TrainingCommand(config, programs, r.metrics_path, FreePort());
+  const int log = ::open(r.log_path.c_str(),
+                         O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", r.log_path, ": ", std::strerror(errno)));
+  }
+  const std::string header = absl::StrCat("$ ", absl::StrJoin(cmd, " "), "\n");
+  if (::write(log, header.data(), header.size()) < 0) {
+    // The log is for people; a failed header does not stop the run.
+  }
+  std::vector<char*> argv;
+  for (const std::string& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  const absl::Time start = absl::Now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    const std::string msg =
+        absl::StrCat("cannot run ", argv[0], ": ", std::strerror(errno), "\n");
+    if (::write(STDERR_FILENO, msg.data(), msg.size()) < 0) _exit(127);
+    _exit(127);
+  }
+  ::close(log);
+  ::setpgid(pid, pid);
+  int status = 0;
+  bool timed_out = false;
+  absl::Time stop_sent = absl::InfiniteFuture();
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      return absl::InternalError(
+          absl::StrCat("waitpid: ", std::strerror(errno)));
+    }
+    const absl::Time now = absl::Now();
+    if (!timed_out && now - start > timeout) {
+      timed_out = true;
+      stop_sent = now;
+      ::kill(-pid, SIGTERM);
+    }
+    if (timed_out && now - stop_sent > absl::Seconds(15)) ::kill(-pid, SIGKILL);
+    if (tick) tick(now - start);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  r.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (timed_out) {
+    r.error =
+        absl::StrCat("stopped after the run timeout (",
+                     absl::FormatDuration(timeout), "); see ", r.log_path);
+    return r;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    r.error = absl::StrCat(DescribeExit(status), ": ", Tail(r.log_path, 3));
+    return r;
+  }
+  if (absl::Status s = ReadMetrics(r.metrics_path, &r); !s.ok()) {
+    r.error = std::string(s.message());
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace dtrain::experiments

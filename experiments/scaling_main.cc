@@ -1,0 +1,334 @@
+// scaling: the main job. How much faster does training get with 1, 2 and 4
+// processes when a global batch of 128 is split 128/64/32? Runs every
+// configuration as a real multi-process training through the launcher, with
+// and without gradient averaging, and reports speedup and efficiency as a
+// table, CSV, JSON, PNG plots and Prometheus metrics.
+//
+//   bazel run //experiments:scaling
+//   bazel run //experiments:scaling -- --models=convnet --repeats=3
+//   bazel run //experiments:scaling -- --pushgateway=localhost:9091
+//   bazel run //experiments:scaling -- --reference=pytorch
+
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "experiments/plots.h"
+#include "experiments/prometheus_export.h"
+#include "experiments/results.h"
+#include "experiments/run_training.h"
+#include "experiments/sweep.h"
+#include "prometheus/exposer.h"
+#include "trainer/atomic_file.h"
+
+ABSL_FLAG(std::vector<std::string>, backends, {"gloo"},
+          "Backends: gloo, nccl (NCCL runs where CUDA devices exist).");
+ABSL_FLAG(std::vector<std::string>, models,
+          std::vector<std::string>({"convnet", "resnet18"}),
+          "Models: convnet (full epochs), resnet18 (a short run on 28-pixel "
+          "images).");
+ABSL_FLAG(std::vector<std::string>, world_sizes,
+          std::vector<std::string>({"1", "2", "4"}), "Process counts.");
+ABSL_FLAG(std::vector<std::string>, batch_sizes,
+          std::vector<std::string>({"128", "64", "32"}),
+          "Batch per process, one per process count (or one for all).");
+ABSL_FLAG(int64_t, global_batch, 0,
+          "Instead of --batch_sizes: this global batch split over the "
+          "processes.");
+ABSL_FLAG(int64_t, epochs, 1, "Epochs per run.");
+ABSL_FLAG(int64_t, max_steps, -1,
+          "Steps per run for every model (-1: convnet whole epochs, resnet18 "
+          "8 steps; 0: whole epochs).");
+ABSL_FLAG(int64_t, train_limit, 0,
+          "Train on the first N examples only (0: all).");
+ABSL_FLAG(int, repeats, 1, "Runs per configuration (median and spread).");
+ABSL_FLAG(bool, bound, true,
+          "Also measure the no-communication bound (same processes, no "
+          "gradient averaging).");
+ABSL_FLAG(std::string, reference, "",
+          "pytorch: also run the same training in Python with Debian's "
+          "python3-torch.");
+ABSL_FLAG(std::string, output_dir, "scaling_results",
+          "Where results.csv, results.json, plots and logs go (relative to "
+          "the directory bazel run was started in).");
+ABSL_FLAG(bool, no_plots, false, "Do not draw the PNG plots.");
+ABSL_FLAG(std::string, pushgateway, "",
+          "host:port of a Prometheus Pushgateway to push the results to.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve the results on http://0.0.0.0:PORT/metrics during the sweep "
+          "(0: off).");
+ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
+          "With --metrics_port: keep serving this long after the sweep, so "
+          "Prometheus scrapes the final values.");
+ABSL_FLAG(std::string, run_id, "",
+          "Label of this sweep's metrics (default: the start time).");
+ABSL_FLAG(absl::Duration, run_timeout, absl::Minutes(10),
+          "Stop a training that runs longer than this.");
+ABSL_FLAG(std::string, train_binary, "",
+          "The train binary (default: from this binary's runfiles).");
+ABSL_FLAG(std::string, launch_binary, "",
+          "The launch binary (default: from this binary's runfiles).");
+
+namespace dtrain::experiments {
+namespace {
+
+absl::StatusOr<std::vector<int64_t>> Numbers(
+    const std::vector<std::string>& texts, const char* flag) {
+  std::vector<int64_t> out;
+  for (const std::string& t : texts) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(t, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", t, "' is not a number"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+int CudaDeviceCount() {
+  return torch::cuda::is_available()
+             ? static_cast<int>(torch::cuda::device_count())
+             : 0;
+}
+
+bool Exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+// A file of this binary's runfiles (bazel run and bazel test set them up).
+std::string Runfile(const char* argv0, const std::string& relative) {
+  std::vector<std::string> roots;
+  if (const char* dir = std::getenv("RUNFILES_DIR")) roots.push_back(dir);
+  roots.push_back(absl::StrCat(argv0, ".runfiles"));
+  for (const std::string& root : roots) {
+    const std::string path = absl::StrCat(root, "/dtrain/", relative);
+    if (Exists(path)) return path;
+  }
+  // bazel run starts in the runfiles tree.
+  if (Exists(relative)) {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) != nullptr)
+      return absl::StrCat(cwd, "/", relative);
+  }
+  return "";
+}
+
+std::string OutputDir(const std::string& flag) {
+  if (flag.empty() || flag[0] == '/') return flag;
+  const char* base = std::getenv("BUILD_WORKING_DIRECTORY");
+  return base != nullptr ? absl::StrCat(base, "/", flag) : flag;
+}
+
+// One line per finished run; on a terminal also a live line while it runs.
+class Display {
+ public:
+  explicit Display(bool terminal) : terminal_(terminal) {}
+  void Tick(int index, int total, const std::string& name, absl::Duration t) {
+    if (!terminal_) return;
+    std::cerr << absl::StrFormat("\r[%d/%d] %s  %.0f s \x1b[K", index, total,
+                                 name, absl::ToDoubleSeconds(t))
+              << std::flush;
+  }
+  void Started(int index, int total, const std::string& name) {
+    if (terminal_) return Tick(index, total, name, absl::ZeroDuration());
+    std::cerr << absl::StrFormat("[%d/%d] %s ...\n", index, total, name)
+              << std::flush;
+  }
+  void Finished(int index, int total, const RunRecord& r) {
+    const std::string line =
+        r.ok ? absl::StrFormat(
+                   "[%d/%d] %s: %.2f s training, %.0f samples/s, %.1f s "
+                   "wall",
+                   index, total, r.config.Name(), r.epoch_seconds,
+                   r.samples_per_second, r.wall_seconds)
+             : absl::StrFormat("[%d/%d] %s: FAILED: %s", index, total,
+                               r.config.Name(), r.error);
+    std::cerr << (terminal_ ? "\r\x1b[K" : "") << line << "\n" << std::flush;
+  }
+
+ private:
+  const bool terminal_;
+};
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "scaling [flags]: speedup and efficiency of data-parallel training over "
+      "1, 2 and 4 processes");
+  absl::ParseCommandLine(argc, argv);
+  auto fail = [](const absl::Status& s) {
+    std::cerr << "scaling: " << s.message() << "\n";
+    return 2;
+  };
+
+  SweepOptions o;
+  o.backends = absl::GetFlag(FLAGS_backends);
+  o.models = absl::GetFlag(FLAGS_models);
+  absl::StatusOr<std::vector<int64_t>> sizes =
+      Numbers(absl::GetFlag(FLAGS_world_sizes), "world_sizes");
+  if (!sizes.ok()) return fail(sizes.status());
+  o.world_sizes.assign(sizes->begin(), sizes->end());
+  absl::StatusOr<std::vector<int64_t>> batches =
+      Numbers(absl::GetFlag(FLAGS_batch_sizes), "batch_sizes");
+  if (!batches.ok()) return fail(batches.status());
+  o.batch_sizes = *batches;
+  o.global_batch = absl::GetFlag(FLAGS_global_batch);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  if (const int64_t steps = absl::GetFlag(FLAGS_max_steps); steps >= 0) {
+    o.convnet_max_steps = o.resnet18_max_steps = steps;
+  }
+  o.train_limit = absl::GetFlag(FLAGS_train_limit);
+  o.repeats = absl::GetFlag(FLAGS_repeats);
+  o.bound = absl::GetFlag(FLAGS_bound);
+  const std::string reference = absl::GetFlag(FLAGS_reference);
+  if (!reference.empty() && reference != "pytorch") {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--reference: '", reference, "' is not pytorch (or empty)")));
+  }
+  o.reference_pytorch = reference == "pytorch";
+  o.cuda_devices = CudaDeviceCount();
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  if (!plan.ok()) return fail(plan.status());
+
+  Programs programs;
+  programs.train = absl::GetFlag(FLAGS_train_binary);
+  if (programs.train.empty())
+    programs.train = Runfile(argv[0], "trainer/train");
+  programs.launch = absl::GetFlag(FLAGS_launch_binary);
+  if (programs.launch.empty())
+    programs.launch = Runfile(argv[0], "tools/launch/launch");
+  programs.python = "/usr/bin/python3";
+  programs.reference_script =
+      Runfile(argv[0], "experiments/pytorch_reference.py");
+  if (programs.train.empty() || programs.launch.empty()) {
+    return fail(absl::NotFoundError(
+        "cannot find the train and launch binaries: run through `bazel run "
+        "//experiments:scaling`, or give --train_binary and --launch_binary"));
+  }
+  if (o.reference_pytorch &&
+      std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    return fail(absl::FailedPreconditionError(
+        "--reference=pytorch needs Debian's python3-torch (tools/setup.sh "
+        "installs it)"));
+  }
+
+  const std::string dir = OutputDir(absl::GetFlag(FLAGS_output_dir));
+  if (dir.empty())
+    return fail(absl::InvalidArgumentError("--output_dir: empty"));
+  if (std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()) != 0) {
+    return fail(absl::InternalError(absl::StrCat("cannot create ", dir)));
+  }
+  std::string run_id = absl::GetFlag(FLAGS_run_id);
+  if (run_id.empty())
+    run_id =
+        absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone());
+
+  ScalingMetrics metrics(run_id);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port > 0) {
+    try {
+      exposer =
+          std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
+    } catch (const std::exception& e) {
+      return fail(absl::UnavailableError(absl::StrCat(
+          "--metrics_port=", port, ": cannot serve metrics: ", e.what())));
+    }
+    exposer->RegisterCollectable(metrics.collectable());
+    std::cerr << "serving metrics on http://0.0.0.0:" << port << "/metrics\n";
+  }
+
+  std::cerr << absl::StrFormat("scaling: %d runs (%s), results in %s\n",
+                               plan->runs.size(), absl::StrJoin(o.models, ", "),
+                               dir);
+  for (const Skipped& s : plan->skipped)
+    std::cerr << "skipped " << s.what << ": " << s.why << "\n";
+
+  Display display(::isatty(STDERR_FILENO) == 1);
+  std::vector<RunRecord> records;
+  const absl::Time start = absl::Now();
+  const int total = static_cast<int>(plan->runs.size());
+  for (int i = 0; i < total; ++i) {
+    const RunConfig& c = plan->runs[i];
+    display.Started(i + 1, total, c.Name());
+    absl::StatusOr<RunRecord> r = RunTraining(
+        c, programs, dir, absl::GetFlag(FLAGS_run_timeout),
+        [&](absl::Duration t) { display.Tick(i + 1, total, c.Name(), t); });
+    if (!r.ok()) return fail(r.status());
+    display.Finished(i + 1, total, *r);
+    records.push_back(*std::move(r));
+    metrics.Update(Summarize(records));
+  }
+
+  const std::vector<ResultRow> rows = Summarize(records);
+  std::cout << "\n" << FormatTable(rows);
+  std::vector<std::string> skipped;
+  for (const Skipped& s : plan->skipped)
+    skipped.push_back(absl::StrCat(s.what, ": ", s.why));
+  for (const std::string& s : skipped) std::cout << "skipped " << s << "\n";
+  int status = 0;
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"results.csv", ToCsv(rows)},
+        {"results.json", ToJson(rows, records, skipped)}}) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    if (absl::Status s = trainer::WriteFileAtomically(path, text); !s.ok()) {
+      std::cerr << "scaling: " << s.message() << "\n";
+      status = 1;
+    }
+  }
+  std::cout << "\nresults: " << dir << "/results.csv, " << dir
+            << "/results.json\n";
+  if (!absl::GetFlag(FLAGS_no_plots)) {
+    absl::StatusOr<std::vector<std::string>> plots =
+        WritePlots(rows, absl::StrCat(dir, "/plots"));
+    if (plots.ok()) {
+      std::cout << "plots: " << absl::StrJoin(*plots, ", ") << "\n";
+    } else {
+      std::cerr << "scaling: " << plots.status().message() << "\n";
+      status = 1;
+    }
+  }
+  if (const std::string gateway = absl::GetFlag(FLAGS_pushgateway);
+      !gateway.empty()) {
+    if (absl::Status s = PushToGateway(metrics, gateway); s.ok()) {
+      std::cout << "pushed to the Pushgateway at " << gateway << " (run_id "
+                << run_id << ")\n";
+    } else {
+      std::cerr << "scaling: " << s.message() << "\n";
+      status = 1;
+    }
+  }
+  std::cout << absl::StrFormat("sweep took %.0f s\n",
+                               absl::ToDoubleSeconds(absl::Now() - start));
+  for (const ResultRow& r : rows) {
+    if (r.failed > 0) status = 1;
+  }
+  if (exposer != nullptr) {
+    const absl::Duration linger = absl::GetFlag(FLAGS_metrics_linger);
+    std::cerr << "serving the final metrics for "
+              << absl::FormatDuration(linger) << "\n";
+    absl::SleepFor(linger);
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace dtrain::experiments
+
+int main(int argc, char** argv) {
+  return dtrain::experiments::Main(argc, argv);
+}
