@@ -8,10 +8,13 @@
 //         --dist_backend=nccl --device=cuda --nproc_per_node=8
 //
 // Exit status: 0 when training finished, 1 when it failed (the message says
-// which rank and why), 2 for bad flags.
+// which rank and why), 2 for bad flags, 128 + N when signal N (SIGINT,
+// SIGTERM) stopped it after rank 0 saved a checkpoint at a step boundary.
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -118,6 +121,26 @@ ABSL_FLAG(int, max_restarts, 0,
 
 namespace dtrain::trainer {
 namespace {
+
+// Set by the first SIGINT or SIGTERM: the ranks stop together at the next
+// step boundary after rank 0 saved a checkpoint. A second signal ends the
+// process at once (the handler resets itself).
+std::atomic<bool> g_stop_requested{false};
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int signal) {
+  g_stop_signal.store(signal);
+  g_stop_requested.store(true);
+}
+
+void InstallStopHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 // Flags the spawning process consumes; its children get the rest.
 constexpr const char* kSpawnFlags[] = {"nproc_per_node", "nnodes",
@@ -317,7 +340,9 @@ int Main(int argc, char** argv) {
               << backend.status().message() << "\n";
     return 1;
   }
+  InstallStopHandlers();
   TrainContext context;
+  context.stop_requested = &g_stop_requested;
   context.log = &std::cerr;
   context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
   context.start = start;
@@ -325,6 +350,9 @@ int Main(int argc, char** argv) {
       Train(*options, *world, **backend, context);
   if (!result.ok()) {
     std::cerr << "train: " << result.status().message() << "\n";
+    // Stopped as asked: the shell's convention for death by that signal.
+    if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)
+      return 128 + g_stop_signal.load();
     return 1;
   }
   return 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The train binary as users run it, with real processes on loopback: spawning its own ranks, under
-# the launcher with file://, with explicit ranks over tcp://, stopping and resuming, and failing
-# clearly on bad flags and missing data.
+# the launcher with file://, with explicit ranks over tcp://, stopping and resuming, failing clearly on
+# bad flags and missing data, a graceful stop by SIGTERM, and a killed rank restarted without lost
+# work.
 set -uo pipefail
 
 train=$1
@@ -92,6 +93,61 @@ timeout 60 "$train" --dataset=mnist --data_dir=/nonexistent/mnist >"$tmp/nodata.
 rc=$?
 [[ $rc -eq 1 ]] || fail "missing data: exit $rc, want 1"
 grep -q '/nonexistent/mnist' "$tmp/nodata.err" || fail "missing data: message: $(cat "$tmp/nodata.err")"
+
+# 6. SIGTERM to the spawning process: the ranks agree on a step, rank 0 checkpoints there, all exit
+#    128+15; resuming ends exactly where an uninterrupted run ends.
+mid=(--train_limit=8192 --val_limit=300 --batch_size=64 --timeout=60s --progress=none)
+# wait_for FILE TEXT: until TEXT appears in FILE (at most 60 s).
+wait_for() {
+  for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+p=$(free_port)
+timeout 120 "$train" --nproc_per_node=2 --master_port="$p" "${mid[@]}" \
+  --metrics_json="$tmp/mid_whole.json" >/dev/null 2>"$tmp/mid_whole.err" \
+  || fail "uninterrupted: $(tail -5 "$tmp/mid_whole.err")"
+p=$(free_port)
+"$train" --nproc_per_node=2 --master_port="$p" "${mid[@]}" --checkpoint_dir="$tmp/stop_ck" \
+  >/dev/null 2>"$tmp/stop.err" &
+spawner=$!
+pids+=($spawner)
+wait_for "$tmp/stop.err" "Begin training" || fail "stop: training never began"
+sleep 0.5
+kill -TERM "$spawner"
+wait "$spawner"
+rc=$?
+pids=()
+[[ $rc -eq 143 ]] || fail "stop: exit $rc, want 143: $(tail -5 "$tmp/stop.err")"
+grep -q 'stopped by a signal at step' "$tmp/stop.err" || fail "stop: no message: $(tail -5 "$tmp/stop.err")"
+ls "$tmp/stop_ck"/checkpoint-*.dtc >/dev/null 2>&1 || fail "stop: no checkpoint"
+p=$(free_port)
+timeout 120 "$train" --nproc_per_node=2 --master_port="$p" "${mid[@]}" --checkpoint_dir="$tmp/stop_ck" \
+  --resume --metrics_json="$tmp/stop_rest.json" >/dev/null 2>"$tmp/stop_rest.err" \
+  || fail "stop: resume: $(tail -5 "$tmp/stop_rest.err")"
+want=$(json "$tmp/mid_whole.json" 'repr(m["epochs"][-1]["val_loss"])')
+got=$(json "$tmp/stop_rest.json" 'repr(m["epochs"][-1]["val_loss"])')
+[[ -n $want && $want == "$got" ]] || fail "stop: resumed run ends at val_loss $got, uninterrupted $want"
+
+# 7. A rank killed mid-run: the launcher restarts the group (--max_restarts), which resumes from the
+#    last checkpoint and ends exactly where an uninterrupted run ends.
+p=$(free_port)
+"$train" --nproc_per_node=2 --master_port="$p" --max_restarts=1 "${mid[@]}" \
+  --checkpoint_dir="$tmp/kill_ck" --checkpoint_every_steps=10 \
+  --metrics_json="$tmp/kill.json" >/dev/null 2>"$tmp/kill.err" &
+spawner=$!
+pids+=($spawner)
+wait_for "$tmp/kill.err" "Begin training" || fail "kill: training never began"
+sleep 0.8
+victim=$(pgrep -P "$spawner" | tail -1)
+[[ -n $victim ]] && kill -KILL "$victim"
+wait "$spawner"
+rc=$?
+pids=()
+[[ $rc -eq 0 ]] || fail "kill: exit $rc after a restart: $(tail -8 "$tmp/kill.err")"
+grep -q 'killed by signal 9' "$tmp/kill.err" || fail "kill: the launcher did not report the death: $(cat "$tmp/kill.err")"
+grep -q 'resumed from' "$tmp/kill.err" || fail "kill: the restarted group did not resume"
+got=$(json "$tmp/kill.json" 'repr(m["epochs"][-1]["val_loss"])')
+[[ -n $want && $want == "$got" ]] || fail "kill: restarted run ends at val_loss $got, uninterrupted $want"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed" >&2

@@ -176,6 +176,8 @@ class Run {
   int64_t global_step_ = 0;
   double best_top1_ = 0;
   bool first_step_done_ = false;
+  // The ranks agreed to stop at this step boundary (a signal).
+  bool signal_stop_ = false;
   RunMetrics metrics_;
 };
 
@@ -355,6 +357,16 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     at::Tensor labels = (*batch)->labels.to(device_, /*non_blocking=*/true);
     const int64_t n = labels.size(0);
 
+    // The stop flag travels with the step: issued before the step's other
+    // collectives, it is done long before the gradients are.
+    std::shared_ptr<backend::Work> stop_vote;
+    at::Tensor stop_flag;
+    if (context_.stop_requested != nullptr && o_.sync_gradients) {
+      stop_flag = at::full({1}, context_.stop_requested->load() ? 1 : 0,
+                           at::TensorOptions().dtype(at::kInt))
+                      .to(device_);
+      stop_vote = backend_.AllReduce(stop_flag, ReduceOp::kMax);
+    }
     torch::manual_seed(StepSeed(o_.seed, world_.rank, global_step_));
     DTRAIN_RETURN_IF_ERROR(ddp_->PrepareForward());
     optimizer_->zero_grad();
@@ -407,6 +419,14 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
                                   absl::ToDoubleSeconds(now - epoch_start);
       progress_->Batch(report);
     }
+    if (stop_vote != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(stop_vote->Wait(o_.timeout));
+      signal_stop_ = stop_flag.cpu().item<int>() != 0;
+    } else if (context_.stop_requested != nullptr) {
+      // Without gradient sync the ranks run independently anyway.
+      signal_stop_ = context_.stop_requested->load();
+    }
+    if (signal_stop_) break;
     if (o_.checkpoint_every_steps > 0 &&
         global_step_ % o_.checkpoint_every_steps == 0 &&
         train_loader_->batches_left() > 0) {
@@ -415,9 +435,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     }
   }
   progress_->EndEpoch();
-  // Stopped inside the epoch by max_steps: the checkpoint keeps the position.
-  const bool stopped = o_.max_steps > 0 && global_step_ >= o_.max_steps &&
-                       train_loader_->batches_left() > 0;
+  // Stopped inside the epoch (max_steps, a signal): the checkpoint keeps the
+  // position.
+  const bool stopped =
+      ((o_.max_steps > 0 && global_step_ >= o_.max_steps) || signal_stop_) &&
+      train_loader_->batches_left() > 0;
   const double seconds = absl::ToDoubleSeconds(end - epoch_start);
 
   // Exact totals over ranks, and the slowest rank's times.
@@ -541,7 +563,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
         epoch + 1, m.train_loss, m.train_top1, m.train_top5, m.epoch_seconds,
         m.samples_per_second, m.data_seconds, m.exposed_communication_seconds));
     bool best = false;
-    if (!o_.skip_validation) {
+    if (!o_.skip_validation && !signal_stop_) {
       DTRAIN_RETURN_IF_ERROR(Validate(&m));
       best = *m.val_top1 > best_top1_;
       best_top1_ = std::max(best_top1_, *m.val_top1);
@@ -561,6 +583,14 @@ absl::StatusOr<TrainResult> Run::Execute() {
       DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, epoch + 1, best));
     }
     DTRAIN_RETURN_IF_ERROR(WriteMetrics());
+    if (signal_stop_) {
+      return absl::CancelledError(
+          absl::StrCat("stopped by a signal at step ", global_step_,
+                       checkpoints_ || !o_.checkpoint_dir.empty()
+                           ? absl::StrCat("; checkpoint in ", o_.checkpoint_dir,
+                                          " (continue with --resume)")
+                           : "; no --checkpoint_dir, nothing saved"));
+    }
     if (*stopped) {
       Say(absl::StrCat("stopped at --max_steps=", o_.max_steps));
       break;

@@ -54,6 +54,11 @@ struct TrainContext {
   bool log_is_terminal = false;
   // When the process started, for startup_seconds.
   absl::Time start = absl::Now();
+  // Set (by a signal handler) to stop at the next step boundary: the ranks
+  // agree on the step through a one-number allreduce issued with each step,
+  // rank 0 writes a checkpoint there, and Train returns kCancelled. Null: no
+  // graceful stop, and no extra collective.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 struct TrainResult {
@@ -64,7 +69,9 @@ struct TrainResult {
 
 // Runs the whole training. `options` must be resolved (ResolveDefaults);
 // Validate's errors, dataset and checkpoint errors, and backend errors come
-// back as they are, prefixed with "[rank R]".
+// back as they are, prefixed with "[rank R]". A graceful stop (see
+// TrainContext::stop_requested) returns kCancelled saying at which step it
+// stopped and where the checkpoint is, after writing the metrics file.
 absl::StatusOr<TrainResult> Train(const TrainOptions& options,
                                   const rendezvous::World& world,
                                   backend::Backend& backend,

@@ -7,6 +7,7 @@
 
 #include <torch/nn/module.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -238,6 +239,33 @@ TEST(TrainerTest, CorruptCheckpointFallsBackToThePreviousOne) {
   EXPECT_THAT(log.str(), HasSubstr("skipping checkpoint"));
   // Resumed at step 4, not 8: four more steps to the end of the epoch.
   EXPECT_EQ(second[0]->metrics.epochs[0].steps, 24 - 4);
+}
+
+TEST(TrainerTest, StopRequestOnOneRankStopsAllAtTheSameStep) {
+  TrainOptions o = SmallRun();
+  o.checkpoint_dir = TempDir("stop");
+  std::atomic<bool> stop_rank1{true};
+  std::atomic<bool> stop_rank0{false};
+  std::vector<absl::StatusOr<TrainResult>> results(
+      2, absl::UnknownError("rank did not run"));
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    rendezvous::World world;
+    world.rank = b.rank();
+    world.world_size = b.size();
+    TrainContext context;
+    std::ostringstream quiet;
+    context.log = &quiet;
+    // Only rank 1 got the signal; rank 0 learns it through the vote.
+    context.stop_requested = b.rank() == 1 ? &stop_rank1 : &stop_rank0;
+    results[b.rank()] = Train(o, world, b, context);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(results[r].ok());
+    EXPECT_EQ(results[r].status().code(), absl::StatusCode::kCancelled);
+    EXPECT_THAT(results[r].status().message(), HasSubstr("at step 1;"));
+  }
+  EXPECT_TRUE(
+      std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000001.dtc"));
 }
 
 TEST(TrainerTest, MissingDataFailsOnEveryRankNamingThePath) {
