@@ -113,8 +113,12 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
         break;
       }
     }
-    if (row.world_size == 1 && !row.communication_efficiency)
+    // One process communicates nothing: it is its own bound.
+    if (row.world_size == 1 && !row.communication_efficiency) {
       row.communication_efficiency = 1.0;
+      row.bound_samples_per_second = row.samples_per_second;
+      row.bound_epoch_seconds = row.epoch_seconds;
+    }
   }
   return rows;
 }

@@ -9,9 +9,9 @@
 //   bazel run //experiments:scaling -- --pushgateway=localhost:9091
 //   bazel run //experiments:scaling -- --reference=pytorch
 
-#include <torch/cuda.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -21,11 +21,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "experiments/plots.h"
@@ -101,10 +103,21 @@ absl::StatusOr<std::vector<int64_t>> Numbers(
   return out;
 }
 
-int CudaDeviceCount() {
-  return torch::cuda::is_available()
-             ? static_cast<int>(torch::cuda::device_count())
-             : 0;
+// Asked of the train binary, which runs the trainings with its LibTorch.
+// (Linking LibTorch here would also break prometheus-cpp's HTTP server: with
+// LibTorch's libraries loaded, civetweb fails to start.)
+int CudaDeviceCount(const std::string& train) {
+  FILE* pipe = ::popen(
+      absl::StrCat("'", train, "' --print_cuda_devices 2>/dev/null").c_str(),
+      "r");
+  if (pipe == nullptr) return 0;
+  char line[64] = {0};
+  const bool read = std::fgets(line, sizeof(line), pipe) != nullptr;
+  ::pclose(pipe);
+  int count = 0;
+  if (!read || !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &count))
+    return 0;
+  return count;
 }
 
 bool Exists(const std::string& path) {
@@ -201,9 +214,6 @@ int Main(int argc, char** argv) {
         "--reference: '", reference, "' is not pytorch (or empty)")));
   }
   o.reference_pytorch = reference == "pytorch";
-  o.cuda_devices = CudaDeviceCount();
-  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
-  if (!plan.ok()) return fail(plan.status());
 
   Programs programs;
   programs.train = absl::GetFlag(FLAGS_train_binary);
@@ -220,6 +230,9 @@ int Main(int argc, char** argv) {
         "cannot find the train and launch binaries: run through `bazel run "
         "//experiments:scaling`, or give --train_binary and --launch_binary"));
   }
+  o.cuda_devices = CudaDeviceCount(programs.train);
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  if (!plan.ok()) return fail(plan.status());
   if (o.reference_pytorch &&
       std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     return fail(absl::FailedPreconditionError(

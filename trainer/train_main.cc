@@ -12,6 +12,7 @@
 // SIGTERM) stopped it after rank 0 saved a checkpoint at a step boundary.
 
 #include <signal.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -105,6 +106,8 @@ ABSL_FLAG(std::string, metrics_json, "",
 ABSL_FLAG(std::string, progress, "auto",
           "auto (a bar on a terminal), bar, lines or none.");
 ABSL_FLAG(int, print_freq, 10, "Batches between progress lines.");
+ABSL_FLAG(bool, print_cuda_devices, false,
+          "Print how many CUDA devices this binary's LibTorch sees, and exit.");
 // Spawning local processes, as torch.multiprocessing.spawn / torchrun.
 ABSL_FLAG(int, nproc_per_node, 0,
           "Spawn this many local ranks (0: this process is one rank).");
@@ -295,6 +298,11 @@ int Main(int argc, char** argv) {
       "--help for the flags)");
   RecordGivenFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_print_cuda_devices)) {
+    std::cout << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
+              << "\n";
+    return 0;
+  }
   absl::StatusOr<TrainOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::cerr << "train: " << options.status().message() << "\n";

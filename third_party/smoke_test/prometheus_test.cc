@@ -1,12 +1,14 @@
 // prometheus-cpp smoke test: a registry with a counter and a histogram
 // serializes to the text format.
 
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/counter.h"
+#include "prometheus/exposer.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
@@ -37,6 +39,20 @@ TEST(PrometheusSmokeTest, RegistrySerializesToTextFormat) {
   EXPECT_THAT(text,
               HasSubstr("smoke_step_duration_seconds_bucket{le=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("smoke_step_duration_seconds_count 1"));
+}
+
+TEST(PrometheusSmokeTest, ExposerServesOnAnEphemeralPort) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter()
+      .Name("smoke_served_total")
+      .Help("Served.")
+      .Register(*registry)
+      .Add({})
+      .Increment();
+  prometheus::Exposer exposer("127.0.0.1:0");
+  exposer.RegisterCollectable(registry);
+  ASSERT_EQ(exposer.GetListeningPorts().size(), 1u);
+  EXPECT_GT(exposer.GetListeningPorts()[0], 0);
 }
 
 }  // namespace

@@ -1,0 +1,409 @@
+#!/usr/bin/env bash
+# Metrics end to end with the real servers on loopback: the scaling sweep pushes a tiny run to a
+# Pushgateway, Prometheus scrapes the gateway, and every query of the Grafana dashboard must return
+# data for that run, for both of its process counts (world_size 1 and 2). Also checks the pushed
+# text with promtool and the metric names, types and labels that the dashboard relies on.
+#
+# Usage: monitoring_test.sh [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML]
+#   --fake_push (or FAKE_PUSH=1)  push a hand-written exposition instead of running the sweep, so the
+#                                 dashboard part can be checked without the binary
+#   PROMETHEUS_YML                experiments/monitoring/prometheus.yml (or its folder): Prometheus
+#                                 starts from it, its targets moved to this test's ports; without
+#                                 it, a minimal config scraping the gateway is generated
+# Skips (exit 0) only when prometheus, prometheus-pushgateway or promtool is not installed.
+set -uo pipefail
+
+fake=${FAKE_PUSH:-0}
+if [[ ${1:-} == --fake_push ]]; then
+  fake=1
+  shift
+fi
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML]" >&2
+  exit 2
+fi
+scaling=$1
+dashboard=$2
+template=${3:-}
+[[ -z $template || -f $template ]] || template=$template/prometheus.yml
+
+for tool in prometheus prometheus-pushgateway promtool; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "SKIP: $tool is not installed (tools/setup.sh installs prometheus and prometheus-pushgateway)"
+    exit 0
+  fi
+done
+
+run_id=monitoring_test
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/monitoring.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+finish() {
+  if [[ $failures -ne 0 ]]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+  fi
+  echo "PASS"
+  exit 0
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# HTTP, the exposition checks and the dashboard's queries, in Python's standard library only.
+cat >"$tmp/mon.py" <<'PY'
+import json, math, re, sys, time, urllib.error, urllib.parse, urllib.request
+
+EXPECTED = {  # the sweep's metric families and their types (docs/MONITORING.md)
+    "ddp_epoch_duration_seconds": "gauge",
+    "ddp_no_communication_epoch_duration_seconds": "gauge",
+    "ddp_wall_duration_seconds": "gauge",
+    "ddp_startup_duration_seconds": "gauge",
+    "ddp_samples_per_second": "gauge",
+    "ddp_speedup_ratio": "gauge",
+    "ddp_efficiency_ratio": "gauge",
+    "ddp_communication_efficiency_ratio": "gauge",
+    "ddp_exposed_communication_seconds": "gauge",
+    "ddp_exposed_communication_ratio": "gauge",
+    "ddp_data_wait_seconds": "gauge",
+    "ddp_step_duration_seconds": "histogram",
+    "ddp_runs_total": "counter",
+}
+# The no-sync trainings run only at np > 1 (the dashboard takes the epoch itself as the bound at 1).
+SIZES = {"ddp_no_communication_epoch_duration_seconds": {"2"}}
+LABELS = ("implementation", "backend", "model", "world_size", "batch_size", "run_id")
+
+
+def http(method, url, data=None):
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, OSError) as e:
+        return 0, str(e)
+
+
+def samples(text):
+    """(name, labels, value) of each sample line of a text exposition."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)', line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def wait_ready(url, deadline_s):
+    end = time.time() + float(deadline_s)
+    while time.time() < end:
+        if http("GET", url)[0] == 200:
+            return 0
+        time.sleep(0.2)
+    print(f"{url} not ready after {deadline_s} s", file=sys.stderr)
+    return 1
+
+
+def push(url, path):
+    code, body = http("PUT", url, open(path, "rb").read())
+    if code // 100 != 2:
+        print(f"push to {url}: HTTP {code}: {body}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def get(url):
+    code, body = http("GET", url)
+    sys.stdout.write(body)
+    return 0 if code == 200 else 1
+
+
+def check_gateway(path, run_id):
+    """The pushed families: present, typed, labelled, with both process counts."""
+    text = open(path).read()
+    if not any(n.startswith("ddp_") and l.get("run_id") == run_id for n, l, _ in samples(text)):
+        print(f"no ddp_ metric with run_id {run_id} on the gateway: nothing was pushed")
+        return 1
+    types = dict(re.findall(r'^# TYPE (\S+) (\S+)', text, re.M))
+    ok = True
+    for name, kind in EXPECTED.items():
+        if types.get(name) != kind:
+            print(f"{name}: type {types.get(name)!r} on the gateway, want {kind}")
+            ok = False
+    seen, problems = {}, {}
+    for name, labels, value in samples(text):
+        if not name.startswith("ddp_") or labels.get("run_id") != run_id:
+            continue
+        family = re.sub(r'_(bucket|sum|count)$', '', name)
+        missing = [l for l in LABELS if not labels.get(l)]
+        if family == "ddp_runs_total" and labels.get("status") not in ("ok", "failed"):
+            missing.append("status (ok|failed)")
+        if missing:
+            problems.setdefault(f"{family}: missing label(s) {', '.join(missing)}", labels)
+        if not math.isfinite(value) and not name.endswith("_bucket"):
+            problems.setdefault(f"{family}: non-finite value {value}", labels)
+        seen.setdefault(family, set()).add(labels.get("world_size"))
+    for problem, labels in problems.items():
+        print(f"{problem} (e.g. {labels})")
+        ok = False
+    for name in EXPECTED:
+        want = SIZES.get(name, {"1", "2"})
+        if not want <= seen.get(name, set()):
+            print(f"{name}: pushed for world_size {sorted(x for x in seen.get(name, set()) if x)}, "
+                  f"want {' and '.join(sorted(want))} (run_id {run_id})")
+            ok = False
+    return 0 if ok else 1
+
+
+def query(prom, expr):
+    code, body = http("GET", f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"status": "error", "error": f"HTTP {code}: {body[:300]}"}
+
+
+def wait_scraped(prom, gateway_metrics, run_id, deadline_s):
+    """Until Prometheus holds the gateway's last push of the run (push_time_seconds)."""
+    pushed = [v for n, l, v in samples(open(gateway_metrics).read())
+              if n == "push_time_seconds" and l.get("run_id") == run_id]
+    if not pushed:
+        print(f"the gateway has no push_time_seconds for run_id {run_id}: nothing was pushed")
+        return 1
+    expr = f'max(push_time_seconds{{job="dtrain_scaling", run_id="{run_id}"}})'
+    end = time.time() + float(deadline_s)
+    while time.time() < end:
+        r = query(prom, expr).get("data", {}).get("result", [])
+        if r and float(r[0]["value"][1]) >= max(pushed) - 1e-3:
+            return 0
+        time.sleep(0.5)
+    print(f"Prometheus did not scrape the run's last push within {deadline_s} s")
+    return 1
+
+
+VARIABLES = {"run_id": None, "backend": ".*", "model": ".*", "implementation": ".*",
+             "__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600",
+             "__range_ms": "3600000", "__interval_ms": "15000"}
+
+
+def substitute(expr, run_id):
+    values = dict(VARIABLES, run_id=run_id)
+
+    def one(m):
+        name = m.group(1) or m.group(2) or m.group(3)
+        return values.get(name, m.group(0))  # unknown ($1 of label_replace): left as it is
+    return re.sub(r'\$\{(\w+)(?::[^}]*)?\}|\$(\w+)|\[\[(\w+)\]\]', one, expr)
+
+
+def walk(panels):
+    for p in panels:
+        yield p
+        yield from walk(p.get("panels", []))
+
+
+def check_dashboard(prom, path, run_id):
+    dash = json.load(open(path))
+    failed = checked = 0
+    for p in walk(dash.get("panels", [])):
+        for t in p.get("targets", []):
+            raw = t.get("expr", "")
+            if not raw.strip():
+                print(f"FAIL [{p.get('title')}] target {t.get('refId')}: no expr")
+                failed += 1
+                continue
+            checked += 1
+            expr = substitute(raw, run_id)
+            r = query(prom, expr)
+            problem = None
+            result = r.get("data", {}).get("result", [])
+            if r.get("status") != "success":
+                problem = f"{r.get('errorType', '')} {r.get('error', r)}"
+            elif not result:
+                problem = "empty result"
+            else:
+                series = result if isinstance(result[0], dict) else [{"metric": {}, "value": result}]
+                bad = [s for s in series if not math.isfinite(float(s["value"][1]))]
+                sizes = {s["metric"]["world_size"] for s in series if "world_size" in s["metric"]}
+                if bad:
+                    problem = f"non-finite value(s): {bad[:3]}"
+                elif any("world_size" in s["metric"] for s in series) and not {"1", "2"} <= sizes:
+                    problem = f"world_size {sorted(sizes)} in the result, want 1 and 2"
+            if problem:
+                failed += 1
+                print(f"FAIL [{p.get('title')}] {t.get('refId')}: {problem}\n  expr: {expr}")
+            else:
+                print(f"ok   [{p.get('title')}] {t.get('refId')}: {len(result)} series")
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        q = q.get("query", "") if isinstance(q, dict) else (q or "")
+        m = re.fullmatch(r'\s*label_values\((.*),\s*(\w+)\s*\)\s*', q)
+        if not m:
+            continue
+        checked += 1
+        selector = substitute(m.group(1), run_id)
+        code, body = http("GET", f"{prom}/api/v1/label/{m.group(2)}/values?" +
+                          urllib.parse.urlencode({"match[]": selector}))
+        values = json.loads(body).get("data", []) if code == 200 else []
+        if not values or (m.group(2) == "run_id" and run_id not in values):
+            failed += 1
+            print(f"FAIL [variable {v.get('name')}] {q}: HTTP {code}, values {values}")
+        else:
+            print(f"ok   [variable {v.get('name')}] {values}")
+    if checked == 0:
+        print(f"FAIL no query found in {path}")
+        return 1
+    return 1 if failed else 0
+
+
+def fake_exposition(out, run_id):
+    """What the sweep pushes for the tiny run below (convnet on gloo, np=1 at batch 32 and np=2 at
+    batch 16 per process), for dtrain and the PyTorch reference: the no-communication bound only
+    at np > 1, ddp_runs_total for both outcomes."""
+    buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+    gauges = {name: [] for name, kind in EXPECTED.items() if kind == "gauge"}
+    hist, runs = [], []
+    for impl in ("dtrain", "pytorch"):
+        one = 0.065 * (1.2 if impl == "pytorch" else 1.0)  # epoch seconds at np=1
+        for ws, bs in ((1, 32), (2, 16)):
+            bound = one / ws * 1.1
+            epoch = one if ws == 1 else bound + 0.01
+            startup = 1.0 + 0.4 * ws
+            values = {
+                "ddp_epoch_duration_seconds": epoch,
+                "ddp_wall_duration_seconds": startup + epoch,
+                "ddp_startup_duration_seconds": startup,
+                "ddp_samples_per_second": 128 / epoch,
+                "ddp_speedup_ratio": one / epoch,
+                "ddp_efficiency_ratio": one / epoch / ws,
+                "ddp_communication_efficiency_ratio": 1.0 if ws == 1 else bound / epoch,
+                "ddp_exposed_communication_seconds": 0.0 if ws == 1 else epoch - bound,
+                "ddp_exposed_communication_ratio": 0.0 if ws == 1 else (epoch - bound) / epoch,
+                "ddp_data_wait_seconds": 0.002 * ws,
+            }
+            if ws > 1:
+                values["ddp_no_communication_epoch_duration_seconds"] = bound
+            labels = (f'implementation="{impl}",backend="gloo",model="convnet",'
+                      f'world_size="{ws}",batch_size="{bs}",run_id="{run_id}"')
+            for name, v in values.items():
+                gauges[name].append(f"{name}{{{labels}}} {v!r}")
+            steps = [epoch / 4 * f for f in (0.8, 0.9, 1.0, 1.3)]
+            for le in buckets:
+                n = sum(s <= le for s in steps)
+                hist.append(f'ddp_step_duration_seconds_bucket{{{labels},le="{le}"}} {n}')
+            hist.append(f'ddp_step_duration_seconds_bucket{{{labels},le="+Inf"}} {len(steps)}')
+            hist.append(f"ddp_step_duration_seconds_sum{{{labels}}} {sum(steps)!r}")
+            hist.append(f"ddp_step_duration_seconds_count{{{labels}}} {len(steps)}")
+            runs.append(f'ddp_runs_total{{{labels},status="ok"}} 1')
+            runs.append(f'ddp_runs_total{{{labels},status="failed"}} 0')
+    lines = []
+    for name, rows in gauges.items():
+        lines += [f"# HELP {name} {name} of the scaling sweep (fake push)", f"# TYPE {name} gauge"]
+        lines += rows
+    lines += ["# HELP ddp_step_duration_seconds Training step time (fake push)",
+              "# TYPE ddp_step_duration_seconds histogram"] + hist
+    lines += ["# HELP ddp_runs_total Completed runs (fake push)", "# TYPE ddp_runs_total counter"]
+    lines += runs
+    open(out, "w").write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    sys.exit({"wait_ready": wait_ready, "push": push, "get": get, "check_gateway": check_gateway,
+              "wait_scraped": wait_scraped, "check_dashboard": check_dashboard,
+              "fake_exposition": fake_exposition}[cmd](*args))
+PY
+mon() { python3 "$tmp/mon.py" "$@"; }
+
+[[ -f $dashboard ]] || { fail "no dashboard at $dashboard"; finish; }
+
+# 1. The Pushgateway and Prometheus, each on a free loopback port.
+gw_port=$(free_port)
+prom_port=$(free_port)
+gateway=http://127.0.0.1:$gw_port
+prom=http://127.0.0.1:$prom_port
+# In memory only: Debian's build otherwise keeps every push in /var/lib/prometheus/pushgateway.data.
+prometheus-pushgateway --web.listen-address="127.0.0.1:$gw_port" --persistence.file= \
+  >"$tmp/gateway.log" 2>&1 &
+pids+=($!)
+
+if [[ -n $template ]]; then
+  # The project's config, its targets moved here (nothing listens on the sweep's metrics port).
+  unused_port=$(free_port)
+  sed -e "s/localhost:9091/127.0.0.1:$gw_port/" -e "s/localhost:9464/127.0.0.1:$unused_port/" \
+    -e 's/scrape_interval: 5s/scrape_interval: 1s/' "$template" >"$tmp/prometheus.yml"
+  grep -q "127.0.0.1:$gw_port" "$tmp/prometheus.yml" || fail "$template does not scrape localhost:9091"
+else
+  cat >"$tmp/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: pushgateway
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:$gw_port"]
+EOF
+fi
+promtool check config "$tmp/prometheus.yml" >"$tmp/check_config.out" 2>&1 \
+  || fail "promtool check config: $(cat "$tmp/check_config.out")"
+prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
+  --web.listen-address="127.0.0.1:$prom_port" --log.level=warn >"$tmp/prometheus.log" 2>&1 &
+pids+=($!)
+
+mon wait_ready "$gateway/-/ready" 30 || fail "Pushgateway: $(tail -5 "$tmp/gateway.log")"
+mon wait_ready "$prom/-/ready" 30 || fail "Prometheus: $(tail -5 "$tmp/prometheus.log")"
+[[ $failures -eq 0 ]] || finish
+
+# 2. A tiny sweep pushes its results (or, with --fake_push, a hand-written exposition).
+if [[ $fake == 1 ]]; then
+  echo "FAKE_PUSH: pushing a hand-written exposition instead of running $scaling"
+  mon fake_exposition "$tmp/fake.prom" "$run_id" \
+    && mon push "$gateway/metrics/job/dtrain_scaling/run_id/$run_id" "$tmp/fake.prom" \
+    || fail "fake push"
+else
+  timeout 240 "$scaling" --models=convnet --backends=gloo --world_sizes=1,2 --batch_sizes=32,16 \
+    --max_steps=4 --train_limit=512 --repeats=1 --output_dir="$tmp/out" \
+    --pushgateway="127.0.0.1:$gw_port" --run_id="$run_id" --no_plots \
+    >"$tmp/scaling.out" 2>"$tmp/scaling.err"
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "scaling sweep: exit $rc: $(tail -20 "$tmp/scaling.err")"
+fi
+
+# 3. What the gateway holds: promtool finds nothing wrong with the ddp_ families, and every family
+# the dashboard reads is there, typed and labelled, for both process counts.
+mon get "$gateway/metrics" >"$tmp/gateway.prom" || fail "GET $gateway/metrics"
+promtool check metrics <"$tmp/gateway.prom" >"$tmp/check_metrics.out" 2>&1
+if grep -q 'ddp_' "$tmp/check_metrics.out"; then
+  fail "promtool check metrics on the pushed families: $(grep 'ddp_' "$tmp/check_metrics.out")"
+fi
+mon check_gateway "$tmp/gateway.prom" "$run_id" >"$tmp/check_gateway.out" \
+  || fail "pushed metrics:"$'\n'"$(cat "$tmp/check_gateway.out")"
+
+# 4. Once Prometheus holds the last push, every dashboard query returns data for world sizes 1 and 2.
+if mon wait_scraped "$prom" "$tmp/gateway.prom" "$run_id" 30 >"$tmp/scraped.out"; then
+  mon check_dashboard "$prom" "$dashboard" "$run_id" >"$tmp/dashboard.out"
+  rc=$?
+  cat "$tmp/dashboard.out"
+  [[ $rc -eq 0 ]] || fail "dashboard queries: $(grep -c '^FAIL' "$tmp/dashboard.out") failed (above)"
+else
+  fail "$(cat "$tmp/scraped.out"); Prometheus log: $(tail -5 "$tmp/prometheus.log")"
+fi
+
+finish
