@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Faults around the train binary, with real processes on loopback: a rank SIGKILLed mid-training
+# (the survivor names it and exits within the timeout; under the launcher nothing is left behind and
+# the launcher names the dead rank), and startup errors that must end in seconds with a clear
+# message: a malformed --dist_url, a busy port, ranks that disagree on the world size, a master that
+# never comes, a rank outside the world.
+set -uo pipefail
+
+train=$1
+launch=$2
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_for() {  # wait_for FILE TEXT
+  for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+now() { date +%s.%N; }
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$2"; }
+# expect NAME MAX_SECONDS WANT_TEXT -- COMMAND...: runs COMMAND, wants a non-zero exit within
+# MAX_SECONDS and WANT_TEXT in its output.
+expect() {
+  local name=$1 max=$2 want=$3; shift 4
+  local start; start=$(now)
+  timeout 120 "$@" >"$tmp/$name.out" 2>&1
+  local rc=$?
+  local took; took=$(elapsed "$start" "$(now)")
+  [[ $rc -ne 0 ]] || fail "$name: exited 0"
+  grep -q -- "$want" "$tmp/$name.out" || fail "$name: no '$want' in: $(tail -3 "$tmp/$name.out")"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$took" "$max" \
+    || fail "$name: took ${took}s, more than ${max}s"
+  echo "$name: exit $rc after ${took}s: $(tail -1 "$tmp/$name.out")"
+}
+
+run=(--train_limit=20000 --batch_size=64 --progress=none --skip_validation)
+
+# 1. Explicit ranks, no launcher: rank 1 is SIGKILLed; rank 0 names it and exits well within the
+#    collective timeout.
+port=$(free_port)
+"$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=0 --timeout=30s "${run[@]}" \
+  >"$tmp/r0.out" 2>&1 &
+r0=$!
+"$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=1 --timeout=30s "${run[@]}" \
+  >"$tmp/r1.out" 2>&1 &
+r1=$!
+pids+=($r0 $r1)
+wait_for "$tmp/r0.out" "Begin training" || fail "kill: training never began"
+sleep 1
+killed=$(now)
+kill -KILL "$r1"
+wait "$r0"
+rc=$?
+took=$(elapsed "$killed" "$(now)")
+pids=()
+[[ $rc -eq 1 ]] || fail "kill: rank 0 exited $rc, want 1"
+grep -q 'rank 1' "$tmp/r0.out" || fail "kill: rank 0 does not name rank 1: $(tail -2 "$tmp/r0.out")"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 30 else 1)" "$took" \
+  || fail "kill: rank 0 took ${took}s to notice"
+echo "rank death without launcher: rank 0 exited after ${took}s: $(tail -1 "$tmp/r0.out")"
+
+# 2. Under the launcher: a rank SIGKILLed makes the launcher stop the rest, name the rank and how it
+#    died, and exit non-zero; no rank outlives it.
+port=$(free_port)
+"$launch" --nproc_per_node=3 --master_port="$port" -- "$train" "${run[@]}" >"$tmp/l.out" 2>&1 &
+launcher=$!
+pids+=($launcher)
+wait_for "$tmp/l.out" "Begin training" || fail "launcher kill: training never began"
+sleep 1
+ranks=$(pgrep -P "$launcher" | tr '\n' ' ')
+victim=$(pgrep -P "$launcher" | sed -n 2p)
+killed=$(now)
+kill -KILL "$victim"
+wait "$launcher"
+rc=$?
+took=$(elapsed "$killed" "$(now)")
+pids=()
+[[ $rc -ne 0 ]] || fail "launcher kill: exit 0"
+grep -q 'killed by signal 9' "$tmp/l.out" || fail "launcher kill: no report: $(tail -3 "$tmp/l.out")"
+for pid in $ranks; do
+  if kill -0 "$pid" 2>/dev/null && ! grep -q ') Z ' "/proc/$pid/stat" 2>/dev/null; then
+    fail "launcher kill: rank pid $pid outlived the launcher"
+    kill -9 "$pid"
+  fi
+done
+echo "rank death under the launcher: exit $rc after ${took}s: $(grep 'killed by signal' "$tmp/l.out" | head -1)"
+
+# 3. Startup errors, each clear and quick.
+expect bad_url 5 "missing port" -- "$train" --dist_url=tcp://nohostport --world_size=2 --rank=0
+expect bad_rank 5 "rank=5" -- "$train" --dist_url=tcp://127.0.0.1:1 --world_size=2 --rank=5
+port=$(free_port)
+python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',$port)); s.listen(); time.sleep(60)" &
+holder=$!
+pids+=($holder)
+sleep 0.5
+expect busy_port 10 "$port" -- "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=0 \
+  --timeout=60s
+kill "$holder"; pids=()
+expect no_master 10 "could not reach" -- "$train" --dist_url="tcp://127.0.0.1:$(free_port)" \
+  --world_size=2 --rank=1 --timeout=3s
+port=$(free_port)
+"$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=0 --timeout=20s \
+  >"$tmp/ws0.out" 2>&1 &
+pids+=($!)
+expect world_size 15 "world size" -- "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 \
+  --rank=1 --timeout=20s
+wait "${pids[0]}"; pids=()
+grep -q "world size" "$tmp/ws0.out" || fail "world_size: rank 0 does not say: $(tail -2 "$tmp/ws0.out")"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "PASS"
