@@ -4,19 +4,8 @@
 set -uo pipefail
 
 probe=$1
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/probe.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test probe
 
 # start NAME ENV... -- ARGS...: runs the probe in the background with a hard time limit.
 start() {
@@ -118,8 +107,4 @@ grep -q "udp://x:1" "$tmp/bad.err" || fail "bad url not quoted: $(cat "$tmp/bad.
 RANK=abc WORLD_SIZE=2 "$probe" >/dev/null 2>"$tmp/bad.err" && fail "RANK=abc accepted"
 grep -q "RANK" "$tmp/bad.err" || fail "RANK=abc not named: $(cat "$tmp/bad.err")"
 
-if ((failures > 0)); then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "rendezvous_probe_test: all cases passed"
+finish

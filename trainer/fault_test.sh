@@ -8,22 +8,9 @@ set -uo pipefail
 
 train=$1
 launch=$2
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_for() {  # wait_for FILE TEXT
-  for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test fault
+
 now() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$2"; }
 # expect NAME MAX_SECONDS WANT_TEXT -- COMMAND...: runs COMMAND, wants a non-zero exit within
@@ -53,7 +40,7 @@ r0=$!
   >"$tmp/r1.out" 2>&1 &
 r1=$!
 pids+=($r0 $r1)
-wait_for "$tmp/r0.out" "Begin training" || fail "kill: training never began"
+wait_for_text "$tmp/r0.out" "Begin training" || fail "kill: training never began"
 sleep 1
 killed=$(now)
 kill -KILL "$r1"
@@ -73,7 +60,7 @@ port=$(free_port)
 "$launch" --nproc_per_node=3 --master_port="$port" -- "$train" "${run[@]}" >"$tmp/l.out" 2>&1 &
 launcher=$!
 pids+=($launcher)
-wait_for "$tmp/l.out" "Begin training" || fail "launcher kill: training never began"
+wait_for_text "$tmp/l.out" "Begin training" || fail "launcher kill: training never began"
 sleep 1
 ranks=$(pgrep -P "$launcher" | tr '\n' ' ')
 victim=$(pgrep -P "$launcher" | sed -n 2p)
@@ -115,8 +102,4 @@ expect world_size 15 "world size" -- "$train" --dist_url="tcp://127.0.0.1:$port"
 wait "${pids[0]}"; pids=()
 grep -q "world size" "$tmp/ws0.out" || fail "world_size: rank 0 does not say: $(tail -2 "$tmp/ws0.out")"
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS"
+finish

@@ -11,19 +11,14 @@ skip() { echo "SKIP: $*"; exit 0; }
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/multihost.XXXXXX")
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 a="dtrain_a_$$"
 b="dtrain_b_$$"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+extra_cleanup() {
   ip netns del "$a" 2>/dev/null
   ip netns del "$b" 2>/dev/null
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+start_test multihost
 
 ip netns add "$a" 2>"$tmp/netns.err" || skip "cannot create a network namespace: $(cat "$tmp/netns.err")"
 ip netns add "$b" || skip "cannot create a second network namespace"
@@ -58,7 +53,6 @@ for i in 0 1; do
 done
 pids=()
 
-json() { python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print($2)" "$1"; }
 if [[ -f $tmp/multi0.json && -f $tmp/single.json ]]; then
   [[ $(json "$tmp/multi0.json" 'm["config"]["world_size"]') == 4 ]] || fail "multi-host world size"
   want=$(json "$tmp/single.json" 'repr(m["epochs"][-1]["val_loss"])')
@@ -68,8 +62,4 @@ else
   fail "no metrics from both runs"
 fi
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS"
+finish

@@ -7,23 +7,8 @@ set -uo pipefail
 
 train=$1
 launch=$2
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-# json FILE EXPR: evaluates a Python expression on the parsed file, bound to m.
-json() {
-  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print($2)" "$1"
-}
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test train
 
 # A small but real run: 1,024 Fashion-MNIST examples, 2 ranks of batch 64, 300 test examples.
 small=(--train_limit=1024 --val_limit=300 --batch_size=64 --timeout=60s)
@@ -97,11 +82,6 @@ grep -q '/nonexistent/mnist' "$tmp/nodata.err" || fail "missing data: message: $
 # 6. SIGTERM to the spawning process: the ranks agree on a step, rank 0 checkpoints there, all exit
 #    128+15; resuming ends exactly where an uninterrupted run ends.
 mid=(--train_limit=8192 --val_limit=300 --batch_size=64 --timeout=60s --progress=none)
-# wait_for FILE TEXT: until TEXT appears in FILE (at most 60 s).
-wait_for() {
-  for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
 p=$(free_port)
 timeout 120 "$train" --nproc_per_node=2 --master_port="$p" "${mid[@]}" \
   --metrics_json="$tmp/mid_whole.json" >/dev/null 2>"$tmp/mid_whole.err" \
@@ -111,7 +91,7 @@ p=$(free_port)
   >/dev/null 2>"$tmp/stop.err" &
 spawner=$!
 pids+=($spawner)
-wait_for "$tmp/stop.err" "Begin training" || fail "stop: training never began"
+wait_for_text "$tmp/stop.err" "Begin training" || fail "stop: training never began"
 sleep 0.5
 kill -TERM "$spawner"
 wait "$spawner"
@@ -136,7 +116,7 @@ p=$(free_port)
   --metrics_json="$tmp/kill.json" >/dev/null 2>"$tmp/kill.err" &
 spawner=$!
 pids+=($spawner)
-wait_for "$tmp/kill.err" "Begin training" || fail "kill: training never began"
+wait_for_text "$tmp/kill.err" "Begin training" || fail "kill: training never began"
 sleep 0.8
 victim=$(pgrep -P "$spawner" | tail -1)
 [[ -n $victim ]] && kill -KILL "$victim"
@@ -149,8 +129,4 @@ grep -q 'resumed from' "$tmp/kill.err" || fail "kill: the restarted group did no
 got=$(json "$tmp/kill.json" 'repr(m["epochs"][-1]["val_loss"])')
 [[ -n $want && $want == "$got" ]] || fail "kill: restarted run ends at val_loss $got, uninterrupted $want"
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS"
+finish

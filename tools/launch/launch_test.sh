@@ -5,18 +5,8 @@ set -uo pipefail
 
 launch=$1
 probe=$2
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/launch.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test launch
 # wait_for FILE...: up to 10 s for every file to exist.
 wait_for() {
   for _ in $(seq 100); do
@@ -71,8 +61,4 @@ lines=$(grep -c '"source":"torchrun"' "$tmp/probe.out")
 "$launch" --nproc_per_node=2 2>"$tmp/noprog.err" && fail "no program: accepted"
 grep -q "no program to launch" "$tmp/noprog.err" || fail "no program: $(cat "$tmp/noprog.err")"
 
-if ((failures > 0)); then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "launch_test: all cases passed"
+finish
