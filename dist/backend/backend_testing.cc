@@ -1,5 +1,7 @@
 #include "dist/backend/backend_testing.h"
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -24,6 +26,21 @@ void RunRanks(int world_size, const BackendFactory& factory,
     });
   }
   for (auto& t : threads) t.join();
+}
+
+void Notification::Notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notified_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(
+      lock, absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())),
+      [this] { return notified_; });
 }
 
 }  // namespace dtrain::backend::testing

@@ -1,7 +1,7 @@
 // The Work implementation shared by the backends: a one-shot completion that
 // the thread running the collective (Gloo's worker, NCCL's event poller)
 // completes once, and that any number of threads may wait on. Uses std::mutex
-// rather than absl::Mutex so that ThreadSanitizer builds see the
+// rather than Abseil's mutex so that ThreadSanitizer builds see the
 // synchronisation (Debian's Abseil is not instrumented).
 #ifndef DTRAIN_DIST_BACKEND_WORK_H_
 #define DTRAIN_DIST_BACKEND_WORK_H_

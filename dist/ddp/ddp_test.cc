@@ -19,7 +19,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/ddp/ddp_testing.h"
@@ -456,7 +455,7 @@ TEST(DdpTest, FailedBucketAllReduceIsAStatusAndSticky) {
 TEST(DdpTest, SilentPeerFailsWithinTheTimeout) {
   constexpr int kWorld = 2;
   auto models = MakeModels(kWorld);
-  absl::Notification rank0_done;
+  backend::testing::Notification rank0_done;
   RunRanks(kWorld, Gloo(absl::Seconds(1)), [&](backend::Backend& b) {
     auto ddp = DistributedDataParallel::Create(models[b.rank()].ptr(), b);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
@@ -481,7 +480,7 @@ TEST(DdpTest, SilentPeerFailsWithinTheTimeout) {
 TEST(DdpTest, OwnTimeoutBoundsTheWait) {
   constexpr int kWorld = 2;
   auto models = MakeModels(kWorld);
-  absl::Notification rank0_done;
+  backend::testing::Notification rank0_done;
   RunRanks(kWorld, Gloo(absl::Seconds(3)), [&](backend::Backend& b) {
     DdpOptions options;
     options.timeout = absl::Milliseconds(200);

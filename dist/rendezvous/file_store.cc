@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
-#include "absl/base/const_init.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -40,7 +40,9 @@ constexpr absl::Duration kMaxPause = absl::Milliseconds(10);
 // process would both be granted the lock, and closing any descriptor of the
 // file drops the process's lock. So the handles of a process take turns on
 // this mutex while they hold the lock, and close descriptors under it.
-ABSL_CONST_INIT absl::Mutex g_process_mu(absl::kConstInit);
+// std::mutex's constructor is constexpr, so this is constant-initialized and
+// safe to use from other static initializers.
+std::mutex g_process_mu;
 
 // CRC-32 as in zlib and PNG (reflected, polynomial 0xEDB88320).
 constexpr std::array<uint32_t, 256> MakeCrcTable() {
@@ -140,7 +142,7 @@ int SetFileLock(int fd, short type) {
 // cached view of the file, so the records other machines appended are seen.
 class FileLock {
  public:
-  explicit FileLock(int fd) : process_lock_(&g_process_mu), fd_(fd) {
+  explicit FileLock(int fd) : process_lock_(g_process_mu), fd_(fd) {
     error_ = SetFileLock(fd_, F_WRLCK);
   }
   ~FileLock() {
@@ -152,13 +154,13 @@ class FileLock {
   int error() const { return error_; }
 
  private:
-  absl::MutexLock process_lock_;
+  std::lock_guard<std::mutex> process_lock_;
   const int fd_;
   int error_;
 };
 
 void CloseFd(int fd) {
-  absl::MutexLock lock(&g_process_mu);
+  std::lock_guard<std::mutex> lock(g_process_mu);
   close(fd);
 }
 
@@ -245,7 +247,7 @@ absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
         new FileStore(abs_path, num_ranks, fd, timeout));
     absl::Status joined;
     {
-      absl::MutexLock lock(&store->mu_);
+      std::lock_guard<std::mutex> lock(store->mu_);
       joined = store->JoinLocked();
       if (!joined.ok()) {
         // Not counted as open: the destructor must not append a close record.
@@ -270,7 +272,7 @@ FileStore::FileStore(std::string path, int num_ranks, int fd,
 FileStore::~FileStore() { Close().IgnoreError(); }
 
 absl::Status FileStore::Close() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return absl::OkStatus();
   const absl::Status s = WithLog([&]() {
     absl::Status appended = AppendLocked(Op::kClose, "", Identity());
@@ -357,7 +359,7 @@ absl::StatusOr<bool> FileStore::Poll(absl::Duration timeout,
   absl::Duration pause = kFirstPause;
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       bool done = false;
       const absl::Status s = WithLog([&] {
         done = probe();
@@ -525,7 +527,7 @@ void FileStore::ApplyLocked(Op op, absl::string_view key,
 absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
   absl::Status s = CheckSizes(key, value);
   if (!s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return WithLog([&]() { return AppendLocked(Op::kSet, key, value); });
 }
 
@@ -549,7 +551,7 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
 absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
   absl::Status s = CheckSizes(key, "");
   if (!s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<int64_t> sum;
   s = WithLog([&]() {
     auto it = data_.find(key);
@@ -567,7 +569,7 @@ absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
                                                   absl::string_view desired) {
   absl::Status s = CheckSizes(key, desired);
   if (!s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::string result;
   s = WithLog([&]() {
     auto it = data_.find(key);
@@ -585,7 +587,7 @@ absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
 }
 
 absl::StatusOr<bool> FileStore::Check(absl::Span<const std::string> keys) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   bool all = true;
   const absl::Status s = WithLog([&]() {
     for (const std::string& k : keys) all = all && data_.contains(k);
@@ -614,7 +616,7 @@ absl::Status FileStore::Wait(absl::Span<const std::string> keys,
 }
 
 absl::StatusOr<bool> FileStore::Delete(absl::string_view key) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   bool existed = false;
   const absl::Status s = WithLog([&]() {
     existed = data_.contains(key);
@@ -626,7 +628,7 @@ absl::StatusOr<bool> FileStore::Delete(absl::string_view key) {
 }
 
 absl::StatusOr<int64_t> FileStore::NumKeys() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   int64_t n = 0;
   const absl::Status s = WithLog([&]() {
     n = static_cast<int64_t>(data_.size());

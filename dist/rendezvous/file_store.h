@@ -53,12 +53,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
 #include "dist/rendezvous/store.h"
 
 namespace dtrain::rendezvous {
@@ -117,27 +116,26 @@ class FileStore : public Store {
   // Under the file lock: checks that the path still names this handle's file,
   // writes or checks the header, catches up and appends the "open" record.
   // kAborted when the file was deleted between open() and the lock: retry.
-  absl::Status JoinLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Requires mu_ held.
+  absl::Status JoinLocked();
   // Takes the process-wide mutex and the fcntl lock, checks that the file is
-  // still at `path_`, reads new records, runs `fn`, and unlocks.
-  absl::Status WithLog(absl::FunctionRef<absl::Status()> fn)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // still at `path_`, reads new records, runs `fn`, and unlocks. Requires mu_
+  // held.
+  absl::Status WithLog(absl::FunctionRef<absl::Status()> fn);
   // Runs `probe` through WithLog until it returns true (then true), sleeping
-  // between tries; false once `timeout` has passed.
+  // between tries; false once `timeout` has passed. Takes mu_ itself (must not
+  // be held), and releases it while sleeping.
   absl::StatusOr<bool> Poll(absl::Duration timeout,
-                            absl::FunctionRef<bool()> probe)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CheckStillAtPathLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                            absl::FunctionRef<bool()> probe);
+  // The *Locked methods below require mu_ held.
+  absl::Status CheckStillAtPathLocked();
   // Reads the records between `pos_` and the end of the file, truncating a
   // record cut short at the end.
-  absl::Status RefreshLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReadAtLocked(int64_t offset, char* buf, int64_t size)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RefreshLocked();
+  absl::Status ReadAtLocked(int64_t offset, char* buf, int64_t size);
   absl::Status AppendLocked(Op op, absl::string_view key,
-                            absl::string_view value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(Op op, absl::string_view key, absl::string_view value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                            absl::string_view value);
+  void ApplyLocked(Op op, absl::string_view key, absl::string_view value);
   // Errors naming this store: "file store file:///p: <what>[: <errno text>]".
   absl::Status IoError(absl::string_view what, int error_number) const;
   absl::Status DataLoss(int64_t offset, absl::string_view what) const;
@@ -145,14 +143,17 @@ class FileStore : public Store {
   const std::string path_;
   const int num_ranks_;
 
-  absl::Mutex mu_;
-  int fd_ ABSL_GUARDED_BY(mu_);  // -1 once closed
+  // std::mutex rather than Abseil's, so that ThreadSanitizer builds see the
+  // synchronisation (Debian's Abseil is not instrumented). Guards every member
+  // below.
+  std::mutex mu_;
+  int fd_;  // -1 once closed
   // Offset of the first record this handle has not read; always at a record
   // boundary, so it equals the end of the log right after a refresh.
-  int64_t pos_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
-  int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;  // "open" records seen
-  int64_t closed_ ABSL_GUARDED_BY(mu_) = 0;  // "close" records seen
+  int64_t pos_ = 0;
+  absl::flat_hash_map<std::string, std::string> data_;
+  int64_t opened_ = 0;  // "open" records seen
+  int64_t closed_ = 0;  // "close" records seen
 };
 
 }  // namespace dtrain::rendezvous

@@ -1,5 +1,7 @@
 #include "dist/rendezvous/hash_store.h"
 
+#include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -8,8 +10,11 @@
 namespace dtrain::rendezvous {
 
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
-  absl::MutexLock lock(&mu_);
-  data_[key] = std::string(value);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_[key] = std::string(value);
+  }
+  key_added_.notify_all();
   return absl::OkStatus();
 }
 
@@ -20,7 +25,7 @@ absl::StatusOr<std::string> HashStore::Get(absl::string_view key,
   if (!s.ok()) {
     return internal::KeysTimeoutError("get", {k}, {k}, Describe(), timeout);
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = data_.find(key);
   // Deleted between the wait and this lookup: report like a timeout, which is
   // what the caller saw.
@@ -31,30 +36,37 @@ absl::StatusOr<std::string> HashStore::Get(absl::string_view key,
 }
 
 absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
-  absl::MutexLock lock(&mu_);
-  auto it = data_.find(key);
-  absl::StatusOr<int64_t> sum = internal::AddToCounter(
-      key, it == data_.end() ? nullptr : &it->second, delta);
-  if (sum.ok()) data_[key] = std::to_string(*sum);
+  absl::StatusOr<int64_t> sum;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    sum = internal::AddToCounter(key, it == data_.end() ? nullptr : &it->second,
+                                 delta);
+    if (sum.ok()) data_[key] = std::to_string(*sum);
+  }
+  if (sum.ok()) key_added_.notify_all();
   return sum;
 }
 
 absl::StatusOr<std::string> HashStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
-  absl::MutexLock lock(&mu_);
-  auto it = data_.find(key);
-  if (it == data_.end()) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    if (it != data_.end()) {
+      if (it->second == expected) it->second = std::string(desired);
+      return it->second;
+    }
     if (!expected.empty()) return std::string();
     data_[key] = std::string(desired);
-    return std::string(desired);
   }
-  if (it->second == expected) it->second = std::string(desired);
-  return it->second;
+  key_added_.notify_all();
+  return std::string(desired);
 }
 
 absl::StatusOr<bool> HashStore::Check(absl::Span<const std::string> keys) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& k : keys) {
     if (!data_.contains(k)) return false;
   }
@@ -63,14 +75,25 @@ absl::StatusOr<bool> HashStore::Check(absl::Span<const std::string> keys) {
 
 absl::Status HashStore::Wait(absl::Span<const std::string> keys,
                              absl::Duration timeout) {
-  auto all_present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Called with mu_ held.
+  auto all_present = [&]() {
     for (const std::string& k : keys) {
       if (!data_.contains(k)) return false;
     }
     return true;
   };
-  absl::MutexLock lock(&mu_);
-  if (mu_.AwaitWithTimeout(absl::Condition(&all_present), timeout)) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The predicate overloads re-check after every wakeup, spurious ones
+  // included. Centuries (absl::InfiniteDuration() among them) overflow
+  // std::chrono's nanoseconds: treat them as forever.
+  if (timeout >= absl::Hours(24 * 365 * 100)) {
+    key_added_.wait(lock, all_present);
+    return absl::OkStatus();
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration()));
+  if (key_added_.wait_until(lock, deadline, all_present)) {
     return absl::OkStatus();
   }
   std::vector<std::string> missing;
@@ -81,12 +104,12 @@ absl::Status HashStore::Wait(absl::Span<const std::string> keys,
 }
 
 absl::StatusOr<bool> HashStore::Delete(absl::string_view key) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return data_.erase(key) > 0;
 }
 
 absl::StatusOr<int64_t> HashStore::NumKeys() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(data_.size());
 }
 

@@ -4,10 +4,11 @@
 #ifndef DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
 #define DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
 
+#include <condition_variable>
+#include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "dist/rendezvous/store.h"
 
 namespace dtrain::rendezvous {
@@ -35,8 +36,13 @@ class HashStore : public Store {
   std::string Describe() const override { return "hash store"; }
 
  private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
+  // Standard mutex and condition variable rather than Abseil's, so that
+  // ThreadSanitizer builds see the synchronisation (Debian's Abseil is not
+  // instrumented).
+  std::mutex mu_;
+  // Notified whenever a key may have been added (Set, Add, CompareSet).
+  std::condition_variable key_added_;
+  absl::flat_hash_map<std::string, std::string> data_;  // Guarded by mu_.
 };
 
 }  // namespace dtrain::rendezvous

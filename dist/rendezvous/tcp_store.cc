@@ -49,14 +49,14 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
   }
   absl::StatusOr<internal::Fd> fd = store->Connect(options.connect_timeout);
   if (!fd.ok()) return fd.status();
-  absl::MutexLock lock(&store->mu_);
+  std::lock_guard<std::mutex> lock(store->mu_);
   store->idle_.push_back(std::move(*fd));
   return store;
 }
 
 TcpStore::~TcpStore() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     idle_.clear();
   }
   server_.reset();
@@ -129,7 +129,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
                                            absl::Duration wait) {
   internal::Fd fd;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
       fd = std::move(idle_.back());
       idle_.pop_back();
@@ -170,7 +170,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
   if (!s.ok()) return lost(s);
   const auto status = static_cast<Reply>(h.type);
   if (status != Reply::kProtocol) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     idle_.push_back(std::move(fd));
   }
   if (status == Reply::kOk) return reply;

@@ -13,10 +13,10 @@
 #define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "dist/rendezvous/store.h"
 #include "dist/rendezvous/tcp_socket.h"
 #include "dist/rendezvous/tcp_store_protocol.h"
@@ -86,8 +86,10 @@ class TcpStore : public Store {
 
   TcpStoreOptions options_;
   std::unique_ptr<TcpStoreServer> server_;
-  absl::Mutex mu_;
-  std::vector<internal::Fd> idle_ ABSL_GUARDED_BY(mu_);
+  // std::mutex rather than Abseil's, so that ThreadSanitizer builds see the
+  // synchronisation (Debian's Abseil is not instrumented).
+  std::mutex mu_;
+  std::vector<internal::Fd> idle_;  // Guarded by mu_.
 };
 
 }  // namespace dtrain::rendezvous

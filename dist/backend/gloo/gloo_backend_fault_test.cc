@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -33,11 +34,19 @@ std::string ReportPath(int rank) {
   return absl::StrCat(getenv("TEST_TMPDIR"), "/rank", rank, ".txt");
 }
 
-// A rank's whole life: connect, allreduce until an error (or die, for the
-// victim). Exit code 0 means "saw the error", 3 means "no error after many
-// steps", 4 means "could not start".
-[[noreturn]] void RunRank(int rank, int port) {
+// A rank's whole life: learn the store's port from the parent, connect,
+// allreduce until an error (or die, for the victim). Exit code 0 means "saw
+// the error", 3 means "no error after many steps", 4 means "could not start".
+[[noreturn]] void RunRank(int rank, int port_fd) {
   alarm(120);  // Never outlive a broken test.
+  int port = 0;
+  ssize_t got;
+  do {
+    got = read(port_fd, &port, sizeof(port));
+  } while (got < 0 && errno == EINTR);
+  // Short read: the parent closed the pipe without a port (its server failed).
+  if (got != static_cast<ssize_t>(sizeof(port))) _exit(4);
+  close(port_fd);
   rendezvous::TcpStoreOptions so;
   so.host = "127.0.0.1";
   so.port = port;
@@ -70,19 +79,46 @@ std::string ReportPath(int rank) {
 }
 
 TEST(GlooBackendFaultTest, KilledRankFailsTheOthersQuicklyWithANamedOperation) {
+  // Fork the ranks while this process is still single-threaded, and only then
+  // start the store server (which runs threads) and hand its port to the ranks
+  // through pipes. A child forked from a multi-threaded parent may only make
+  // async-signal-safe calls until it execs (another thread may have held a
+  // lock, malloc's included, at the fork), and ThreadSanitizer refuses to start
+  // threads in one; the ranks start LibTorch and Gloo threads.
+  std::vector<pid_t> pids;
+  std::vector<int> port_fds;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[1]);
+      for (const int fd : port_fds) close(fd);
+      RunRank(rank, fds[0]);
+    }
+    close(fds[0]);
+    pids.push_back(pid);
+    port_fds.push_back(fds[1]);
+  }
   rendezvous::TcpStoreOptions so;
   so.host = so.bind_host = "127.0.0.1";
   so.port = 0;
   so.is_server = true;
   auto server = rendezvous::TcpStore::Create(so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) RunRank(rank, (*server)->port());
-    pids.push_back(pid);
+  if (server.ok()) {
+    const int port = (*server)->port();
+    for (const int fd : port_fds) {
+      EXPECT_EQ(write(fd, &port, sizeof(port)),
+                static_cast<ssize_t>(sizeof(port)));
+    }
   }
+  // Without a server, the ranks read end of file and exit.
+  for (const int fd : port_fds) close(fd);
+  if (!server.ok()) {
+    for (const pid_t pid : pids) waitpid(pid, nullptr, 0);
+  }
+  ASSERT_TRUE(server.ok()) << server.status();
   const absl::Time start = absl::Now();
   std::vector<int> status(kWorld, -1);
   for (int rank = 0; rank < kWorld; ++rank) {

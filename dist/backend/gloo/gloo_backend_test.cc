@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
@@ -296,7 +295,7 @@ TEST(GlooBackendTest, WorkIsAsynchronousAndOrdered) {
 TEST(GlooBackendTest, MissingPeerTimesOutNamingTheOperation) {
   // Rank 1 stays connected but issues nothing: rank 0's allreduce fails with
   // Gloo's timeout, and so does every later call.
-  absl::Notification rank0_done;
+  testing::Notification rank0_done;
   RunRanks(
       2, Gloo(GlooAlgorithm::kAuto, absl::Milliseconds(500)), [&](Backend& b) {
         if (b.rank() == 1) {
@@ -320,7 +319,7 @@ TEST(GlooBackendTest, MissingPeerTimesOutNamingTheOperation) {
 }
 
 TEST(GlooBackendTest, WaitWithTimeoutReturnsWhileStillRunning) {
-  absl::Notification rank0_done;
+  testing::Notification rank0_done;
   RunRanks(2, Gloo(GlooAlgorithm::kAuto, absl::Seconds(2)), [&](Backend& b) {
     if (b.rank() == 1) {
       rank0_done.WaitForNotificationWithTimeout(absl::Seconds(60));

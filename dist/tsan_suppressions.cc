@@ -1,0 +1,41 @@
+// ThreadSanitizer suppressions for reports that come from inside libraries
+// this project does not build, so that TSan cannot see their synchronisation
+// or their races are theirs. Compiled into the test executables that depend on
+// //dist:tsan_suppressions; the TSan runtime reads them through the
+// __tsan_default_suppressions() hook, so no suppressions file has to be found
+// at run time (a TSAN_OPTIONS=suppressions=<path> in .bazelrc would have to
+// name a file present in every test's runfiles, and TSan aborts when it is
+// missing). Without TSan nothing calls the hook.
+//
+// Every entry says why the report is not our bug. Keep them narrow: a pattern
+// suppresses every race report with a matching frame in any of its stacks.
+
+extern "C" const char* __tsan_default_suppressions();
+
+extern "C" const char* __tsan_default_suppressions() {
+  return
+      // Gloo's algorithm classes (AllreduceRing, AllreduceRingChunked,
+      // AllreduceHalvingDoubling, AllreduceBcube; /usr/include/gloo/*.h)
+      // register one `int dummy_` member as both the send buffer and the
+      // receive buffer of their "ready for the next round" notifications. The
+      // algorithm's thread sends from it (writev in
+      // gloo::transport::tcp::Pair::write, called from run()) while Gloo's
+      // device loop thread receives a peer's notification into it (recv in
+      // Pair::read): a race inside Gloo on a value nobody reads. Matched on
+      // the algorithm's run(), which is on the sending stack; the backend's
+      // default algorithm (gloo::allreduce, the newer API) has no such buffer
+      // and stays fully checked.
+      "race:gloo::AllreduceRing<*>::run\n"
+      "race:gloo::AllreduceRingChunked<*>::run\n"
+      "race:gloo::AllreduceHalvingDoubling<*>::run\n"
+      "race:gloo::AllreduceBcube<*>::run\n"
+      // absl::Status shares a reference-counted representation between its
+      // copies (a status with a message: CompletionWork::status_, the copy
+      // Wait() returns, GlooBackend::broken_). The last owner to let go frees
+      // it in Status::UnrefNonInlined, in Debian's libabsl_status, which is
+      // not built with TSan: the atomic decrement that orders every other
+      // owner's reads before the delete is invisible, and the delete is
+      // reported as racing with a read of the message made by another thread
+      // before it dropped its copy.
+      "race:absl::*Status::UnrefNonInlined\n";
+}
