@@ -93,13 +93,20 @@ expect busy_port 10 "$port" -- "$train" --dist_url="tcp://127.0.0.1:$port" --wor
 kill "$holder"; pids=()
 expect no_master 10 "could not reach" -- "$train" --dist_url="tcp://127.0.0.1:$(free_port)" \
   --world_size=2 --rank=1 --timeout=3s
+# Ranks that disagree on the world size both fail at once; whichever checks first names the
+# disagreement (if that is rank 0, which serves the store, rank 1 may only see the server go away).
 port=$(free_port)
 "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=0 --timeout=20s \
   >"$tmp/ws0.out" 2>&1 &
 pids+=($!)
-expect world_size 15 "world size" -- "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 \
-  --rank=1 --timeout=20s
-wait "${pids[0]}"; pids=()
-grep -q "world size" "$tmp/ws0.out" || fail "world_size: rank 0 does not say: $(tail -2 "$tmp/ws0.out")"
+expect world_size 15 "rendezvous at" -- "$train" --dist_url="tcp://127.0.0.1:$port" \
+  --world_size=3 --rank=1 --timeout=20s
+wait "${pids[0]}"
+rc=$?
+pids=()
+[[ $rc -ne 0 ]] || fail "world_size: rank 0 exited 0"
+cat "$tmp/ws0.out" "$tmp/world_size.out" | grep -q "disagree on the world size" \
+  || fail "world_size: neither rank names the disagreement: $(tail -1 "$tmp/ws0.out")"
+echo "world_size (rank 0): $(tail -1 "$tmp/ws0.out")"
 
 finish
