@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "dist/rendezvous/file_store.h"
+#include "dist/rendezvous/hash_store.h"
 #include "dist/rendezvous/prefix_store.h"
 #include "dist/rendezvous/tcp_store.h"
 
@@ -37,6 +38,12 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
         FileStore::Open(method.path, launch.world_size, options.timeout);
     if (!store.ok()) return store.status();
     return std::shared_ptr<Store>(*store);
+  }
+  // A single process found by env:// has nobody to meet: an in-memory store
+  // spares it a port, so several single-process jobs can run side by side.
+  // (An explicit tcp:// is honoured even then.)
+  if (method.scheme == InitMethod::kEnv && launch.world_size == 1) {
+    return std::shared_ptr<Store>(std::make_shared<HashStore>());
   }
   TcpStoreOptions tcp;
   if (method.scheme == InitMethod::kTcp) {

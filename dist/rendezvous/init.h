@@ -16,7 +16,9 @@
 // Where the store lives depends on the scheme:
 //   tcp://host:port  rank 0 serves a TcpStore there; MASTER_* are ignored.
 //   file:///path     a FileStore in that file; MASTER_* are ignored.
-//   env://           rank 0 serves a TcpStore at the master address: from
+//   env://           a single process (world size 1) uses an in-memory store
+//                    and opens no port; otherwise
+//                    rank 0 serves a TcpStore at the master address: from
 //                    args.master_addr, MASTER_ADDR, or under Slurm the first
 //                    host of the step's node list; the port from
 //                    args.master_port or MASTER_PORT, else 29500. Unlike

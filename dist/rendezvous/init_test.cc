@@ -4,6 +4,11 @@
 
 #include "dist/rendezvous/init.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
@@ -118,10 +123,20 @@ TEST(InitWorldTest, EnvInitMethodUnderOpenMpiWithMasterVariables) {
 TEST(InitWorldTest, EnvInitMethodWithoutVariablesIsSingleProcess) {
   InitOptions o;
   o.url = "env://";
-  // Not the default 29500, which another job may hold.
-  o.args.master_port = FreePort();
   o.timeout = absl::Seconds(30);
+  // A single process opens no port: the default 29500, held here by
+  // another "job", does not matter.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(29500);
+  const bool holding =
+      ::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::listen(held, 1) == 0;
   absl::StatusOr<World> w = InitWorld(o, {});
+  ::close(held);
+  if (!holding) std::printf("(port 29500 was busy already: not held here)\n");
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->rank, 0);
   EXPECT_EQ(w->world_size, 1);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,22 @@
 
 namespace dtrain::backend {
 namespace {
+
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL, so with SIGPIPE's
+// default action a peer's death kills this process instead of failing the
+// collective with the peer named. Python ignores SIGPIPE at startup, which is
+// why PyTorch users never meet this; a C++ program must. A handler the
+// program installed itself is left alone.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
 
 using internal::CompletionWork;
 
@@ -493,6 +510,7 @@ GlooAlgorithm ChooseGlooAllReduceAlgorithm(int64_t bytes, int world_size) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
+  IgnoreSigpipe();
   const std::string who = absl::StrCat("[rank ", options.rank, "] gloo");
   if (absl::Status s = internal::CheckMembership(
           who, options.store.get(), options.rank, options.world_size);

@@ -55,7 +55,9 @@ struct GlooBackendOptions {
 };
 
 // Connects and returns the backend; kUnavailable (naming the rank, the store
-// and the time) when the mesh cannot be connected.
+// and the time) when the mesh cannot be connected. Sets SIGPIPE to be ignored
+// when it has its default action (which would kill the process when a peer
+// dies, instead of failing the collective with the peer named).
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options);
 
