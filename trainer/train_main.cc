@@ -37,6 +37,7 @@
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
 #include "tools/launch/launcher.h"
+#include "trainer/malloc_tuning.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
 
@@ -293,6 +294,7 @@ int Spawn(int argc, char** argv) {
 
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
+  TuneMallocForTraining();
   absl::SetProgramUsageMessage(
       "train [flags]: data-parallel training of the tutorials' models (see "
       "--help for the flags)");

@@ -32,14 +32,13 @@ absl::StatusOr<std::vector<BucketAssignment>> AssignBuckets(
           "ddp: tensor ", i, " has a negative size (", bytes[i], " bytes)"));
     }
     Open& o = open[keys[i]];
-    const int64_t cap = o.first ? caps.first_bytes : caps.bytes;
-    if (!o.bucket.members.empty() && o.bucket.bytes + bytes[i] > cap) {
+    o.bucket.members.push_back(static_cast<int>(i));
+    o.bucket.bytes += bytes[i];
+    if (o.bucket.bytes >= (o.first ? caps.first_bytes : caps.bytes)) {
       done.push_back(std::move(o.bucket));
       o.bucket = BucketAssignment();
       o.first = false;
     }
-    o.bucket.members.push_back(static_cast<int>(i));
-    o.bucket.bytes += bytes[i];
   }
   for (auto& [key, o] : open) {
     if (!o.bucket.members.empty()) done.push_back(std::move(o.bucket));

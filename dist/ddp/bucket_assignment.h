@@ -5,10 +5,12 @@
 // registration order, roughly the order backward produces their gradients).
 // Tensors with different keys (dtype and device) never share a bucket: each
 // key has its own open bucket, as in PyTorch's
-// compute_bucket_assignment_by_size. A bucket closes before a tensor would take
-// it over its cap, so every bucket stays within its cap unless it holds one
-// tensor that alone exceeds it. The first bucket of each key has its own
-// (smaller) cap, so that communication starts early in backward.
+// compute_bucket_assignment_by_size. As there, a bucket closes once it
+// reaches its cap, so it may exceed the cap by its last tensor. That matters
+// for overlap: a large tensor produced early in backward (a classifier's
+// weight) closes the bucket it joins and is sent at once, rather than waiting
+// in the next bucket for the rest of backward. The first bucket of each key
+// has its own (smaller) cap, so that communication starts early in backward.
 #ifndef DTRAIN_DIST_DDP_BUCKET_ASSIGNMENT_H_
 #define DTRAIN_DIST_DDP_BUCKET_ASSIGNMENT_H_
 

@@ -18,25 +18,34 @@ std::vector<std::vector<int>> Members(
   return out;
 }
 
-TEST(AssignBucketsTest, FirstBucketHasItsOwnCapAndNoBucketExceedsItsCap) {
+TEST(AssignBucketsTest, BucketClosesOnceItReachesItsCapAsInPyTorch) {
   // Caps: first 10 bytes, then 20.
   const std::vector<int64_t> bytes = {4, 4, 4, 8, 8, 8, 20, 1};
   const std::vector<int> keys(bytes.size(), 0);
   auto buckets = AssignBuckets(bytes, keys, {10, 20});
   ASSERT_TRUE(buckets.ok()) << buckets.status();
   EXPECT_THAT(Members(*buckets),
-              ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3, 4),
-                          ElementsAre(5), ElementsAre(6), ElementsAre(7)));
-  EXPECT_EQ((*buckets)[0].bytes, 8);
-  EXPECT_EQ((*buckets)[1].bytes, 20);
+              ElementsAre(ElementsAre(0, 1, 2), ElementsAre(3, 4, 5),
+                          ElementsAre(6), ElementsAre(7)));
+  EXPECT_EQ((*buckets)[0].bytes, 12);
+  EXPECT_EQ((*buckets)[1].bytes, 24);
 }
 
-TEST(AssignBucketsTest, TensorLargerThanTheCapGetsABucketOfItsOwn) {
-  const std::vector<int64_t> bytes = {100, 1, 1, 100};
-  auto buckets = AssignBuckets(bytes, std::vector<int>(4, 0), {10, 10});
+TEST(AssignBucketsTest, LargeTensorClosesTheBucketItJoins) {
+  // The ConvNet's shape: small classifier tensors, then a large one, then
+  // the convolutions. The large one is sent with the small ones, as soon as
+  // backward produces it, not after the convolutions.
+  const std::vector<int64_t> bytes = {40, 2560, 256, 1179648, 128, 18432};
+  auto buckets = AssignBuckets(bytes, std::vector<int>(6, 0),
+                               {int64_t{1} << 20, int64_t{25} << 20});
   ASSERT_TRUE(buckets.ok());
   EXPECT_THAT(Members(*buckets),
-              ElementsAre(ElementsAre(0), ElementsAre(1, 2), ElementsAre(3)));
+              ElementsAre(ElementsAre(0, 1, 2, 3), ElementsAre(4, 5)));
+  const std::vector<int64_t> alone = {100, 1, 1, 100};
+  buckets = AssignBuckets(alone, std::vector<int>(4, 0), {10, 10});
+  ASSERT_TRUE(buckets.ok());
+  EXPECT_THAT(Members(*buckets),
+              ElementsAre(ElementsAre(0), ElementsAre(1, 2, 3)));
 }
 
 TEST(AssignBucketsTest, KeysNeverShareABucketAndBucketsFollowFirstMember) {

@@ -19,8 +19,9 @@
 // then it broadcasts parameters and buffers from rank 0.
 //
 // Buckets: parameters that require grad, in reverse registration order, are
-// grouped into flat buckets (the first within first_bucket_cap_bytes, the
-// rest within bucket_cap_bytes; one dtype and device per bucket). A hook on
+// grouped into flat buckets (a bucket closes once it reaches its cap:
+// first_bucket_cap_bytes for the first, bucket_cap_bytes for the rest, as in
+// PyTorch; one dtype and device per bucket). A hook on
 // each parameter copies its gradient into its bucket during backward; a
 // complete bucket is allreduced at once, asynchronously, but only after every
 // earlier bucket was launched, so every rank issues the same collectives in the

@@ -111,18 +111,14 @@ TEST(DdpTest, BucketsLaunchInOrderWhileBackwardRuns) {
         DistributedDataParallel::Create(models[b.rank()].ptr(), b, options);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     const auto& buckets = (*ddp)->buckets();
-    ASSERT_EQ(buckets.size(), 4u);
-    EXPECT_THAT(buckets[0].parameters, ElementsAre("fc3.bias", "fc3.weight"));
-    EXPECT_THAT(buckets[1].parameters, ElementsAre("fc2.bias"));
-    EXPECT_THAT(buckets[2].parameters, ElementsAre("fc2.weight"));
-    EXPECT_THAT(buckets[3].parameters, ElementsAre("fc1.bias", "fc1.weight"));
-    EXPECT_EQ(buckets[0].bytes, (4 + 64) * 4);
-    EXPECT_EQ(buckets[2].bytes, 256 * 4);  // Over the cap, alone.
-    for (const auto& bucket : buckets) {
-      EXPECT_TRUE(bucket.index == 0
-                      ? bucket.bytes <= 300
-                      : bucket.bytes <= 600 || bucket.parameters.size() == 1);
-    }
+    ASSERT_EQ(buckets.size(), 3u);
+    // fc2.bias takes the first bucket past its 300 B cap and closes it.
+    EXPECT_THAT(buckets[0].parameters,
+                ElementsAre("fc3.bias", "fc3.weight", "fc2.bias"));
+    EXPECT_THAT(buckets[1].parameters, ElementsAre("fc2.weight"));
+    EXPECT_THAT(buckets[2].parameters, ElementsAre("fc1.bias", "fc1.weight"));
+    EXPECT_EQ(buckets[0].bytes, (4 + 64 + 16) * 4);
+    EXPECT_EQ(buckets[1].bytes, 256 * 4);  // Over the cap, alone.
 
     for (int step = 1; step <= 3; ++step) {
       const size_t before = log.events().size();
@@ -135,24 +131,23 @@ TEST(DdpTest, BucketsLaunchInOrderWhileBackwardRuns) {
       // gradients come with the input's, in an order LibTorch chooses).
       std::vector<std::string> events = log.events();
       events.erase(events.begin(), events.begin() + before);
-      ASSERT_EQ(events.size(), 5u) << "step " << step;
-      EXPECT_THAT(std::vector<std::string>(events.begin(), events.begin() + 3),
-                  ElementsAre("allreduce bucket 0", "allreduce bucket 1",
-                              "allreduce bucket 2"))
+      ASSERT_EQ(events.size(), 4u) << "step " << step;
+      EXPECT_THAT(std::vector<std::string>(events.begin(), events.begin() + 2),
+                  ElementsAre("allreduce bucket 0", "allreduce bucket 1"))
           << "step " << step;
-      events.erase(events.begin(), events.begin() + 3);
-      EXPECT_THAT(events, ::testing::UnorderedElementsAre("allreduce bucket 3",
+      events.erase(events.begin(), events.begin() + 2);
+      EXPECT_THAT(events, ::testing::UnorderedElementsAre("allreduce bucket 2",
                                                           "input grad"))
           << "step " << step;
       ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
       const StepStats& stats = (*ddp)->last_step_stats();
       EXPECT_EQ(stats.step, step);
-      EXPECT_EQ(stats.num_buckets, 4);
-      EXPECT_EQ(stats.buckets_launched_in_backward, 4);
-      EXPECT_THAT(stats.bucket_bytes,
-                  ElementsAre(buckets[0].bytes, buckets[1].bytes,
-                              buckets[2].bytes, buckets[3].bytes));
-      ASSERT_EQ(stats.bucket_launch_offsets.size(), 4u);
+      EXPECT_EQ(stats.num_buckets, 3);
+      EXPECT_EQ(stats.buckets_launched_in_backward, 3);
+      EXPECT_THAT(
+          stats.bucket_bytes,
+          ElementsAre(buckets[0].bytes, buckets[1].bytes, buckets[2].bytes));
+      ASSERT_EQ(stats.bucket_launch_offsets.size(), 3u);
       EXPECT_TRUE(std::is_sorted(stats.bucket_launch_offsets.begin(),
                                  stats.bucket_launch_offsets.end()));
       EXPECT_EQ(stats.backward_until_last_launch,
@@ -440,7 +435,7 @@ TEST(DdpTest, FailedBucketAllReduceIsAStatusAndSticky) {
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr(absl::StrCat(
                     "[rank ", b.rank(),
-                    "] ddp: step 1, bucket 1 (64 B, 1 parameter fc2.bias) "
+                    "] ddp: step 1, bucket 1 (1 KiB, 1 parameter fc2.weight) "
                     "allreduce failed after ")));
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr(absl::StrCat(": [rank ", b.rank(),
