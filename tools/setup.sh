@@ -20,8 +20,9 @@ readonly PACKAGES=(
   prometheus prometheus-pushgateway
   # The experiment runner's plots (PNG through gnuplot's cairo terminal).
   gnuplot-nox
-  # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python.
-  python3-torch
+  # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
+  # the shell tests use python3 for free ports and JSON checks.
+  python3 python3-torch
 )
 
 dry_run=0
