@@ -20,6 +20,8 @@ readonly PACKAGES=(
   prometheus prometheus-pushgateway
   # The experiment runner's plots (PNG through gnuplot's cairo terminal).
   gnuplot-nox
+  # `ip netns` for the two-host test (trainer/multihost_test.sh, run as root).
+  iproute2
   # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
   # the shell tests use python3 for free ports and JSON checks.
   python3 python3-torch
