@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -243,8 +244,11 @@ int Main(int argc, char** argv) {
   const std::string dir = OutputDir(absl::GetFlag(FLAGS_output_dir));
   if (dir.empty())
     return fail(absl::InvalidArgumentError("--output_dir: empty"));
-  if (std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()) != 0) {
-    return fail(absl::InternalError(absl::StrCat("cannot create ", dir)));
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(dir, mkdir_error);
+  if (mkdir_error) {
+    return fail(absl::InternalError(
+        absl::StrCat("cannot create ", dir, ": ", mkdir_error.message())));
   }
   std::string run_id = absl::GetFlag(FLAGS_run_id);
   if (run_id.empty())

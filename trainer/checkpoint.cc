@@ -30,13 +30,7 @@
 #include "absl/strings/strip.h"
 #include "models/adadelta.h"
 #include "trainer/atomic_file.h"
-
-#define CHECKPOINT_RETURN_IF_ERROR(expr)                \
-  do {                                                  \
-    if (absl::Status _status = (expr); !_status.ok()) { \
-      return _status;                                   \
-    }                                                   \
-  } while (false)
+#include "trainer/status_macros.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -322,17 +316,16 @@ absl::Status WriteTensor(const torch::Tensor& tensor, absl::string_view what,
 absl::Status WriteModel(const torch::nn::Module& model, Writer& w) {
   const NamedTensors parameters = Collect(model.named_parameters());
   const NamedTensors buffers = Collect(model.named_buffers());
-  CHECKPOINT_RETURN_IF_ERROR(
-      w.Count(parameters.names.size() + buffers.names.size(),
-              "parameters and buffers"));
+  DTRAIN_RETURN_IF_ERROR(w.Count(parameters.names.size() + buffers.names.size(),
+                                 "parameters and buffers"));
   for (const uint8_t kind : {kParameterKind, kBufferKind}) {
     const NamedTensors& named = kind == kParameterKind ? parameters : buffers;
     for (size_t i = 0; i < named.names.size(); ++i) {
       const std::string what = absl::StrCat(
           kind == kParameterKind ? "parameter " : "buffer ", named.names[i]);
-      CHECKPOINT_RETURN_IF_ERROR(w.String(named.names[i], what));
+      DTRAIN_RETURN_IF_ERROR(w.String(named.names[i], what));
       w.U8(kind);
-      CHECKPOINT_RETURN_IF_ERROR(WriteTensor(named.tensors[i], what, w));
+      DTRAIN_RETURN_IF_ERROR(WriteTensor(named.tensors[i], what, w));
     }
   }
   return absl::OkStatus();
@@ -364,7 +357,7 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
   w.U8(kind);
   const std::vector<torch::optim::OptimizerParamGroup>& groups =
       optimizer.param_groups();
-  CHECKPOINT_RETURN_IF_ERROR(w.Count(groups.size(), "optimizer groups"));
+  DTRAIN_RETURN_IF_ERROR(w.Count(groups.size(), "optimizer groups"));
   for (size_t g = 0; g < groups.size(); ++g) {
     const torch::optim::OptimizerParamGroup& group = groups[g];
     const torch::optim::OptimizerOptions& options =
@@ -393,7 +386,7 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
       w.Bool(adadelta->maximize());
     }
     const std::vector<torch::Tensor>& params = group.params();
-    CHECKPOINT_RETURN_IF_ERROR(w.Count(
+    DTRAIN_RETURN_IF_ERROR(w.Count(
         params.size(), absl::StrCat("parameters in optimizer group ", g)));
     for (size_t i = 0; i < params.size(); ++i) {
       const std::string what =
@@ -412,7 +405,7 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
         const bool present = sgd != nullptr && sgd->momentum_buffer().defined();
         w.Bool(present);
         if (present) {
-          CHECKPOINT_RETURN_IF_ERROR(
+          DTRAIN_RETURN_IF_ERROR(
               WriteTensor(sgd->momentum_buffer(),
                           absl::StrCat(what, " momentum_buffer"), w));
         }
@@ -426,9 +419,9 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
         w.Bool(adadelta != nullptr);
         if (adadelta != nullptr) {
           w.I64(adadelta->step());
-          CHECKPOINT_RETURN_IF_ERROR(WriteTensor(
+          DTRAIN_RETURN_IF_ERROR(WriteTensor(
               adadelta->square_avg(), absl::StrCat(what, " square_avg"), w));
-          CHECKPOINT_RETURN_IF_ERROR(WriteTensor(
+          DTRAIN_RETURN_IF_ERROR(WriteTensor(
               adadelta->acc_delta(), absl::StrCat(what, " acc_delta"), w));
         }
       }
@@ -439,14 +432,14 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
 
 absl::Status WriteTrainingState(const TrainingState& state, Writer& w) {
   w.I64(state.epoch);
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       w.String(state.sampler.Serialize(), "the sampler state"));
   w.I64(state.global_step);
   w.F64(state.best_top1);
-  CHECKPOINT_RETURN_IF_ERROR(w.String(state.model_name, "model_name"));
-  CHECKPOINT_RETURN_IF_ERROR(w.String(state.optimizer_name, "optimizer_name"));
+  DTRAIN_RETURN_IF_ERROR(w.String(state.model_name, "model_name"));
+  DTRAIN_RETURN_IF_ERROR(w.String(state.optimizer_name, "optimizer_name"));
   w.U64(state.seed);
-  CHECKPOINT_RETURN_IF_ERROR(w.String(state.config_json, "config_json"));
+  DTRAIN_RETURN_IF_ERROR(w.String(state.config_json, "config_json"));
   return absl::OkStatus();
 }
 
@@ -474,14 +467,14 @@ class Reader {
   }
   absl::Status U8(absl::string_view what, uint8_t* value) {
     absl::string_view bytes;
-    CHECKPOINT_RETURN_IF_ERROR(Raw(1, what, &bytes));
+    DTRAIN_RETURN_IF_ERROR(Raw(1, what, &bytes));
     *value = static_cast<uint8_t>(bytes[0]);
     return absl::OkStatus();
   }
   absl::Status Bool(absl::string_view what, bool* value) {
     const size_t at = offset();
     uint8_t byte = 0;
-    CHECKPOINT_RETURN_IF_ERROR(U8(what, &byte));
+    DTRAIN_RETURN_IF_ERROR(U8(what, &byte));
     if (byte > 1) {
       return Malformed(
           absl::StrCat(what, " at offset ", at, " is ", byte, ", not 0 or 1"));
@@ -491,33 +484,33 @@ class Reader {
   }
   absl::Status U32(absl::string_view what, uint32_t* value) {
     absl::string_view bytes;
-    CHECKPOINT_RETURN_IF_ERROR(Raw(4, what, &bytes));
+    DTRAIN_RETURN_IF_ERROR(Raw(4, what, &bytes));
     *value = static_cast<uint32_t>(GetLittleEndian(bytes.data(), 4));
     return absl::OkStatus();
   }
   absl::Status U64(absl::string_view what, uint64_t* value) {
     absl::string_view bytes;
-    CHECKPOINT_RETURN_IF_ERROR(Raw(8, what, &bytes));
+    DTRAIN_RETURN_IF_ERROR(Raw(8, what, &bytes));
     *value = GetLittleEndian(bytes.data(), 8);
     return absl::OkStatus();
   }
   absl::Status I64(absl::string_view what, int64_t* value) {
     uint64_t bits = 0;
-    CHECKPOINT_RETURN_IF_ERROR(U64(what, &bits));
+    DTRAIN_RETURN_IF_ERROR(U64(what, &bits));
     *value = static_cast<int64_t>(bits);
     return absl::OkStatus();
   }
   absl::Status F64(absl::string_view what, double* value) {
     uint64_t bits = 0;
-    CHECKPOINT_RETURN_IF_ERROR(U64(what, &bits));
+    DTRAIN_RETURN_IF_ERROR(U64(what, &bits));
     std::memcpy(value, &bits, sizeof(bits));
     return absl::OkStatus();
   }
   absl::Status String(absl::string_view what, std::string* value) {
     uint32_t size = 0;
-    CHECKPOINT_RETURN_IF_ERROR(U32(absl::StrCat("length of ", what), &size));
+    DTRAIN_RETURN_IF_ERROR(U32(absl::StrCat("length of ", what), &size));
     absl::string_view bytes;
-    CHECKPOINT_RETURN_IF_ERROR(Raw(size, what, &bytes));
+    DTRAIN_RETURN_IF_ERROR(Raw(size, what, &bytes));
     value->assign(bytes.data(), bytes.size());
     return absl::OkStatus();
   }
@@ -526,7 +519,7 @@ class Reader {
   absl::Status Count(absl::string_view what, size_t min_size, size_t* count) {
     const size_t at = offset();
     uint32_t value = 0;
-    CHECKPOINT_RETURN_IF_ERROR(U32(what, &value));
+    DTRAIN_RETURN_IF_ERROR(U32(what, &value));
     if (value > remaining() / min_size) {
       return Malformed(absl::StrCat(
           what, " at offset ", at, " is ", value, ", but the ", remaining(),
@@ -554,14 +547,14 @@ absl::Status ReadTensor(Reader& r, absl::string_view what,
                         torch::Tensor* tensor) {
   const size_t at = r.offset();
   uint8_t code = 0;
-  CHECKPOINT_RETURN_IF_ERROR(r.U8(absl::StrCat("dtype of ", what), &code));
+  DTRAIN_RETURN_IF_ERROR(r.U8(absl::StrCat("dtype of ", what), &code));
   const Dtype* dtype = DtypeOfCode(code);
   if (dtype == nullptr) {
     return Malformed(absl::StrCat(what, " at offset ", at,
                                   " has unknown dtype code ", code));
   }
   uint8_t ndim = 0;
-  CHECKPOINT_RETURN_IF_ERROR(r.U8(absl::StrCat("ndim of ", what), &ndim));
+  DTRAIN_RETURN_IF_ERROR(r.U8(absl::StrCat("ndim of ", what), &ndim));
   if (ndim > kMaxDims) {
     return Malformed(absl::StrCat(what, " at offset ", at, " has ", ndim,
                                   " dimensions (at most ", kMaxDims, ")"));
@@ -574,7 +567,7 @@ absl::Status ReadTensor(Reader& r, absl::string_view what,
   int64_t bound = 1;
   bool empty = false;
   for (int64_t& size : sizes) {
-    CHECKPOINT_RETURN_IF_ERROR(r.I64(absl::StrCat("shape of ", what), &size));
+    DTRAIN_RETURN_IF_ERROR(r.I64(absl::StrCat("shape of ", what), &size));
     if (size < 0) {
       return Malformed(
           absl::StrCat(what, " at offset ", at, " has a negative size ", size));
@@ -590,8 +583,7 @@ absl::Status ReadTensor(Reader& r, absl::string_view what,
                                 : static_cast<uint64_t>(bound) *
                                       static_cast<uint64_t>(element_size);
   absl::string_view data;
-  CHECKPOINT_RETURN_IF_ERROR(
-      r.Raw(nbytes, absl::StrCat("data of ", what), &data));
+  DTRAIN_RETURN_IF_ERROR(r.Raw(nbytes, absl::StrCat("data of ", what), &data));
   if (dtype->type == c10::ScalarType::Bool) {
     for (char c : data) {
       if (c != 0 && c != 1) {
@@ -610,18 +602,18 @@ absl::Status ReadSection(Reader& payload, absl::string_view tag,
                          Reader* section) {
   const size_t at = payload.offset();
   absl::string_view found;
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       payload.Raw(tag.size(), absl::StrCat("section ", tag), &found));
   if (found != tag) {
     return Malformed(absl::StrCat("expected section ", tag, " at offset ", at,
                                   ", found ", Quoted(found)));
   }
   uint64_t length = 0;
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       payload.U64(absl::StrCat("length of section ", tag), &length));
   const size_t base = payload.offset();
   absl::string_view body;
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       payload.Raw(length, absl::StrCat("section ", tag), &body));
   *section = Reader(body, base);
   return absl::OkStatus();
@@ -630,15 +622,15 @@ absl::Status ReadSection(Reader& payload, absl::string_view tag,
 absl::Status ReadModel(Reader& r, NamedTensors* parameters,
                        NamedTensors* buffers) {
   size_t count = 0;
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       r.Count("model tensor count", kMinModelEntrySize, &count));
   for (size_t i = 0; i < count; ++i) {
     std::string name;
-    CHECKPOINT_RETURN_IF_ERROR(
+    DTRAIN_RETURN_IF_ERROR(
         r.String(absl::StrCat("name of model tensor ", i), &name));
     const size_t at = r.offset();
     uint8_t kind = 0;
-    CHECKPOINT_RETURN_IF_ERROR(
+    DTRAIN_RETURN_IF_ERROR(
         r.U8(absl::StrCat("kind of model tensor ", i), &kind));
     if (kind != kParameterKind && kind != kBufferKind) {
       return Malformed(absl::StrCat("model tensor ", i, " (", Quoted(name),
@@ -647,7 +639,7 @@ absl::Status ReadModel(Reader& r, NamedTensors* parameters,
     }
     NamedTensors* out = kind == kParameterKind ? parameters : buffers;
     torch::Tensor tensor;
-    CHECKPOINT_RETURN_IF_ERROR(ReadTensor(
+    DTRAIN_RETURN_IF_ERROR(ReadTensor(
         r,
         absl::StrCat(kind == kParameterKind ? "parameter " : "buffer ",
                      Quoted(name)),
@@ -679,13 +671,13 @@ struct SavedOptimizer {
 
 absl::Status ReadOptimizer(Reader& r, SavedOptimizer* out) {
   const size_t at = r.offset();
-  CHECKPOINT_RETURN_IF_ERROR(r.U8("optimizer kind", &out->kind));
+  DTRAIN_RETURN_IF_ERROR(r.U8("optimizer kind", &out->kind));
   if (out->kind != kSgdKind && out->kind != kAdadeltaKind) {
     return Malformed(
         absl::StrCat("unknown optimizer kind ", out->kind, " at offset ", at));
   }
   size_t groups = 0;
-  CHECKPOINT_RETURN_IF_ERROR(
+  DTRAIN_RETURN_IF_ERROR(
       r.Count("optimizer group count", kMinGroupSize, &groups));
   for (size_t g = 0; g < groups; ++g) {
     const std::string where = absl::StrCat("optimizer group ", g);
@@ -693,11 +685,9 @@ absl::Status ReadOptimizer(Reader& r, SavedOptimizer* out) {
     double values[4];
     bool flag = false;
     for (double& value : values) {
-      CHECKPOINT_RETURN_IF_ERROR(
-          r.F64(absl::StrCat("options of ", where), &value));
+      DTRAIN_RETURN_IF_ERROR(r.F64(absl::StrCat("options of ", where), &value));
     }
-    CHECKPOINT_RETURN_IF_ERROR(
-        r.Bool(absl::StrCat("options of ", where), &flag));
+    DTRAIN_RETURN_IF_ERROR(r.Bool(absl::StrCat("options of ", where), &flag));
     if (out->kind == kAdadeltaKind) {
       group.adadelta.lr(values[0])
           .rho(values[1])
@@ -709,28 +699,27 @@ absl::Status ReadOptimizer(Reader& r, SavedOptimizer* out) {
       }
     }
     size_t params = 0;
-    CHECKPOINT_RETURN_IF_ERROR(
-        r.Count(absl::StrCat("parameter count of ", where),
-                kMinGroupParameterSize, &params));
+    DTRAIN_RETURN_IF_ERROR(r.Count(absl::StrCat("parameter count of ", where),
+                                   kMinGroupParameterSize, &params));
     for (size_t i = 0; i < params; ++i) {
       const std::string what = absl::StrCat(where, " parameter ", i);
       SavedParamState state;
-      CHECKPOINT_RETURN_IF_ERROR(
+      DTRAIN_RETURN_IF_ERROR(
           r.Bool(absl::StrCat("has-state byte of ", what), &state.present));
       if (state.present && out->kind == kSgdKind) {
-        CHECKPOINT_RETURN_IF_ERROR(ReadTensor(
+        DTRAIN_RETURN_IF_ERROR(ReadTensor(
             r, absl::StrCat(what, " momentum_buffer"), &state.first));
       } else if (state.present) {
         const size_t step_at = r.offset();
-        CHECKPOINT_RETURN_IF_ERROR(
+        DTRAIN_RETURN_IF_ERROR(
             r.I64(absl::StrCat("step of ", what), &state.step));
         if (state.step < 0) {
           return Malformed(absl::StrCat("step of ", what, " at offset ",
                                         step_at, " is ", state.step));
         }
-        CHECKPOINT_RETURN_IF_ERROR(
+        DTRAIN_RETURN_IF_ERROR(
             ReadTensor(r, absl::StrCat(what, " square_avg"), &state.first));
-        CHECKPOINT_RETURN_IF_ERROR(
+        DTRAIN_RETURN_IF_ERROR(
             ReadTensor(r, absl::StrCat(what, " acc_delta"), &state.second));
       }
       group.params.push_back(std::move(state));
@@ -741,10 +730,10 @@ absl::Status ReadOptimizer(Reader& r, SavedOptimizer* out) {
 }
 
 absl::Status ReadTrainingState(Reader& r, TrainingState* state) {
-  CHECKPOINT_RETURN_IF_ERROR(r.I64("epoch", &state->epoch));
+  DTRAIN_RETURN_IF_ERROR(r.I64("epoch", &state->epoch));
   const size_t sampler_at = r.offset();
   std::string sampler;
-  CHECKPOINT_RETURN_IF_ERROR(r.String("sampler state", &sampler));
+  DTRAIN_RETURN_IF_ERROR(r.String("sampler state", &sampler));
   for (char c : sampler) {
     if (!absl::ascii_isprint(static_cast<unsigned char>(c))) {
       return Malformed(
@@ -756,13 +745,12 @@ absl::Status ReadTrainingState(Reader& r, TrainingState* state) {
       data::SamplerState::Parse(sampler);
   if (!parsed.ok()) return Malformed(parsed.status().message());
   state->sampler = *parsed;
-  CHECKPOINT_RETURN_IF_ERROR(r.I64("global_step", &state->global_step));
-  CHECKPOINT_RETURN_IF_ERROR(r.F64("best_top1", &state->best_top1));
-  CHECKPOINT_RETURN_IF_ERROR(r.String("model_name", &state->model_name));
-  CHECKPOINT_RETURN_IF_ERROR(
-      r.String("optimizer_name", &state->optimizer_name));
-  CHECKPOINT_RETURN_IF_ERROR(r.U64("seed", &state->seed));
-  CHECKPOINT_RETURN_IF_ERROR(r.String("config_json", &state->config_json));
+  DTRAIN_RETURN_IF_ERROR(r.I64("global_step", &state->global_step));
+  DTRAIN_RETURN_IF_ERROR(r.F64("best_top1", &state->best_top1));
+  DTRAIN_RETURN_IF_ERROR(r.String("model_name", &state->model_name));
+  DTRAIN_RETURN_IF_ERROR(r.String("optimizer_name", &state->optimizer_name));
+  DTRAIN_RETURN_IF_ERROR(r.U64("seed", &state->seed));
+  DTRAIN_RETURN_IF_ERROR(r.String("config_json", &state->config_json));
   return r.ExpectEnd("section STAT");
 }
 
@@ -778,13 +766,12 @@ struct SavedCheckpoint {
 absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out) {
   Reader r(payload, 0);
   Reader section(absl::string_view(), 0);
-  CHECKPOINT_RETURN_IF_ERROR(ReadSection(r, kModelSection, &section));
-  CHECKPOINT_RETURN_IF_ERROR(
-      ReadModel(section, &out->parameters, &out->buffers));
-  CHECKPOINT_RETURN_IF_ERROR(ReadSection(r, kOptimizerSection, &section));
-  CHECKPOINT_RETURN_IF_ERROR(ReadOptimizer(section, &out->optimizer));
-  CHECKPOINT_RETURN_IF_ERROR(ReadSection(r, kStateSection, &section));
-  CHECKPOINT_RETURN_IF_ERROR(ReadTrainingState(section, &out->state));
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kModelSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadModel(section, &out->parameters, &out->buffers));
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kOptimizerSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadOptimizer(section, &out->optimizer));
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kStateSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadTrainingState(section, &out->state));
   return r.ExpectEnd("the payload");
 }
 
@@ -1014,13 +1001,13 @@ absl::StatusOr<std::string> EncodeCheckpoint(
   Writer w(&out);
   try {
     size_t length_at = w.BeginSection(kModelSection);
-    CHECKPOINT_RETURN_IF_ERROR(WriteModel(model, w));
+    DTRAIN_RETURN_IF_ERROR(WriteModel(model, w));
     w.EndSection(length_at);
     length_at = w.BeginSection(kOptimizerSection);
-    CHECKPOINT_RETURN_IF_ERROR(WriteOptimizer(optimizer, w));
+    DTRAIN_RETURN_IF_ERROR(WriteOptimizer(optimizer, w));
     w.EndSection(length_at);
     length_at = w.BeginSection(kStateSection);
-    CHECKPOINT_RETURN_IF_ERROR(WriteTrainingState(state, w));
+    DTRAIN_RETURN_IF_ERROR(WriteTrainingState(state, w));
     w.EndSection(length_at);
   } catch (const std::exception& e) {
     // Copying a tensor to the CPU failed, or memory ran out.
@@ -1050,7 +1037,7 @@ absl::StatusOr<TrainingState> DecodeCheckpoint(
 
   SavedCheckpoint saved;
   try {
-    CHECKPOINT_RETURN_IF_ERROR(ReadPayload(*payload, &saved));
+    DTRAIN_RETURN_IF_ERROR(ReadPayload(*payload, &saved));
   } catch (const std::exception& e) {
     // Every size was checked against the payload: memory ran out.
     return absl::InternalError(
@@ -1074,10 +1061,9 @@ absl::StatusOr<TrainingState> DecodeCheckpoint(
   }
   NamedTensors parameters = Collect(model.named_parameters());
   NamedTensors buffers = Collect(model.named_buffers());
-  CHECKPOINT_RETURN_IF_ERROR(
-      CheckFits("parameter", saved.parameters, parameters));
-  CHECKPOINT_RETURN_IF_ERROR(CheckFits("buffer", saved.buffers, buffers));
-  CHECKPOINT_RETURN_IF_ERROR(CheckOptimizerFits(saved.optimizer, optimizer));
+  DTRAIN_RETURN_IF_ERROR(CheckFits("parameter", saved.parameters, parameters));
+  DTRAIN_RETURN_IF_ERROR(CheckFits("buffer", saved.buffers, buffers));
+  DTRAIN_RETURN_IF_ERROR(CheckOptimizerFits(saved.optimizer, optimizer));
 
   // Everything is checked. What can still fail is the device (a copy, an
   // allocation), so the tensors are moved there before anything changes,
@@ -1292,4 +1278,4 @@ std::vector<std::string> CheckpointDir::List() const {
 
 }  // namespace dtrain::trainer
 
-#undef CHECKPOINT_RETURN_IF_ERROR
+#undef DTRAIN_RETURN_IF_ERROR

@@ -15,6 +15,7 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -340,9 +341,8 @@ int Main(int argc, char** argv) {
   config.store = world->store;
   config.timeout = options->timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
-  config.cuda_device = world->local_rank;
-  if (absl::StartsWith(options->device, "cuda:"))
-    absl::SimpleAtoi(options->device.substr(5), &config.cuda_device);
+  config.cuda_device =
+      std::max(0, CudaDeviceIndex(*options, world->local_rank));
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
       backend::CreateBackend(config);
   if (!backend.ok()) {

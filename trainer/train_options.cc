@@ -152,6 +152,14 @@ absl::Status Validate(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
+int CudaDeviceIndex(const TrainOptions& o, int local_rank) {
+  if (o.device == "cpu") return -1;
+  int index = local_rank;
+  if (absl::StartsWith(o.device, "cuda:"))
+    absl::SimpleAtoi(o.device.substr(5), &index);
+  return index;
+}
+
 absl::StatusOr<ProgressStyle> ParseProgressStyle(const std::string& text) {
   for (ProgressStyle style : {ProgressStyle::kAuto, ProgressStyle::kBar,
                               ProgressStyle::kLines, ProgressStyle::kNone}) {

@@ -126,6 +126,10 @@ absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions options);
 // its value. Does not touch files or the network.
 absl::Status Validate(const TrainOptions& options);
 
+// The CUDA device a rank trains on: N for --device=cuda:N, the local rank for
+// --device=cuda; -1 for the CPU. `options` must be valid.
+int CudaDeviceIndex(const TrainOptions& options, int local_rank);
+
 // "auto", "bar", "lines", "none" and back; kInvalidArgument listing them.
 absl::StatusOr<ProgressStyle> ParseProgressStyle(const std::string& text);
 const char* ProgressStyleName(ProgressStyle style);

@@ -28,6 +28,7 @@
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
+#include "trainer/status_macros.h"
 #include "trainer/training_data.h"
 
 namespace dtrain::trainer {
@@ -42,13 +43,6 @@ absl::Status WithRank(int rank, const absl::Status& status) {
   return absl::Status(status.code(),
                       absl::StrCat("[rank ", rank, "] ", status.message()));
 }
-
-#define DTRAIN_RETURN_IF_ERROR(expr)                    \
-  do {                                                  \
-    if (absl::Status _status = (expr); !_status.ok()) { \
-      return _status;                                   \
-    }                                                   \
-  } while (false)
 
 // The generator state for one step's random draws (dropout): a function of
 // the seed, the rank and the step only, so that a resumed run draws what the
@@ -71,10 +65,7 @@ absl::StatusOr<c10::Device> ResolveDevice(const TrainOptions& o,
         "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
         "README) or train with --device=cpu --dist_backend=gloo"));
   }
-  const int index =
-      o.device == "cuda"
-          ? local_rank
-          : std::stoi(o.device.substr(std::string("cuda:").size()));
+  const int index = CudaDeviceIndex(o, local_rank);
   const int count = static_cast<int>(torch::cuda::device_count());
   if (index >= count) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -150,6 +141,8 @@ class Run {
   absl::Status Validate(EpochMetrics* metrics);
   absl::Status SaveCheckpoint(const data::SamplerState& sampler, int64_t epoch,
                               bool best);
+  // The run-level fields of metrics_ (best top-1, steps, wall time).
+  void UpdateRunTotals();
   absl::Status WriteMetrics();
   void Say(const std::string& line) {
     if (rank0_ && progress_ != nullptr) progress_->Message(line);
@@ -178,6 +171,8 @@ class Run {
   bool first_step_done_ = false;
   // The ranks agreed to stop at this step boundary (a signal).
   bool signal_stop_ = false;
+  // Carries the stop vote; undefined when there is none.
+  at::Tensor stop_flag_;
   RunMetrics metrics_;
 };
 
@@ -253,6 +248,11 @@ absl::Status Run::Setup() {
   if (!ddp.ok()) return ddp.status();
   ddp_ = *std::move(ddp);
   ddp_->set_gradient_sync(o_.sync_gradients);
+  // One tensor for every step's stop vote (see TrainEpoch).
+  if (context_.stop_requested != nullptr && o_.sync_gradients) {
+    stop_flag_ =
+        at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
+  }
 
   metrics_.options = o_;
   metrics_.world_size = world_.world_size;
@@ -360,12 +360,9 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     // The stop flag travels with the step: issued before the step's other
     // collectives, it is done long before the gradients are.
     std::shared_ptr<backend::Work> stop_vote;
-    at::Tensor stop_flag;
-    if (context_.stop_requested != nullptr && o_.sync_gradients) {
-      stop_flag = at::full({1}, context_.stop_requested->load() ? 1 : 0,
-                           at::TensorOptions().dtype(at::kInt))
-                      .to(device_);
-      stop_vote = backend_.AllReduce(stop_flag, ReduceOp::kMax);
+    if (stop_flag_.defined()) {
+      stop_flag_.fill_(context_.stop_requested->load() ? 1 : 0);
+      stop_vote = backend_.AllReduce(stop_flag_, ReduceOp::kMax);
     }
     torch::manual_seed(StepSeed(o_.seed, world_.rank, global_step_));
     DTRAIN_RETURN_IF_ERROR(ddp_->PrepareForward());
@@ -421,7 +418,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     }
     if (stop_vote != nullptr) {
       DTRAIN_RETURN_IF_ERROR(stop_vote->Wait(o_.timeout));
-      signal_stop_ = stop_flag.cpu().item<int>() != 0;
+      signal_stop_ = stop_flag_.item<int>() != 0;
     } else if (context_.stop_requested != nullptr) {
       // Without gradient sync the ranks run independently anyway.
       signal_stop_ = context_.stop_requested->load();
@@ -538,11 +535,15 @@ absl::Status Run::Validate(EpochMetrics* m) {
   return absl::OkStatus();
 }
 
-absl::Status Run::WriteMetrics() {
-  if (!rank0_ || o_.metrics_json.empty()) return absl::OkStatus();
+void Run::UpdateRunTotals() {
   metrics_.best_top1 = best_top1_;
   metrics_.global_step = global_step_;
   metrics_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - context_.start);
+}
+
+absl::Status Run::WriteMetrics() {
+  UpdateRunTotals();
+  if (!rank0_ || o_.metrics_json.empty()) return absl::OkStatus();
   return WriteMetricsJson(o_.metrics_json, metrics_);
 }
 
@@ -586,7 +587,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
     if (signal_stop_) {
       return absl::CancelledError(
           absl::StrCat("stopped by a signal at step ", global_step_,
-                       checkpoints_ || !o_.checkpoint_dir.empty()
+                       !o_.checkpoint_dir.empty()
                            ? absl::StrCat("; checkpoint in ", o_.checkpoint_dir,
                                           " (continue with --resume)")
                            : "; no --checkpoint_dir, nothing saved"));
@@ -597,9 +598,6 @@ absl::StatusOr<TrainResult> Run::Execute() {
     }
   }
   DTRAIN_RETURN_IF_ERROR(WriteMetrics());
-  metrics_.best_top1 = best_top1_;
-  metrics_.global_step = global_step_;
-  metrics_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - context_.start);
   return TrainResult{metrics_, model_};
 }
 
