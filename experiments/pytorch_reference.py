@@ -14,8 +14,8 @@ trainer's format (trainer/run_metrics.cc, "dtrain.metrics.v1"), plus
     bazel-bin/tools/launch/launch --nproc_per_node=2 --master_port=29511 -- \\
         experiments/pytorch_reference.py --batch_size=64
 
-Needs Debian's python3-torch (PyTorch 1.13) and python3-torchvision (for
---model=resnet18): run it with /usr/bin/python3.
+Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13) and
+python3-torchvision (for --model=resnet18): run it with /usr/bin/python3.
 
 Exit status: 0 when training finished, 1 when it failed (the message names
 the rank), 2 for bad flags.
@@ -871,6 +871,12 @@ def main(argv):
     # (and torchrun, for OpenMP) set these too.
     os.environ.setdefault("OMP_NUM_THREADS", str(o.intra_op_threads))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(o.intra_op_threads))
+    # PyTorch 2.4+ serves env:// and tcp:// stores through libuv by default,
+    # and Debian 13's PyTorch 2.6 is built without it ("use_libuv was
+    # requested but PyTorch was build without libuv support"). The store only
+    # carries the rendezvous, so the classic backend costs the training nothing;
+    # PyTorch 1.13 ignores the variable.
+    os.environ.setdefault("USE_LIBUV", "0")
 
     import torch
     import torch.distributed as dist

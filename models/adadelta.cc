@@ -1,5 +1,6 @@
 #include "models/adadelta.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/utils.h>
 
@@ -8,15 +9,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/torch_compat.h"
 
 namespace dtrain::models {
 namespace {
-
-// LibTorch's optimizers key their state by the parameter's TensorImpl address;
-// the generic serialization maps saved keys onto the new parameters.
-std::string StateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
 
 absl::Status ValidateGroups(
     const std::vector<torch::optim::OptimizerParamGroup>& groups) {
@@ -174,7 +170,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
       TORCH_CHECK(!grad.is_sparse(),
                   "Adadelta does not support sparse gradients");
       std::unique_ptr<torch::optim::OptimizerParamState>& slot =
-          state_[StateKey(param)];
+          state_[torch_compat::OptimizerStateKeyOf(param)];
       if (slot == nullptr) {
         auto state = std::make_unique<AdadeltaParamState>();
         state->square_avg(
@@ -239,7 +235,7 @@ void Adadelta::load(torch::serialize::InputArchive& archive) {
     serialize(*this, archive);
     for (const torch::optim::OptimizerParamGroup& group : param_groups_) {
       for (const torch::Tensor& param : group.params()) {
-        auto it = state_.find(StateKey(param));
+        auto it = state_.find(torch_compat::OptimizerStateKeyOf(param));
         if (it == state_.end()) continue;
         auto& state = static_cast<AdadeltaParamState&>(*it->second);
         TORCH_CHECK(state.square_avg().sizes() == param.sizes() &&
@@ -265,7 +261,7 @@ void Adadelta::load(torch::serialize::InputArchive& archive) {
 }
 
 const AdadeltaParamState* Adadelta::StateOf(const torch::Tensor& param) const {
-  auto it = state_.find(StateKey(param));
+  auto it = state_.find(torch_compat::OptimizerStateKeyOf(param));
   if (it == state_.end()) return nullptr;
   return static_cast<const AdadeltaParamState*>(it->second.get());
 }

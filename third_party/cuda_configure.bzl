@@ -1,10 +1,14 @@
 """Repository rule that detects CUDA and NCCL and wraps them as @local_config_cuda//:cudart and :nccl.
 
-It looks in $CUDA_HOME (default /usr/local/cuda) for include/cuda_runtime.h and lib64/libcudart.so, and
-for NCCL in $NCCL_HOME, then the CUDA folder, then /usr (Debian's libnccl-dev layout). When everything is
-found the targets compile and link against it and the generated header
-<third_party/cuda_config.h> defines DTRAIN_HAVE_NCCL to 1; otherwise the targets are empty, everything
-still builds, and DTRAIN_NCCL_MISSING_REASON says what was missing. Re-runs when those variables change.
+Where it looks, first match wins:
+  - $CUDA_HOME, when set: include/cuda_runtime.h and lib64/libcudart.so (NVIDIA's layout);
+  - Debian's packages (nvidia-cuda-toolkit, libnccl-dev): /usr/include/cuda_runtime.h and libcudart.so
+    in the compiler's library path; this is the CUDA that Debian's libtorch-cuda-dev is built with;
+  - /usr/local/cuda (NVIDIA's installers).
+NCCL comes from $NCCL_HOME, then the CUDA folder, then /usr. When everything is found the targets
+compile and link against it and the generated header <third_party/cuda_config.h> defines
+DTRAIN_HAVE_NCCL to 1; otherwise the targets are empty, everything still builds, and
+DTRAIN_NCCL_MISSING_REASON says what was missing. Re-runs when those variables change.
 """
 
 def _first_existing(rctx, candidates):
@@ -13,19 +17,36 @@ def _first_existing(rctx, candidates):
             return c
     return None
 
+def _compiler_libdir(rctx, name):
+    # gcc knows the multiarch library folders (/usr/lib/x86_64-linux-gnu, ...).
+    result = rctx.execute(["gcc", "-print-file-name=" + name])
+    path = result.stdout.strip()
+    if result.return_code == 0 and path.startswith("/") and rctx.path(path).exists:
+        return str(rctx.path(path).dirname)
+    return None
+
 def _cuda_configure_impl(rctx):
-    cuda_home = rctx.os.environ.get("CUDA_HOME", "").strip() or "/usr/local/cuda"
+    cuda_home = rctx.os.environ.get("CUDA_HOME", "").strip()
     nccl_home = rctx.os.environ.get("NCCL_HOME", "").strip()
 
     missing = []
-    cuda_inc = cuda_home + "/include"
-    if not rctx.path(cuda_inc + "/cuda_runtime.h").exists:
-        missing.append("cuda_runtime.h not in %s" % cuda_inc)
-    cudart_dir = _first_existing(rctx, [cuda_home + "/lib64", cuda_home + "/lib"])
-    if cudart_dir and not rctx.path(cudart_dir + "/libcudart.so").exists:
-        cudart_dir = None
-    if not cudart_dir:
-        missing.append("libcudart.so not in %s/lib64" % cuda_home)
+    if not cuda_home and rctx.path("/usr/include/cuda_runtime.h").exists:
+        # Debian's layout: system include and library folders, which the toolchain searches anyway.
+        cuda_home = "/usr"
+        cuda_inc = "/usr/include"
+        cudart_dir = _compiler_libdir(rctx, "libcudart.so")
+        if not cudart_dir:
+            missing.append("libcudart.so not in the compiler's library path (nvidia-cuda-toolkit)")
+    else:
+        cuda_home = cuda_home or "/usr/local/cuda"
+        cuda_inc = cuda_home + "/include"
+        if not rctx.path(cuda_inc + "/cuda_runtime.h").exists:
+            missing.append("cuda_runtime.h not in %s" % cuda_inc)
+        cudart_dir = _first_existing(rctx, [cuda_home + "/lib64", cuda_home + "/lib"])
+        if cudart_dir and not rctx.path(cudart_dir + "/libcudart.so").exists:
+            cudart_dir = None
+        if not cudart_dir:
+            missing.append("libcudart.so not in %s/lib64" % cuda_home)
 
     nccl_roots = ([nccl_home] if nccl_home else []) + [cuda_home, "/usr"]
     nccl_inc = None
@@ -39,6 +60,9 @@ def _cuda_configure_impl(rctx):
     for root in nccl_roots:
         nccl_lib_candidates += [root + "/lib64", root + "/lib", root + "/lib/x86_64-linux-gnu",
                                 root + "/lib/aarch64-linux-gnu"]
+    system_nccl = _compiler_libdir(rctx, "libnccl.so")
+    if system_nccl:
+        nccl_lib_candidates.append(system_nccl)
     nccl_lib = None
     for d in nccl_lib_candidates:
         if rctx.path(d + "/libnccl.so").exists:
@@ -60,7 +84,30 @@ def _cuda_configure_impl(rctx):
 #endif  // DTRAIN_CUDA_CONFIG_H_
 """.format(have = 1 if found else 0, home = cuda_home, reason = reason.replace('"', "'")))
 
-    if found:
+    if found and cuda_inc == "/usr/include":
+        # Headers in the toolchain's built-in include folder (Debian): only link flags are needed.
+        nccl_hdrs = "[]"
+        nccl_includes = "[]"
+        if nccl_inc != cuda_inc:
+            rctx.symlink(nccl_inc, "nccl_include")
+            nccl_hdrs = '["nccl_include/nccl.h"]'
+            nccl_includes = '["nccl_include"]'
+        body = """\
+cc_library(
+    name = "cudart",
+    linkopts = ["-L{cudart_dir}", "-lcudart"],
+)
+
+cc_library(
+    name = "nccl",
+    hdrs = {nccl_hdrs},
+    includes = {nccl_includes},
+    linkopts = ["-L{nccl_lib}", "-lnccl"],
+    deps = [":cudart"],
+)
+""".format(cudart_dir = cudart_dir, nccl_lib = nccl_lib, nccl_hdrs = nccl_hdrs,
+           nccl_includes = nccl_includes)
+    elif found:
         # Only the top-level CUDA headers, crt/ and nv/ are needed by cuda_runtime.h and nccl.h; declaring the
         # whole toolkit tree (thousands of files) would slow every sandboxed compile.
         rctx.symlink(cuda_inc, "cuda_include")

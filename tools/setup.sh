@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Installs, from Debian's package archive, everything the project needs to build, test and run its main
-# job. Idempotent: installs only what is missing and says what it installs. Works as root or via sudo.
+# job, on Debian 12 (bookworm: LibTorch 1.13, CPU) or Debian 13 (trixie: LibTorch 2.6, CPU or CUDA).
+# Idempotent: installs only what is missing and says what it installs. Works as root or via sudo.
 #
-# Usage: tools/setup.sh [--dry-run]
-#   --dry-run   print the packages that would be installed and exit (status 0 when none are missing)
+# Usage: tools/setup.sh [--cuda [--cudnn-standin]] [--dry-run]
+#   --cuda            Debian 13 only: LibTorch built with CUDA, NCCL and the CUDA toolkit, from the
+#                     archive's contrib and non-free components (enabled for this, and only then)
+#   --cudnn-standin   with --cuda, where NVIDIA's site is unreachable (CI): decline the cuDNN download
+#                     and install a link-time stand-in for libcudnn.so.9 instead (docs/PLATFORMS.md)
+#   --dry-run         print the packages that would be installed and exit (status 0 when none are missing)
 set -euo pipefail
 
-readonly PACKAGES=(
+# "a|b" is satisfied by either package; the first is installed, or, with --cuda, the last.
+readonly COMMON_PACKAGES=(
   # Build system and toolchain.
   bazel-bootstrap g++ clang-format
-  # Libraries wrapped in third_party/.
-  libtorch-dev libgloo-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus-cpp-dev zlib1g-dev nlohmann-json3-dev
+  # Libraries wrapped in third_party/. LibTorch and Gloo come as a CPU or a CUDA build.
+  "libtorch-dev|libtorch-cuda-dev" "libgloo-dev|libgloo-cuda-dev" libabsl-dev libgtest-dev libgmock-dev
+  libbenchmark-dev prometheus-cpp-dev zlib1g-dev nlohmann-json3-dev
   # Without OpenBLAS, LibTorch runs on the reference BLAS (about 2x slower training here).
   libopenblas0-pthread
   # The default dataset (Fashion-MNIST, IDX files under /usr/share/datasets/fashion-mnist).
@@ -24,56 +30,159 @@ readonly PACKAGES=(
   iproute2
   # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
   # the shell tests use python3 for free ports and JSON checks.
-  python3 python3-torch
+  python3 "python3-torch|python3-torch-cuda"
 )
+# Debian 13 with --cuda: NCCL and the CUDA toolkit (nvcc, headers, libcudart) besides the CUDA builds
+# of LibTorch, Gloo and PyTorch chosen above.
+readonly CUDA_PACKAGES=(libnccl-dev nvidia-cuda-toolkit)
+
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+log() { echo "setup.sh: $*"; }
+die() { echo "setup.sh: $*" >&2; exit 1; }
 
 dry_run=0
+cuda=0
+cudnn_standin=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) dry_run=1 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --cuda) cuda=1 ;;
+    --cudnn-standin) cudnn_standin=1 ;;
+    -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
+if [[ $cudnn_standin -eq 1 && $cuda -eq 0 ]]; then
+  echo "setup.sh: --cudnn-standin only makes sense with --cuda" >&2
+  exit 2
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup.sh: this script needs a Debian-based system with apt-get and dpkg (Debian 12 is tested)." >&2
-  echo "setup.sh: install these packages (or their equivalents) by hand: ${PACKAGES[*]}" >&2
+  echo "setup.sh: this script needs Debian 12 or 13 (apt-get and dpkg)." >&2
+  echo "setup.sh: install these packages (or their equivalents) by hand: ${COMMON_PACKAGES[*]}" >&2
   exit 1
 fi
 
+# Which Debian this is. SETUP_OS_RELEASE lets the tests present another release's file.
+os_release=${SETUP_OS_RELEASE:-/etc/os-release}
+version_id=$( (. "$os_release" 2>/dev/null && echo "${VERSION_ID:-}") || true)
+codename=$( (. "$os_release" 2>/dev/null && echo "${VERSION_CODENAME:-}") || true)
+case "$version_id" in
+  12) release="Debian 12 (bookworm): LibTorch 1.13, CPU" ;;
+  13) release="Debian 13 (trixie): LibTorch 2.6, $([[ $cuda -eq 1 ]] && echo CUDA || echo CPU)" ;;
+  *)
+    pretty=$( (. "$os_release" 2>/dev/null && echo "${PRETTY_NAME:-}") || true)
+    die "found '${pretty:-an unknown system}': supported are Debian 12 (bookworm) and Debian 13 (trixie)."
+    ;;
+esac
+log "found $release"
+if [[ $cuda -eq 1 && $version_id != 13 ]]; then
+  die "--cuda needs Debian 13: Debian 12's archive has no CUDA build of LibTorch (docs/PLATFORMS.md)."
+fi
+
+installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+wanted=("${COMMON_PACKAGES[@]}")
+[[ $cuda -eq 1 ]] && wanted+=("${CUDA_PACKAGES[@]}")
 missing=()
-for pkg in "${PACKAGES[@]}"; do
-  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+for entry in "${wanted[@]}"; do
+  IFS='|' read -r -a choices <<<"$entry"
+  if [[ $cuda -eq 1 ]]; then
+    # The CUDA build is wanted even where the CPU one is installed (apt replaces it).
+    installed "${choices[-1]}" || missing+=("${choices[-1]}")
+    continue
+  fi
+  found=0
+  for choice in "${choices[@]}"; do
+    if installed "$choice"; then found=1; break; fi
+  done
+  [[ $found -eq 1 ]] || missing+=("${choices[0]}")
 done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "setup.sh: all ${#PACKAGES[@]} required packages are installed."
-  exit 0
-fi
-
-echo "setup.sh: installing ${#missing[@]} missing package(s): ${missing[*]}"
-if [[ $dry_run -eq 1 ]]; then
-  exit 1
-fi
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then
-  if ! command -v sudo >/dev/null 2>&1; then
-    echo "setup.sh: not root and sudo is not available; run as root: apt-get install ${missing[*]}" >&2
-    exit 1
-  fi
   sudo_cmd=(sudo)
+fi
+as_root() {
+  if [[ ${#sudo_cmd[@]} -gt 0 ]] && ! command -v sudo >/dev/null 2>&1; then
+    die "not root and sudo is not available; run as root: $*"
+  fi
+  "${sudo_cmd[@]}" "$@"
+}
+
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+readonly standin_marker=/var/lib/dtrain/cudnn-standin
+# True when libcudnn.so.9 is missing although LibTorch's CUDA library needs it.
+cudnn_missing() {
+  installed libtorch-cuda-2.6 || return 1
+  [[ ! -e /usr/lib/$multiarch/libcudnn.so.9 ]]
+}
+
+if [[ ${#missing[@]} -eq 0 ]] && { [[ $cuda -eq 0 ]] || ! cudnn_missing; }; then
+  log "all ${#wanted[@]} required packages are installed."
+  if [[ -e $standin_marker ]]; then
+    log "note: libcudnn.so.9 is the link-time stand-in (tools/setup.sh --cudnn-standin), not NVIDIA's cuDNN."
+  fi
+  exit 0
+fi
+if [[ $dry_run -eq 1 ]]; then
+  [[ ${#missing[@]} -gt 0 ]] && log "would install ${#missing[@]} missing package(s): ${missing[*]}"
+  cudnn_missing && log "would install cuDNN (libcudnn.so.9 is missing)"
+  exit 1
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-if ! "${sudo_cmd[@]}" apt-get update -q; then
-  echo "setup.sh: 'apt-get update' failed: is Debian's package archive reachable?" >&2
-  exit 1
+
+# contrib and non-free, for --cuda only: a sources file of the project's own beside the system's.
+enable_contrib_non_free() {
+  apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1 && return 0
+  local mirror
+  mirror=$(apt-cache policy 2>/dev/null |
+             awk -v suite="$codename/main" '$3 == suite && $2 ~ /^https?:/ {print $2; exit}')
+  mirror=${mirror:-http://deb.debian.org/debian}
+  log "enabling the contrib and non-free components of $mirror for the CUDA packages"
+  printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: contrib non-free\n' \
+    "$mirror" "$codename" "$codename" | as_root tee /etc/apt/sources.list.d/dtrain-cuda.sources >/dev/null
+}
+
+if [[ $cuda -eq 1 ]]; then
+  enable_contrib_non_free
+  if [[ $cudnn_standin -eq 1 ]]; then
+    # nvidia-cudnn downloads cuDNN from NVIDIA in its post-install script once its licence is
+    # accepted; declining makes it install nothing, so the stand-in below takes its place.
+    echo "nvidia-cudnn nvidia-cudnn/question select I Decline" | as_root debconf-set-selections
+  fi
 fi
-if ! "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-  echo "setup.sh: 'apt-get install ${missing[*]}' failed (see apt's message above)." >&2
-  exit 1
+
+if [[ ${#missing[@]} -gt 0 ]]; then
+  log "installing ${#missing[@]} missing package(s): ${missing[*]}"
+  if ! as_root apt-get update -q; then
+    die "'apt-get update' failed: is Debian's package archive reachable?"
+  fi
+  # A cuDNN download that failed earlier leaves packages unconfigured; --cudnn-standin finishes them.
+  [[ $cudnn_standin -eq 1 ]] && as_root dpkg --configure -a
+  if ! as_root apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    if [[ $cuda -eq 1 ]] && ! installed nvidia-cudnn; then
+      echo "setup.sh: cuDNN could not be installed: nvidia-cudnn downloads it from NVIDIA's site when it" >&2
+      echo "setup.sh: is configured (see its message above). Where that site cannot be reached, run" >&2
+      echo "setup.sh: 'tools/setup.sh --cuda --cudnn-standin' to build and link against a stand-in that" >&2
+      echo "setup.sh: cannot run cuDNN (docs/PLATFORMS.md); on a GPU machine, fix the download instead." >&2
+      exit 1
+    fi
+    die "'apt-get install ${missing[*]}' failed (see apt's message above)."
+  fi
 fi
-echo "setup.sh: done."
+
+if [[ $cuda -eq 1 ]] && cudnn_missing; then
+  if [[ $cudnn_standin -eq 0 ]]; then
+    die "libcudnn.so.9 is missing (nvidia-cudnn's licence was declined?): run 'update-nvidia-cudnn -u' as root."
+  fi
+  log "installing the cuDNN stand-in (libcudnn.so.9 that links but aborts when called)"
+  as_root "$(dirname "$0")/cudnn_standin.sh" "/usr/lib/$multiarch"
+  as_root ldconfig
+  as_root mkdir -p "$(dirname "$standin_marker")"
+  echo "/usr/lib/$multiarch/libcudnn.so.9" | as_root tee "$standin_marker" >/dev/null
+fi
+log "done."

@@ -2,7 +2,6 @@
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
-#include <c10/util/string_utils.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <torch/optim/sgd.h>
@@ -28,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/torch_compat.h"
 #include "models/adadelta.h"
 #include "trainer/atomic_file.h"
 #include "trainer/status_macros.h"
@@ -194,11 +194,6 @@ std::string Quoted(absl::string_view text) {
 absl::Status Malformed(absl::string_view what) {
   return absl::DataLossError(
       absl::StrCat("malformed checkpoint payload: ", what));
-}
-
-// LibTorch's optimizers key their state by the parameter's TensorImpl.
-std::string StateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
 }
 
 // Defined tensors only: modules may register an undefined one (e.g. a
@@ -391,7 +386,8 @@ absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
     for (size_t i = 0; i < params.size(); ++i) {
       const std::string what =
           absl::StrCat("optimizer group ", g, " parameter ", i);
-      auto it = optimizer.state().find(StateKey(params[i]));
+      auto it =
+          optimizer.state().find(torch_compat::OptimizerStateKeyOf(params[i]));
       const torch::optim::OptimizerParamState* state =
           it == optimizer.state().end() ? nullptr : it->second.get();
       if (kind == kSgdKind) {
@@ -877,9 +873,7 @@ absl::Status CheckOptimizerFits(const SavedOptimizer& saved,
   return absl::OkStatus();
 }
 
-using OptimizerState =
-    ska::flat_hash_map<std::string,
-                       std::unique_ptr<torch::optim::OptimizerParamState>>;
+using OptimizerState = torch_compat::OptimizerStateMap;
 
 // The optimizer's new state, on each parameter's device and (as PyTorch's
 // load_state_dict) in a floating-point parameter's dtype. Throws on device
@@ -899,13 +893,13 @@ OptimizerState BuildOptimizerState(const SavedOptimizer& saved,
       if (saved.kind == kSgdKind) {
         auto sgd = std::make_unique<torch::optim::SGDParamState>();
         sgd->momentum_buffer(state.first.to(to));
-        out[StateKey(param)] = std::move(sgd);
+        out[torch_compat::OptimizerStateKeyOf(param)] = std::move(sgd);
       } else {
         auto adadelta = std::make_unique<models::AdadeltaParamState>();
         adadelta->step(state.step);
         adadelta->square_avg(state.first.to(to));
         adadelta->acc_delta(state.second.to(to));
-        out[StateKey(param)] = std::move(adadelta);
+        out[torch_compat::OptimizerStateKeyOf(param)] = std::move(adadelta);
       }
     }
   }

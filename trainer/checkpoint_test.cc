@@ -1,6 +1,5 @@
 #include "trainer/checkpoint.h"
 
-#include <c10/util/string_utils.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -29,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/torch_compat.h"
 #include "data/distributed_sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -143,13 +143,9 @@ void ExpectUnchanged(const std::vector<torch::Tensor>& snapshot,
   }
 }
 
-std::string StateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
-
 const torch::Tensor* MomentumOf(torch::optim::SGD& sgd,
                                 const torch::Tensor& param) {
-  auto it = sgd.state().find(StateKey(param));
+  auto it = sgd.state().find(torch_compat::OptimizerStateKeyOf(param));
   if (it == sgd.state().end()) return nullptr;
   return &static_cast<torch::optim::SGDParamState&>(*it->second)
               .momentum_buffer();

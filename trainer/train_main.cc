@@ -139,7 +139,7 @@ void OnStopSignal(int signal) {
 }
 
 void InstallStopHandlers() {
-  struct sigaction action {};
+  struct sigaction action = {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;

@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>

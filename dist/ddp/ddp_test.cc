@@ -7,6 +7,7 @@
 #include "dist/ddp/ddp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
 

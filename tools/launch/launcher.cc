@@ -58,7 +58,7 @@ class SignalScope {
   explicit SignalScope(int wake_write) {
     g_stop_signal = 0;
     g_wake_write = wake_write;
-    struct sigaction sa {};
+    struct sigaction sa = {};
     sa.sa_handler = OnSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;

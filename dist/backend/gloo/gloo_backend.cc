@@ -1,6 +1,7 @@
 #include "dist/backend/gloo/gloo_backend.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -47,7 +48,7 @@ namespace {
 void IgnoreSigpipe() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction current {};
+    struct sigaction current = {};
     if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
         current.sa_handler == SIG_DFL) {
       signal(SIGPIPE, SIG_IGN);
