@@ -9,8 +9,8 @@
 #   --cache   where roots, downloaded packages and Bazel's caches are kept between runs
 #             (default /var/cache/dtrain)
 #
-# The root is built on first use and rebuilt when the package lists in tools/setup.sh (or this script)
-# change; downloaded packages and Bazel's caches survive a rebuild. CMD runs as root in /src (this
+# The root is built on first use and rebuilt when the package list tools/setup.sh gives for these
+# options, or tools/cudnn_standin.sh, changes; downloaded packages and Bazel's caches survive a rebuild. CMD runs as root in /src (this
 # tree, mounted read-write) in private mount and PID namespaces: every mount and every process it
 # starts, Bazel's server included, is gone when it returns, also when it is interrupted. Exits with
 # CMD's status.
@@ -50,14 +50,17 @@ root="$cache/root-$suite${flavour:+-$flavour}"
 archives="$cache/apt-archives-$suite"
 home="$cache/home-$suite${flavour:+-$flavour}"
 stamp_file="$root/.dtrain-root-stamp"
-stamp=$(cat "$src/tools/setup.sh" "$src/tools/cudnn_standin.sh" "$0" <(echo "$suite $setup_args") |
-          sha256sum | cut -d' ' -f1)
+# What the root holds: the release, setup.sh's package list for these options, and the stand-in.
+stamp=$(cat <(echo "$suite $setup_args") <("$src/tools/setup.sh" --list $setup_args) \
+          "$src/tools/cudnn_standin.sh" | sha256sum | cut -d' ' -f1)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 mkdir -p "$cache" "$archives/partial" "$home"
 
 # Everything below runs in a private mount namespace, so these mounts vanish with it.
 mount_root() {
+  # The root must be a mount point of its own: `ip netns exec` remounts / (as rslave) inside it.
+  mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"

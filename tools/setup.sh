@@ -3,12 +3,13 @@
 # job, on Debian 12 (bookworm: LibTorch 1.13, CPU) or Debian 13 (trixie: LibTorch 2.6, CPU or CUDA).
 # Idempotent: installs only what is missing and says what it installs. Works as root or via sudo.
 #
-# Usage: tools/setup.sh [--cuda [--cudnn-standin]] [--dry-run]
+# Usage: tools/setup.sh [--cuda [--cudnn-standin]] [--dry-run | --list]
 #   --cuda            Debian 13 only: LibTorch built with CUDA, NCCL and the CUDA toolkit, from the
 #                     archive's contrib and non-free components (enabled for this, and only then)
 #   --cudnn-standin   with --cuda, where NVIDIA's site is unreachable (CI): decline the cuDNN download
 #                     and install a link-time stand-in for libcudnn.so.9 instead (docs/PLATFORMS.md)
 #   --dry-run         print the packages that would be installed and exit (status 0 when none are missing)
+#   --list            print the package list for these options, whatever the machine, and exit
 set -euo pipefail
 
 # "a|b" is satisfied by either package; the first is installed, or, with --cuda, the last.
@@ -26,8 +27,9 @@ readonly COMMON_PACKAGES=(
   prometheus prometheus-pushgateway
   # The experiment runner's plots (PNG through gnuplot's cairo terminal).
   gnuplot-nox
-  # `ip netns` for the two-host test (trainer/multihost_test.sh, run as root).
-  iproute2
+  # `ip netns` for the two-host test (trainer/multihost_test.sh, run as root); pgrep and ps for the
+  # tests that find and kill ranks.
+  iproute2 procps
   # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
   # the shell tests use python3 for free ports and JSON checks.
   python3 "python3-torch|python3-torch-cuda"
@@ -36,16 +38,18 @@ readonly COMMON_PACKAGES=(
 # of LibTorch, Gloo and PyTorch chosen above.
 readonly CUDA_PACKAGES=(libnccl-dev nvidia-cuda-toolkit)
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 log() { echo "setup.sh: $*"; }
 die() { echo "setup.sh: $*" >&2; exit 1; }
 
 dry_run=0
+list=0
 cuda=0
 cudnn_standin=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) dry_run=1 ;;
+    --list) list=1 ;;
     --cuda) cuda=1 ;;
     --cudnn-standin) cudnn_standin=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -55,6 +59,13 @@ done
 if [[ $cudnn_standin -eq 1 && $cuda -eq 0 ]]; then
   echo "setup.sh: --cudnn-standin only makes sense with --cuda" >&2
   exit 2
+fi
+
+if [[ $list -eq 1 ]]; then
+  printf '%s\n' "${COMMON_PACKAGES[@]}"
+  [[ $cuda -eq 1 ]] && printf '%s\n' "${CUDA_PACKAGES[@]}"
+  [[ $cudnn_standin -eq 1 ]] && echo "(cuDNN stand-in)"
+  exit 0
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
@@ -69,7 +80,15 @@ version_id=$( (. "$os_release" 2>/dev/null && echo "${VERSION_ID:-}") || true)
 codename=$( (. "$os_release" 2>/dev/null && echo "${VERSION_CODENAME:-}") || true)
 case "$version_id" in
   12) release="Debian 12 (bookworm): LibTorch 1.13, CPU" ;;
-  13) release="Debian 13 (trixie): LibTorch 2.6, $([[ $cuda -eq 1 ]] && echo CUDA || echo CPU)" ;;
+  13)
+    flavour=CPU
+    if [[ $cuda -eq 1 ]]; then
+      flavour=CUDA
+    elif [[ "$(dpkg-query -W -f='${Status}' libtorch-cuda-dev 2>/dev/null || true)" == "install ok installed" ]]; then
+      flavour="CUDA (installed earlier with --cuda)"
+    fi
+    release="Debian 13 (trixie): LibTorch 2.6, $flavour"
+    ;;
   *)
     pretty=$( (. "$os_release" 2>/dev/null && echo "${PRETTY_NAME:-}") || true)
     die "found '${pretty:-an unknown system}': supported are Debian 12 (bookworm) and Debian 13 (trixie)."
@@ -135,9 +154,15 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 
+apt_update() {
+  as_root apt-get update -q || die "'apt-get update' failed: is Debian's package archive reachable?"
+}
+has_candidate() { apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'; }
+
 # contrib and non-free, for --cuda only: a sources file of the project's own beside the system's.
 enable_contrib_non_free() {
-  apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1 && return 0
+  apt_update
+  has_candidate nvidia-cuda-toolkit && return 0
   local mirror
   mirror=$(apt-cache policy 2>/dev/null |
              awk -v suite="$codename/main" '$3 == suite && $2 ~ /^https?:/ {print $2; exit}')
@@ -145,6 +170,9 @@ enable_contrib_non_free() {
   log "enabling the contrib and non-free components of $mirror for the CUDA packages"
   printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: contrib non-free\n' \
     "$mirror" "$codename" "$codename" | as_root tee /etc/apt/sources.list.d/dtrain-cuda.sources >/dev/null
+  apt_update
+  has_candidate nvidia-cuda-toolkit ||
+    die "nvidia-cuda-toolkit is not available even from $mirror's contrib and non-free components."
 }
 
 if [[ $cuda -eq 1 ]]; then
@@ -158,13 +186,12 @@ fi
 
 if [[ ${#missing[@]} -gt 0 ]]; then
   log "installing ${#missing[@]} missing package(s): ${missing[*]}"
-  if ! as_root apt-get update -q; then
-    die "'apt-get update' failed: is Debian's package archive reachable?"
-  fi
+  [[ $cuda -eq 1 ]] || apt_update
   # A cuDNN download that failed earlier leaves packages unconfigured; --cudnn-standin finishes them.
   [[ $cudnn_standin -eq 1 ]] && as_root dpkg --configure -a
   if ! as_root apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-    if [[ $cuda -eq 1 ]] && ! installed nvidia-cudnn; then
+    cudnn_status=$(dpkg-query -W -f='${Status}' nvidia-cudnn 2>/dev/null || true)
+    if [[ $cuda -eq 1 && ( $cudnn_status == *" half-configured" || $cudnn_status == *" unpacked" ) ]]; then
       echo "setup.sh: cuDNN could not be installed: nvidia-cudnn downloads it from NVIDIA's site when it" >&2
       echo "setup.sh: is configured (see its message above). Where that site cannot be reached, run" >&2
       echo "setup.sh: 'tools/setup.sh --cuda --cudnn-standin' to build and link against a stand-in that" >&2

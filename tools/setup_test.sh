@@ -21,6 +21,12 @@ out=$("$setup" --cudnn-standin 2>&1); rc=$?
 out=$("$setup" --help 2>&1); rc=$?
 [[ $rc -eq 0 && "$out" == *"--cuda"*"Debian 13 only"* ]] || fail "--help: $rc: $out"
 
+# The package list, whatever the machine (tools/debian_root.sh keys its roots on it).
+out=$("$setup" --list --cuda 2>&1); rc=$?
+[[ $rc -eq 0 && "$out" == *"libtorch-dev|libtorch-cuda-dev"*"nvidia-cuda-toolkit"* ]] || fail "--list --cuda: $rc: $out"
+out=$("$setup" --list 2>&1)
+[[ "$out" != *"nvidia-cuda-toolkit"* ]] || fail "--list without --cuda lists CUDA packages: $out"
+
 # Without apt-get and dpkg on PATH the script must say what to install, not crash.
 empty=$tmp/empty
 mkdir "$empty"
