@@ -27,7 +27,8 @@ trap 'rm -rf "$work"' EXIT
 users=()
 for lib in "$libdir"/*.so.*; do
   [[ -L $lib ]] && continue
-  objdump -p "$lib" 2>/dev/null | grep -q 'NEEDED *libcudnn\.so\.9$' && users+=("$lib")
+  # grep reads all of objdump's output (no -q): an early exit would fail the pipe under pipefail.
+  objdump -p "$lib" 2>/dev/null | grep 'NEEDED *libcudnn\.so\.9$' >/dev/null && users+=("$lib")
 done
 if [[ ${#users[@]} -eq 0 ]]; then
   echo "cudnn_standin.sh: no library in $libdir needs libcudnn.so.9: nothing to stand in for" >&2

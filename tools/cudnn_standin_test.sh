@@ -46,7 +46,7 @@ for fn in cudnnCreate cudnnGetVersion; do
   grep -q " T $fn@@libcudnn.so.9$" "$tmp/defined" || fail "$fn@@libcudnn.so.9 not defined: $(cat "$tmp/defined")"
 done
 grep -q cudnnNotUsed "$tmp/defined" && fail "defines a function nobody imports"
-objdump -p "$lib/libcudnn.so.9" | grep -q 'SONAME *libcudnn.so.9' || fail "wrong SONAME"
+objdump -p "$lib/libcudnn.so.9" | grep 'SONAME *libcudnn.so.9' >/dev/null || fail "wrong SONAME"
 
 # 3. A program using the user library links and loads with it, and calling into cuDNN aborts, named.
 cat >"$tmp/main.c" <<'C'

@@ -10,7 +10,8 @@
 #             (default /var/cache/dtrain)
 #
 # The root is built on first use and rebuilt when the package list tools/setup.sh gives for these
-# options, or tools/cudnn_standin.sh, changes; downloaded packages and Bazel's caches survive a rebuild. CMD runs as root in /src (this
+# options, or tools/cudnn_standin.sh, changes; downloaded packages survive a rebuild, Bazel's caches do
+# not (they may hold objects built against the old root's headers). One run at a time uses a cache. CMD runs as root in /src (this
 # tree, mounted read-write) in private mount and PID namespaces: every mount and every process it
 # starts, Bazel's server included, is gone when it returns, also when it is interrupted. Exits with
 # CMD's status.
@@ -21,11 +22,17 @@ setup_args="--cuda --cudnn-standin"
 cache=/var/cache/dtrain
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --suite) suite=$2; shift 2 ;;
-    --setup) setup_args=$2; shift 2 ;;
-    --cache) cache=$2; shift 2 ;;
+    --suite|--setup|--cache)
+      [[ $# -ge 2 ]] || { echo "debian_root.sh: $1 needs a value" >&2; exit 2; }
+      case "$1" in
+        --suite) suite=$2 ;;
+        --setup) setup_args=$2 ;;
+        --cache) cache=$(realpath -m "$2") ;;
+      esac
+      shift 2
+      ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "debian_root.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,7 +44,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "debian_root.sh: must run as root (debootstrap, chroot and mounts need it)" >&2
   exit 1
 fi
-for tool in debootstrap unshare chroot sha256sum; do
+for tool in debootstrap unshare chroot sha256sum flock realpath; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "debian_root.sh: $tool is missing: apt-get install debootstrap util-linux coreutils" >&2
     exit 1
@@ -51,11 +58,20 @@ archives="$cache/apt-archives-$suite"
 home="$cache/home-$suite${flavour:+-$flavour}"
 stamp_file="$root/.dtrain-root-stamp"
 # What the root holds: the release, setup.sh's package list for these options, and the stand-in.
-stamp=$(cat <(echo "$suite $setup_args") <("$src/tools/setup.sh" --list $setup_args) \
-          "$src/tools/cudnn_standin.sh" | sha256sum | cut -d' ' -f1)
+# shellcheck disable=SC2086  # setup_args are words for setup.sh
+packages=$("$src/tools/setup.sh" --list $setup_args) ||
+  { echo "debian_root.sh: tools/setup.sh --list $setup_args failed" >&2; exit 1; }
+stamp=$(printf '%s\n' "$suite $setup_args" "$packages" | cat - "$src/tools/cudnn_standin.sh" |
+          sha256sum | cut -d' ' -f1)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 mkdir -p "$cache" "$archives/partial" "$home"
+# One user of the cache at a time (a CI run, or a developer's, on the same machine).
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+  echo "debian_root.sh: waiting for another run using $cache" >&2
+  flock 9
+fi
 
 # Everything below runs in a private mount namespace, so these mounts vanish with it.
 mount_root() {
@@ -84,17 +100,23 @@ export root src home archives
 if [[ ! -f $stamp_file || "$(cat "$stamp_file")" != "$stamp" ]]; then
   echo "debian_root.sh: building the Debian $suite root in $root (setup.sh $setup_args)"
   start=$(date +%s)
+  umount -R "$root" 2>/dev/null || true
   rm -rf --one-file-system "$root"
-  debootstrap --variant=minbase --cache-dir="$archives" "$suite" "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
+  # Objects compiled against the old root's headers must not be reused: Bazel does not hash
+  # system headers.
+  rm -rf "${home:?}/.cache"
+  # debootstrap mounts /proc and /sys in the root: in a namespace of its own they cannot outlive it.
+  unshare --mount --propagation private \
+    debootstrap --variant=minbase --cache-dir="$archives" "$suite" "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
     { tail -20 "$cache/debootstrap.log" >&2; echo "debian_root.sh: debootstrap failed (log: $cache/debootstrap.log)" >&2; exit 1; }
   # Keep downloaded packages for the next rebuild (Debian's apt keeps them unless told otherwise).
   rm -f "$root/etc/apt/apt.conf.d/docker-clean"
   unshare --mount --pid --fork --kill-child --propagation private \
-    bash -c 'mount_root && in_root /src/tools/setup.sh '"$setup_args"
+    bash -euc 'mount_root; in_root /src/tools/setup.sh $0' "$setup_args"
   echo "$stamp" >"$stamp_file"
   echo "debian_root.sh: root ready after $(($(date +%s) - start)) s"
 fi
 
 quoted=$(printf '%q ' "$@")
 exec unshare --mount --pid --fork --kill-child --propagation private \
-  bash -c 'mount_root && cd "$root" && in_root bash -c "cd /src && $0"' "$quoted"
+  bash -euc 'mount_root; in_root bash -c "cd /src && $0"' "$quoted"

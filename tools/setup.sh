@@ -131,24 +131,35 @@ as_root() {
   "${sudo_cmd[@]}" "$@"
 }
 
-multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
-readonly standin_marker=/var/lib/dtrain/cudnn-standin
-# True when libcudnn.so.9 is missing although LibTorch's CUDA library needs it.
+# The folder Debian installs LibTorch's CUDA library (and cuDNN) in, once LibTorch is installed.
+cuda_libdir() {
+  local lib
+  lib=$(dpkg -L libtorch-cuda-dev 2>/dev/null | grep '/libtorch_cuda\.so$' | head -1 || true)
+  [[ -n $lib ]] && dirname "$lib"
+}
+# True when LibTorch's CUDA library is installed but libcudnn.so.9 beside it is not.
 cudnn_missing() {
-  installed libtorch-cuda-2.6 || return 1
-  [[ ! -e /usr/lib/$multiarch/libcudnn.so.9 ]]
+  local dir
+  dir=$(cuda_libdir) || return 1
+  [[ ! -e $dir/libcudnn.so.9 ]]
+}
+# True when libcudnn.so.9 is the stand-in (it carries a marker symbol) rather than NVIDIA's.
+cudnn_is_standin() {
+  local dir
+  dir=$(cuda_libdir) || return 1
+  [[ -e $dir/libcudnn.so.9 ]] && grep -qa dtrain_cudnn_standin "$dir/libcudnn.so.9"
 }
 
 if [[ ${#missing[@]} -eq 0 ]] && { [[ $cuda -eq 0 ]] || ! cudnn_missing; }; then
   log "all ${#wanted[@]} required packages are installed."
-  if [[ -e $standin_marker ]]; then
+  if cudnn_is_standin; then
     log "note: libcudnn.so.9 is the link-time stand-in (tools/setup.sh --cudnn-standin), not NVIDIA's cuDNN."
   fi
   exit 0
 fi
 if [[ $dry_run -eq 1 ]]; then
   [[ ${#missing[@]} -gt 0 ]] && log "would install ${#missing[@]} missing package(s): ${missing[*]}"
-  cudnn_missing && log "would install cuDNN (libcudnn.so.9 is missing)"
+  [[ $cuda -eq 1 ]] && cudnn_missing && log "would install cuDNN (libcudnn.so.9 is missing)"
   exit 1
 fi
 
@@ -157,9 +168,10 @@ export DEBIAN_FRONTEND=noninteractive
 apt_update() {
   as_root apt-get update -q || die "'apt-get update' failed: is Debian's package archive reachable?"
 }
-has_candidate() { apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'; }
+has_candidate() { [[ "$(apt-cache policy "$1" 2>/dev/null)" == *"Candidate: "[0-9]* ]]; }
 
 # contrib and non-free, for --cuda only: a sources file of the project's own beside the system's.
+readonly cuda_sources=/etc/apt/sources.list.d/dtrain-cuda.sources
 enable_contrib_non_free() {
   apt_update
   has_candidate nvidia-cuda-toolkit && return 0
@@ -167,12 +179,19 @@ enable_contrib_non_free() {
   mirror=$(apt-cache policy 2>/dev/null |
              awk -v suite="$codename/main" '$3 == suite && $2 ~ /^https?:/ {print $2; exit}')
   mirror=${mirror:-http://deb.debian.org/debian}
+  # apt refuses two entries for one archive whose Signed-By differ: take the system entry's.
+  local signed_by
+  signed_by=$(awk -v uri="$mirror" 'BEGINFILE {u = 0} /^URIs:/ {u = index($0, uri) > 0}
+                u && /^Signed-By:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
   log "enabling the contrib and non-free components of $mirror for the CUDA packages"
-  printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: contrib non-free\n' \
-    "$mirror" "$codename" "$codename" | as_root tee /etc/apt/sources.list.d/dtrain-cuda.sources >/dev/null
-  apt_update
-  has_candidate nvidia-cuda-toolkit ||
-    die "nvidia-cuda-toolkit is not available even from $mirror's contrib and non-free components."
+  { printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: contrib non-free\n' \
+      "$mirror" "$codename" "$codename"
+    [[ -n $signed_by ]] && printf 'Signed-By: %s\n' "$signed_by"
+  } | as_root tee "$cuda_sources" >/dev/null
+  if ! as_root apt-get update -q || ! has_candidate nvidia-cuda-toolkit; then
+    as_root rm -f "$cuda_sources"
+    die "nvidia-cuda-toolkit is not available from $mirror's contrib and non-free components."
+  fi
 }
 
 if [[ $cuda -eq 1 ]]; then
@@ -181,6 +200,12 @@ if [[ $cuda -eq 1 ]]; then
     # nvidia-cudnn downloads cuDNN from NVIDIA in its post-install script once its licence is
     # accepted; declining makes it install nothing, so the stand-in below takes its place.
     echo "nvidia-cudnn nvidia-cudnn/question select I Decline" | as_root debconf-set-selections
+  elif [[ -t 0 ]]; then
+    # On a terminal, let nvidia-cudnn show NVIDIA's cuDNN licence and ask.
+    unset DEBIAN_FRONTEND
+  elif ! installed nvidia-cudnn; then
+    log "note: installing nvidia-cudnn without a terminal takes its default answer to NVIDIA's cuDNN"
+    log "licence question (\"I Agree\"); run tools/setup.sh --cuda on a terminal to read it first."
   fi
 fi
 
@@ -188,7 +213,9 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   log "installing ${#missing[@]} missing package(s): ${missing[*]}"
   [[ $cuda -eq 1 ]] || apt_update
   # A cuDNN download that failed earlier leaves packages unconfigured; --cudnn-standin finishes them.
-  [[ $cudnn_standin -eq 1 ]] && as_root dpkg --configure -a
+  if [[ $cudnn_standin -eq 1 ]] && ! as_root dpkg --configure -a; then
+    die "'dpkg --configure -a' failed (see dpkg's message above)."
+  fi
   if ! as_root apt-get install -y -q --no-install-recommends "${missing[@]}"; then
     cudnn_status=$(dpkg-query -W -f='${Status}' nvidia-cudnn 2>/dev/null || true)
     if [[ $cuda -eq 1 && ( $cudnn_status == *" half-configured" || $cudnn_status == *" unpacked" ) ]]; then
@@ -207,9 +234,7 @@ if [[ $cuda -eq 1 ]] && cudnn_missing; then
     die "libcudnn.so.9 is missing (nvidia-cudnn's licence was declined?): run 'update-nvidia-cudnn -u' as root."
   fi
   log "installing the cuDNN stand-in (libcudnn.so.9 that links but aborts when called)"
-  as_root "$(dirname "$0")/cudnn_standin.sh" "/usr/lib/$multiarch"
+  as_root "$(dirname "$0")/cudnn_standin.sh" "$(cuda_libdir)"
   as_root ldconfig
-  as_root mkdir -p "$(dirname "$standin_marker")"
-  echo "/usr/lib/$multiarch/libcudnn.so.9" | as_root tee "$standin_marker" >/dev/null
 fi
 log "done."

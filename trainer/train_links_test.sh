@@ -41,7 +41,8 @@ if compgen -G "$libdir/libtorch_cuda.so*" >/dev/null; then
   cudart=$(resolved '^libcudart\.so')
   torch_cuda=$(resolved '^libtorch_cuda\.so')
   torch_cudart=$(ldd "${torch_cuda:-/nonexistent}" 2>/dev/null | awk '$1 ~ /^libcudart\.so/ {print $3; exit}')
-  [[ -z $torch_cudart || $cudart == "$torch_cudart" ]] ||
+  # Compared as files: /lib and /usr/lib are one folder on merged-/usr systems.
+  [[ -z $torch_cudart || "$(readlink -f "$cudart")" == "$(readlink -f "$torch_cudart")" ]] ||
     fail "train's CUDA runtime $cudart differs from LibTorch's $torch_cudart"
 else
   echo "LibTorch in $libdir is a CPU build"
