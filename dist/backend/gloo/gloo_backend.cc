@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -133,6 +134,22 @@ gloo::AllreduceOptions::Func NewApiReduction(ReduceOp op) {
   }
 }
 
+// Runs one of Gloo's option-struct collectives (gloo::allreduce(opts), ...).
+// When it throws, the transport has failed, and Gloo's device thread may still
+// be signalling that failure to the call's unbound buffers, which `opts` owns:
+// destroying them then races with it (ThreadSanitizer caught it in the
+// killed-rank test). The backend is unusable after a failure, so the options
+// of the failed call are deliberately left allocated.
+template <typename Options, typename Run>
+void RunKeepingBuffersOnFailure(std::unique_ptr<Options> opts, Run run) {
+  try {
+    run(*opts);
+  } catch (...) {
+    (void)opts.release();
+    throw;
+  }
+}
+
 template <typename T>
 void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
                   int count, ReduceOp op, GlooAlgorithm algorithm) {
@@ -140,11 +157,12 @@ void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
     // Gloo's newer API works on the caller's memory: unlike the algorithm
     // classes below, it allocates no message-sized scratch per call (measured:
     // docs/PERFORMANCE.md).
-    gloo::AllreduceOptions opts(context);
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    opts.setOutput<T>(data, static_cast<size_t>(count));
-    opts.setReduceFunction(NewApiReduction<T>(op));
-    gloo::allreduce(opts);
+    auto opts = std::make_unique<gloo::AllreduceOptions>(context);
+    opts->setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts->setOutput<T>(data, static_cast<size_t>(count));
+    opts->setReduceFunction(NewApiReduction<T>(op));
+    RunKeepingBuffersOnFailure(
+        std::move(opts), [](gloo::AllreduceOptions& o) { gloo::allreduce(o); });
     return;
   }
   const gloo::ReductionFunction<T>* fn = ReductionFor<T>(op);
@@ -277,11 +295,13 @@ class GlooBackend : public Backend {
       if (tensor.numel() == 0) return;
       DispatchGlooType(BitsType(tensor), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        gloo::BroadcastOptions opts(context_);
-        opts.setRoot(root);
-        opts.setOutput<T>(static_cast<T*>(tensor.data_ptr()),
-                          static_cast<size_t>(tensor.numel()));
-        gloo::broadcast(opts);
+        auto opts = std::make_unique<gloo::BroadcastOptions>(context_);
+        opts->setRoot(root);
+        opts->setOutput<T>(static_cast<T*>(tensor.data_ptr()),
+                           static_cast<size_t>(tensor.numel()));
+        RunKeepingBuffersOnFailure(
+            std::move(opts),
+            [](gloo::BroadcastOptions& o) { gloo::broadcast(o); });
       });
     });
   }
@@ -301,12 +321,14 @@ class GlooBackend : public Backend {
       at::Tensor flat = at::empty({size_ * n}, input.options());
       DispatchGlooType(BitsType(input), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        gloo::AllgatherOptions opts(context_);
-        opts.setInput<T>(static_cast<T*>(input.data_ptr()),
-                         static_cast<size_t>(n));
-        opts.setOutput<T>(static_cast<T*>(flat.data_ptr()),
-                          static_cast<size_t>(size_ * n));
-        gloo::allgather(opts);
+        auto opts = std::make_unique<gloo::AllgatherOptions>(context_);
+        opts->setInput<T>(static_cast<T*>(input.data_ptr()),
+                          static_cast<size_t>(n));
+        opts->setOutput<T>(static_cast<T*>(flat.data_ptr()),
+                           static_cast<size_t>(size_ * n));
+        RunKeepingBuffersOnFailure(
+            std::move(opts),
+            [](gloo::AllgatherOptions& o) { gloo::allgather(o); });
       });
       for (int r = 0; r < size_; ++r) {
         outputs[r].view({-1}).copy_(flat.narrow(0, r * n, n));
@@ -347,8 +369,9 @@ class GlooBackend : public Backend {
 
   std::shared_ptr<Work> Barrier() override {
     return Enqueue(internal::Description{"barrier", ""}, [this] {
-      gloo::BarrierOptions opts(context_);
-      gloo::barrier(opts);
+      RunKeepingBuffersOnFailure(
+          std::make_unique<gloo::BarrierOptions>(context_),
+          [](gloo::BarrierOptions& o) { gloo::barrier(o); });
     });
   }
 
