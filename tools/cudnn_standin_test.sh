@@ -54,7 +54,9 @@ cat >"$tmp/main.c" <<'C'
 unsigned long UserVersion(void);
 int main(void) { printf("loaded\n"); fflush(stdout); return (int)UserVersion(); }
 C
-gcc -o "$tmp/main" "$tmp/main.c" -L"$lib" -luser || fail "linking against the stand-in"
+# -rpath-link: the linker resolves libuser's libcudnn.so.9 (and checks its versioned symbols) in
+# $lib, not in the machine's own library folders.
+gcc -o "$tmp/main" "$tmp/main.c" -L"$lib" -luser -Wl,-rpath-link,"$lib" || fail "linking against the stand-in"
 # LD_LIBRARY_PATH, not an rpath: the user library's own dependencies must come from $lib too, before
 # any cuDNN the machine itself has.
 out=$(LD_LIBRARY_PATH=$lib "$tmp/main" 2>&1); rc=$?
