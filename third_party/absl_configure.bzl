@@ -6,6 +6,8 @@ libraries to link is taken from what is installed: every library in _LIBRARIES m
 _LIBRARIES_SINCE_2023 are linked where they exist.
 """
 
+load("//third_party:compiler_libdir.bzl", "compiler_libdir")
+
 # Linked everywhere. Order matters for static linking only; kept dependents-first all the same.
 _LIBRARIES = [
     "status",
@@ -65,12 +67,10 @@ _LIBRARIES_SINCE_2023 = [
 ]
 
 def _absl_configure_impl(rctx):
-    result = rctx.execute(["gcc", "-print-file-name=libabsl_base.so"])
-    path = result.stdout.strip()
-    if result.return_code != 0 or not path.startswith("/") or not rctx.path(path).exists:
+    libdir = compiler_libdir(rctx, "libabsl_base.so")
+    if not libdir:
         fail("\nAbseil: libabsl_base.so is not in the compiler's library path. Run tools/setup.sh " +
              "(Debian's libabsl-dev).\n")
-    libdir = str(rctx.path(path).dirname)
     missing = [lib for lib in _LIBRARIES if not rctx.path("%s/libabsl_%s.so" % (libdir, lib)).exists]
     if missing:
         fail("\nAbseil in %s lacks %s: Debian 12's or 13's libabsl-dev is expected.\n" %

@@ -11,19 +11,17 @@ DTRAIN_HAVE_NCCL to 1; otherwise the targets are empty, everything still builds,
 DTRAIN_NCCL_MISSING_REASON says what was missing. Re-runs when those variables change.
 """
 
+load("//third_party:compiler_libdir.bzl", "compiler_libdir")
+
 def _first_existing(rctx, candidates):
     for c in candidates:
         if rctx.path(c).exists:
             return c
     return None
 
-def _compiler_libdir(rctx, name):
-    # gcc knows the multiarch library folders (/usr/lib/x86_64-linux-gnu, ...).
-    result = rctx.execute(["gcc", "-print-file-name=" + name])
-    path = result.stdout.strip()
-    if result.return_code == 0 and path.startswith("/") and rctx.path(path).exists:
-        return str(rctx.path(path).dirname)
-    return None
+def _linkopts(libdir, name, system):
+    # An rpath only outside the loader's own search path (Debian's folders are in it).
+    return ["-L" + libdir] + ([] if system else ["-Wl,-rpath," + libdir]) + ["-l" + name]
 
 def _cuda_configure_impl(rctx):
     cuda_home = rctx.os.environ.get("CUDA_HOME", "").strip()
@@ -34,7 +32,7 @@ def _cuda_configure_impl(rctx):
         # Debian's layout: system include and library folders, which the toolchain searches anyway.
         cuda_home = "/usr"
         cuda_inc = "/usr/include"
-        cudart_dir = _compiler_libdir(rctx, "libcudart.so")
+        cudart_dir = compiler_libdir(rctx, "libcudart.so")
         if not cudart_dir:
             missing.append("libcudart.so not in the compiler's library path (nvidia-cuda-toolkit)")
     else:
@@ -60,7 +58,7 @@ def _cuda_configure_impl(rctx):
     for root in nccl_roots:
         nccl_lib_candidates += [root + "/lib64", root + "/lib", root + "/lib/x86_64-linux-gnu",
                                 root + "/lib/aarch64-linux-gnu"]
-    system_nccl = _compiler_libdir(rctx, "libnccl.so")
+    system_nccl = compiler_libdir(rctx, "libnccl.so")
     if system_nccl:
         nccl_lib_candidates.append(system_nccl)
     nccl_lib = None
@@ -84,57 +82,50 @@ def _cuda_configure_impl(rctx):
 #endif  // DTRAIN_CUDA_CONFIG_H_
 """.format(have = 1 if found else 0, home = cuda_home, reason = reason.replace('"', "'")))
 
-    if found and cuda_inc == "/usr/include":
-        # Headers in the toolchain's built-in include folder (Debian): only link flags are needed.
-        nccl_hdrs = "[]"
-        nccl_includes = "[]"
-        if nccl_inc != cuda_inc:
-            rctx.symlink(nccl_inc, "nccl_include")
-            nccl_hdrs = '["nccl_include/nccl.h"]'
-            nccl_includes = '["nccl_include"]'
-        body = """\
-cc_library(
-    name = "cudart",
-    linkopts = ["-L{cudart_dir}", "-lcudart"],
-)
-
-cc_library(
-    name = "nccl",
-    hdrs = {nccl_hdrs},
-    includes = {nccl_includes},
-    linkopts = ["-L{nccl_lib}", "-lnccl"],
-    deps = [":cudart"],
-)
-""".format(cudart_dir = cudart_dir, nccl_lib = nccl_lib, nccl_hdrs = nccl_hdrs,
-           nccl_includes = nccl_includes)
-    elif found:
-        # Only the top-level CUDA headers, crt/ and nv/ are needed by cuda_runtime.h and nccl.h; declaring the
-        # whole toolkit tree (thousands of files) would slow every sandboxed compile.
-        rctx.symlink(cuda_inc, "cuda_include")
+    if found:
+        system = cuda_inc == "/usr/include"
+        if system:
+            # Debian: headers in the toolchain's built-in include folder and libraries in its search
+            # path, so only link flags are needed.
+            cudart_hdrs = "[]"
+            cudart_includes = "[]"
+        else:
+            # Only the top-level CUDA headers, crt/ and nv/ are needed by cuda_runtime.h and nccl.h;
+            # declaring the whole toolkit tree (thousands of files) would slow every sandboxed compile.
+            rctx.symlink(cuda_inc, "cuda_include")
+            cudart_hdrs = ('glob(["cuda_include/*.h", "cuda_include/*.hpp", "cuda_include/crt/**", ' +
+                           '"cuda_include/nv/**"])')
+            cudart_includes = '["cuda_include"]'
         if nccl_inc != cuda_inc:
             rctx.symlink(nccl_inc, "nccl_include")
             nccl_hdrs = '["nccl_include/nccl.h"]'
             nccl_includes = '["nccl_include"]'
         else:
-            nccl_hdrs = '["cuda_include/nccl.h"]'
+            nccl_hdrs = "[]" if system else '["cuda_include/nccl.h"]'
             nccl_includes = "[]"
         body = """\
 cc_library(
     name = "cudart",
-    hdrs = glob(["cuda_include/*.h", "cuda_include/*.hpp", "cuda_include/crt/**", "cuda_include/nv/**"]),
-    includes = ["cuda_include"],
-    linkopts = ["-L{cudart_dir}", "-Wl,-rpath,{cudart_dir}", "-lcudart"],
+    hdrs = {cudart_hdrs},
+    includes = {cudart_includes},
+    linkopts = {cudart_linkopts},
 )
 
 cc_library(
     name = "nccl",
     hdrs = {nccl_hdrs},
     includes = {nccl_includes},
-    linkopts = ["-L{nccl_lib}", "-Wl,-rpath,{nccl_lib}", "-lnccl"],
+    linkopts = {nccl_linkopts},
     deps = [":cudart"],
 )
-""".format(cudart_dir = cudart_dir, nccl_lib = nccl_lib, nccl_hdrs = nccl_hdrs,
-           nccl_includes = nccl_includes)
+""".format(
+            cudart_hdrs = cudart_hdrs,
+            cudart_includes = cudart_includes,
+            cudart_linkopts = repr(_linkopts(cudart_dir, "cudart", system)),
+            nccl_hdrs = nccl_hdrs,
+            nccl_includes = nccl_includes,
+            nccl_linkopts = repr(_linkopts(nccl_lib, "nccl", system)),
+        )
     else:
         body = """\
 # Not found ({reason}): empty targets, so that dependents build and report the reason at run time.

@@ -9,18 +9,12 @@ points the whole build at it without editing any file:
 The rule re-runs when LIBTORCH_HOME changes.
 """
 
+load("//third_party:compiler_libdir.bzl", "compiler_libdir")
+
 _API_INCLUDE = "torch/csrc/api/include"
 
 def _fail(msg):
     fail("\nLibTorch: " + msg + "\n")
-
-def _find_system_libdir(rctx):
-    # gcc knows the multiarch library folders (/usr/lib/x86_64-linux-gnu, ...).
-    result = rctx.execute(["gcc", "-print-file-name=libtorch.so"])
-    path = result.stdout.strip()
-    if result.return_code == 0 and path.startswith("/") and rctx.path(path).exists:
-        return str(rctx.path(path).dirname)
-    return None
 
 def _torch_configure_impl(rctx):
     home = rctx.os.environ.get("LIBTORCH_HOME", "").strip()
@@ -44,7 +38,7 @@ def _torch_configure_impl(rctx):
             _fail("no system LibTorch found (%s/%s/torch/torch.h is missing). Run tools/setup.sh, which " %
                   (include_dir, _API_INCLUDE) + "installs Debian's libtorch-dev, or set LIBTORCH_HOME to an " +
                   "unpacked LibTorch folder.")
-        lib_dir = _find_system_libdir(rctx)
+        lib_dir = compiler_libdir(rctx, "libtorch.so")
         if not lib_dir:
             _fail("headers found under /usr/include but libtorch.so is not in the linker's search path. " +
                   "Run tools/setup.sh (libtorch-dev) or set LIBTORCH_HOME.")

@@ -11,10 +11,10 @@
 #
 # The root is built on first use and rebuilt when the package list tools/setup.sh gives for these
 # options, or tools/cudnn_standin.sh, changes; downloaded packages survive a rebuild, Bazel's caches do
-# not (they may hold objects built against the old root's headers). One run at a time uses a cache. CMD runs as root in /src (this
-# tree, mounted read-write) in private mount and PID namespaces: every mount and every process it
-# starts, Bazel's server included, is gone when it returns, also when it is interrupted. Exits with
-# CMD's status.
+# not (they may hold objects built against the old root's headers). One run at a time uses a cache.
+# CMD runs as root in /src (this tree, mounted read-write) in private mount and PID namespaces: every
+# mount and every process it starts, Bazel's server included, is gone when it returns, also when it is
+# interrupted. Exits with CMD's status.
 set -euo pipefail
 
 suite=trixie
@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
       shift 2
       ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "debian_root.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -74,6 +74,10 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
   exit 1
 fi
 
+installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
 # Which Debian this is. SETUP_OS_RELEASE lets the tests present another release's file.
 os_release=${SETUP_OS_RELEASE:-/etc/os-release}
 version_id=$( (. "$os_release" 2>/dev/null && echo "${VERSION_ID:-}") || true)
@@ -84,7 +88,7 @@ case "$version_id" in
     flavour=CPU
     if [[ $cuda -eq 1 ]]; then
       flavour=CUDA
-    elif [[ "$(dpkg-query -W -f='${Status}' libtorch-cuda-dev 2>/dev/null || true)" == "install ok installed" ]]; then
+    elif installed libtorch-cuda-dev; then
       flavour="CUDA (installed earlier with --cuda)"
     fi
     release="Debian 13 (trixie): LibTorch 2.6, $flavour"
@@ -98,10 +102,6 @@ log "found $release"
 if [[ $cuda -eq 1 && $version_id != 13 ]]; then
   die "--cuda needs Debian 13: Debian 12's archive has no CUDA build of LibTorch (docs/PLATFORMS.md)."
 fi
-
-installed() {
-  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
-}
 
 wanted=("${COMMON_PACKAGES[@]}")
 [[ $cuda -eq 1 ]] && wanted+=("${CUDA_PACKAGES[@]}")
