@@ -6,12 +6,12 @@
 #include <mutex>
 #include <string>
 
+#include "base/compute_threads.h"
 #include "dist/rendezvous/hash_store.h"
-#include "trainer/compute_threads.h"
 
 namespace dtrain::bench {
 
-int UseOneThread() { return trainer::SetComputeThreads(1).blas; }
+int UseOneThread() { return base::SetComputeThreads(1).blas; }
 
 int RunOnOneThread(int argc, char** argv) {
   const int blas_threads = UseOneThread();

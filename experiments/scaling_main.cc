@@ -31,13 +31,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/atomic_file.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
 #include "prometheus/exposer.h"
-#include "trainer/atomic_file.h"
 
 ABSL_FLAG(std::vector<std::string>, backends, {"gloo"},
           "Backends: gloo, nccl (NCCL runs where CUDA devices exist).");
@@ -302,7 +302,7 @@ int Main(int argc, char** argv) {
        {std::pair<std::string, std::string>{"results.csv", ToCsv(rows)},
         {"results.json", ToJson(rows, records, skipped)}}) {
     const std::string path = absl::StrCat(dir, "/", name);
-    if (absl::Status s = trainer::WriteFileAtomically(path, text); !s.ok()) {
+    if (absl::Status s = base::WriteFileAtomically(path, text); !s.ok()) {
       std::cerr << "scaling: " << s.message() << "\n";
       status = 1;
     }

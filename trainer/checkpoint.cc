@@ -27,10 +27,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/atomic_file.h"
+#include "base/status_macros.h"
 #include "base/torch_compat.h"
 #include "models/adadelta.h"
-#include "trainer/atomic_file.h"
-#include "trainer/status_macros.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -973,7 +973,7 @@ bool IsCheckpointName(absl::string_view name, int64_t* step) {
 // Temporaries WriteFileAtomically leaves when its process dies while writing
 // a checkpoint or best.dtc here.
 bool IsStrayTemporary(absl::string_view name) {
-  return IsAtomicWriteTemporary(name) &&
+  return base::IsAtomicWriteTemporary(name) &&
          (absl::StartsWith(name, absl::StrCat(".", kCheckpointPrefix)) ||
           absl::StartsWith(name, absl::StrCat(".", kBestName, ".")));
 }
@@ -1194,7 +1194,7 @@ absl::StatusOr<std::string> CheckpointDir::Write(absl::string_view name,
     return failed(s);
   }
   if (absl::Status s = DeleteFiles(temporaries); !s.ok()) return failed(s);
-  if (absl::Status s = WriteFileAtomically(path, bytes); !s.ok()) {
+  if (absl::Status s = base::WriteFileAtomically(path, bytes); !s.ok()) {
     return failed(s);
   }
   if (listed != nullptr) *listed = std::move(checkpoints);
@@ -1247,7 +1247,7 @@ absl::StatusOr<CheckpointDir::Found> CheckpointDir::Latest() const {
   Found found;
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     std::string path = Join(it->name);
-    absl::StatusOr<std::string> bytes = ReadFile(path);
+    absl::StatusOr<std::string> bytes = base::ReadFile(path);
     absl::Status valid =
         bytes.ok() ? ValidateCheckpointBytes(*bytes) : bytes.status();
     if (valid.ok()) {

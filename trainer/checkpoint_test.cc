@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "base/torch_compat.h"
 #include "data/distributed_sampler.h"
 #include "gmock/gmock.h"
@@ -35,7 +36,6 @@
 #include "models/adadelta.h"
 #include "models/model.h"
 #include "models/registry.h"
-#include "trainer/atomic_file.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -1433,14 +1433,14 @@ TEST(CheckpointDirTest, SaveWritesAtomicallyAndRotates) {
         dir->Save(step, absl::StrCat("bytes of ", step));
     ASSERT_TRUE(path.ok()) << path.status();
     EXPECT_EQ(*path, absl::StrCat(root, "/checkpoint-000000", step, ".dtc"));
-    EXPECT_EQ(*ReadFile(*path), absl::StrCat("bytes of ", step));
+    EXPECT_EQ(*base::ReadFile(*path), absl::StrCat("bytes of ", step));
   }
   EXPECT_THAT(dir->List(),
               ElementsAre(absl::StrCat(root, "/checkpoint-000000200.dtc"),
                           absl::StrCat(root, "/checkpoint-000000300.dtc")));
   // Overwriting a step replaces its content; no temporary stays behind.
   ASSERT_TRUE(dir->Save(300, "new bytes").ok());
-  EXPECT_EQ(*ReadFile(absl::StrCat(root, "/checkpoint-000000300.dtc")),
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000300.dtc")),
             "new bytes");
   EXPECT_THAT(FilesIn(root), ElementsAre("checkpoint-000000200.dtc",
                                          "checkpoint-000000300.dtc"));
@@ -1449,7 +1449,7 @@ TEST(CheckpointDirTest, SaveWritesAtomicallyAndRotates) {
   absl::StatusOr<std::string> best = dir->SaveBest("best bytes");
   ASSERT_TRUE(best.ok()) << best.status();
   EXPECT_EQ(*best, absl::StrCat(root, "/best.dtc"));
-  EXPECT_EQ(*ReadFile(*best), "best bytes");
+  EXPECT_EQ(*base::ReadFile(*best), "best bytes");
   ASSERT_TRUE(dir->Save(400, "400").ok());
   EXPECT_THAT(FilesIn(root), ElementsAre("best.dtc", "checkpoint-000000300.dtc",
                                          "checkpoint-000000400.dtc"));
@@ -1498,7 +1498,8 @@ TEST(CheckpointDirTest, SaveDeletesStrayTemporariesOnly) {
   EXPECT_THAT(FilesIn(root),
               ElementsAre(".someone-else.tmp", "checkpoint-000000100.dtc",
                           "notes.txt"));
-  EXPECT_EQ(*ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")), "100");
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")),
+            "100");
 }
 
 TEST(CheckpointDirTest, FailedWriteNamesThePathAndLeavesNoTemporary) {
@@ -1514,7 +1515,8 @@ TEST(CheckpointDirTest, FailedWriteNamesThePathAndLeavesNoTemporary) {
   EXPECT_THAT(std::string(saved.status().message()), HasSubstr(blocked));
   EXPECT_THAT(FilesIn(root), ElementsAre("checkpoint-000000100.dtc",
                                          "checkpoint-000000200.dtc"));
-  EXPECT_EQ(*ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")), "100");
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")),
+            "100");
 }
 
 TEST(CheckpointDirTest, UnwritableDirectoryNamesThePath) {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/atomic_file.h"
 #include "nlohmann/json.hpp"
-#include "trainer/atomic_file.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -118,7 +118,7 @@ std::string ToJson(const RunMetrics& m) {
 }
 
 absl::Status WriteMetricsJson(const std::string& path, const RunMetrics& m) {
-  return WriteFileAtomically(path, ToJson(m));
+  return base::WriteFileAtomically(path, ToJson(m));
 }
 
 }  // namespace dtrain::trainer

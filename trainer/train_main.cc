@@ -34,11 +34,11 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/malloc_tuning.h"
 #include "dist/backend/factory.h"
+#include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
-#include "tools/launch/launcher.h"
-#include "trainer/malloc_tuning.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
 
@@ -295,7 +295,7 @@ int Spawn(int argc, char** argv) {
 
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
-  TuneMallocForTraining();
+  base::TuneMallocForTraining();
   absl::SetProgramUsageMessage(
       "train [flags]: data-parallel training of the tutorials' models (see "
       "--help for the flags)");

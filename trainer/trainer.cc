@@ -18,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/compute_threads.h"
+#include "base/status_macros.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
@@ -25,11 +27,9 @@
 #include "models/lr_schedule.h"
 #include "models/registry.h"
 #include "trainer/checkpoint.h"
-#include "trainer/compute_threads.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
-#include "trainer/status_macros.h"
 #include "trainer/training_data.h"
 
 namespace dtrain::trainer {
@@ -179,7 +179,7 @@ class Run {
 
 absl::Status Run::Setup() {
   DTRAIN_RETURN_IF_ERROR(trainer::Validate(o_));
-  SetComputeThreads(o_.intra_op_threads);
+  base::SetComputeThreads(o_.intra_op_threads);
   progress_ = std::make_unique<ProgressPrinter>(
       o_.progress, context_.log_is_terminal, o_.print_freq,
       context_.log != nullptr ? *context_.log : std::cerr);

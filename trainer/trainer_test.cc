@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "trainer/atomic_file.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -112,7 +112,7 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
             std::max(*m.epochs[0].val_top1, *m.epochs[1].val_top1));
   EXPECT_THAT(log.str(), HasSubstr("validation"));
 
-  absl::StatusOr<std::string> text = ReadFile(o.metrics_json);
+  absl::StatusOr<std::string> text = base::ReadFile(o.metrics_json);
   ASSERT_TRUE(text.ok()) << text.status();
   const nlohmann::json json = nlohmann::json::parse(*text);
   EXPECT_EQ(json["format"], "dtrain.metrics.v1");

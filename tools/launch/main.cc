@@ -12,7 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "tools/launch/launcher.h"
+#include "dist/launch/launcher.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
 ABSL_FLAG(int, nnodes, 1, "Number of nodes, each running its own launcher.");

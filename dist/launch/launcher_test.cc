@@ -1,7 +1,7 @@
 // The launcher with /bin/sh programs as ranks: environment, success, failures
 // by exit code and by signal, stopping the others, restarts, and bad options.
 
-#include "tools/launch/launcher.h"
+#include "dist/launch/launcher.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "trainer/malloc_tuning.h"
+#include "base/malloc_tuning.h"
 
 #include <cstdlib>
 
@@ -6,7 +6,7 @@
 #include <malloc.h>
 #endif
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 
 bool TuneMallocForTraining() {
 #if defined(__GLIBC__)
@@ -20,4 +20,4 @@ bool TuneMallocForTraining() {
 #endif
 }
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base

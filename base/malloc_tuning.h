@@ -5,10 +5,10 @@
 // to the kernel, so every step faults its pages in again: on the ConvNet
 // that made steps 10-50% slower, erratically. Keeping freed memory in the
 // process avoids it, at the cost of a resident size that stays at its peak.
-#ifndef DTRAIN_TRAINER_MALLOC_TUNING_H_
-#define DTRAIN_TRAINER_MALLOC_TUNING_H_
+#ifndef DTRAIN_BASE_MALLOC_TUNING_H_
+#define DTRAIN_BASE_MALLOC_TUNING_H_
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 
 // Raises glibc's mmap threshold to 256 MiB and its trim threshold to 1 GiB
 // (what GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:trim_threshold=...
@@ -17,6 +17,6 @@ namespace dtrain::trainer {
 // refused a setting (or the C library is not glibc).
 bool TuneMallocForTraining();
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base
 
-#endif  // DTRAIN_TRAINER_MALLOC_TUNING_H_
+#endif  // DTRAIN_BASE_MALLOC_TUNING_H_

@@ -1,4 +1,4 @@
-#include "trainer/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <filesystem>
 #include <string>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 namespace {
 
 using ::testing::HasSubstr;
@@ -52,4 +52,4 @@ TEST(AtomicFileTest, RecognisesTemporaries) {
 }
 
 }  // namespace
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base

@@ -1,4 +1,4 @@
-#include "trainer/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 namespace {
 
 absl::Status Errno(int error, absl::string_view what, absl::string_view path) {
@@ -117,4 +117,4 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base

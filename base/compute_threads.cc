@@ -1,9 +1,9 @@
-#include "trainer/compute_threads.h"
+#include "base/compute_threads.h"
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 
 ComputeThreads SetComputeThreads(int n) {
   at::set_num_threads(n);
@@ -23,4 +23,4 @@ ComputeThreads SetComputeThreads(int n) {
   return out;
 }
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base

@@ -1,4 +1,4 @@
-#include "tools/launch/launcher.h"
+#include "dist/launch/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>

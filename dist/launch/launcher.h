@@ -18,8 +18,8 @@
 //
 // Run() installs SIGINT/SIGTERM/SIGCHLD handling for its duration; call it from
 // one thread at a time.
-#ifndef DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_
-#define DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_
+#ifndef DTRAIN_DIST_LAUNCH_LAUNCHER_H_
+#define DTRAIN_DIST_LAUNCH_LAUNCHER_H_
 
 #include <ostream>
 #include <string>
@@ -64,4 +64,4 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
 
 }  // namespace dtrain::launch
 
-#endif  // DTRAIN_TOOLS_LAUNCH_LAUNCHER_H_
+#endif  // DTRAIN_DIST_LAUNCH_LAUNCHER_H_

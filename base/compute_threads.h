@@ -3,10 +3,10 @@
 // OpenBLAS, whose own pool that call does not reach: its idle workers spin
 // (sched_yield) on every core, which slows several ranks sharing few cores.
 // SetComputeThreads sets both.
-#ifndef DTRAIN_TRAINER_COMPUTE_THREADS_H_
-#define DTRAIN_TRAINER_COMPUTE_THREADS_H_
+#ifndef DTRAIN_BASE_COMPUTE_THREADS_H_
+#define DTRAIN_BASE_COMPUTE_THREADS_H_
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 
 struct ComputeThreads {
   int intra_op = 0;
@@ -20,6 +20,6 @@ struct ComputeThreads {
 // it) is still a little faster than this call alone.
 ComputeThreads SetComputeThreads(int n);
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base
 
-#endif  // DTRAIN_TRAINER_COMPUTE_THREADS_H_
+#endif  // DTRAIN_BASE_COMPUTE_THREADS_H_

@@ -4,8 +4,8 @@
 //
 // Thread-compatible; concurrent writers of one path each leave a complete
 // file (the last rename wins).
-#ifndef DTRAIN_TRAINER_ATOMIC_FILE_H_
-#define DTRAIN_TRAINER_ATOMIC_FILE_H_
+#ifndef DTRAIN_BASE_ATOMIC_FILE_H_
+#define DTRAIN_BASE_ATOMIC_FILE_H_
 
 #include <string>
 
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dtrain::trainer {
+namespace dtrain::base {
 
 // Writes `bytes` to a temporary file in the same directory (".<name>.<pid>.
 // <n>.tmp"), fsyncs it, renames it over `path` and fsyncs the directory. On
@@ -30,6 +30,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // mid-write (a file name, not a path).
 bool IsAtomicWriteTemporary(absl::string_view file_name);
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::base
 
-#endif  // DTRAIN_TRAINER_ATOMIC_FILE_H_
+#endif  // DTRAIN_BASE_ATOMIC_FILE_H_
