@@ -38,10 +38,13 @@ ByteWriter& ByteWriter::Raw(absl::string_view bytes) {
   return *this;
 }
 
+absl::Status ByteWriter::Error(absl::string_view message) const {
+  return absl::InvalidArgumentError(absl::StrCat(error_prefix_, message));
+}
+
 absl::Status ByteWriter::Count(size_t count, absl::string_view what) {
   if (count > kMaxU32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        error_prefix_, count, " ", what, " (at most ", kMaxU32, ")"));
+    return Error(absl::StrCat(count, " ", what, " (at most ", kMaxU32, ")"));
   }
   U32(static_cast<uint32_t>(count));
   return absl::OkStatus();
@@ -50,9 +53,8 @@ absl::Status ByteWriter::Count(size_t count, absl::string_view what) {
 absl::Status ByteWriter::String(absl::string_view bytes,
                                 absl::string_view what) {
   if (bytes.size() > kMaxU32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(error_prefix_, what, " has ", bytes.size(),
-                     " bytes (at most ", kMaxU32, ")"));
+    return Error(absl::StrCat(what, " has ", bytes.size(), " bytes (at most ",
+                              kMaxU32, ")"));
   }
   U32(static_cast<uint32_t>(bytes.size()));
   Raw(bytes);

@@ -48,6 +48,10 @@ class ByteWriter {
   // uint32 can say.
   absl::Status String(absl::string_view bytes, absl::string_view what);
 
+  // kInvalidArgument with the writer's prefix, for values the caller cannot
+  // encode.
+  absl::Status Error(absl::string_view message) const;
+
   // Where the next byte goes; with PatchU64, for a length known only later.
   size_t position() const { return out_.size(); }
   // Overwrites 8 bytes at `at` (< position() - 7) with `value`.
