@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/tensor_text.h"
 #include "dist/backend/describe.h"
 #include "dist/ddp/bucket_assignment.h"
 #include "dist/ddp/model_fingerprint.h"
@@ -20,9 +21,9 @@
 namespace dtrain::ddp {
 namespace {
 
-using backend::DtypeName;
 using backend::FormatBytes;
 using backend::FormatElapsed;
+using base::DtypeName;
 
 // One line of the cross-rank model check: "parameter fc1.weight [64, 4608]
 // float32", with " (frozen)" when it does not require grad and the device
