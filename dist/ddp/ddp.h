@@ -1,13 +1,23 @@
 // DistributedDataParallel for the LibTorch C++ frontend: PyTorch's
 // torch.nn.parallel.DistributedDataParallel semantics over our Backend.
 //
-//   auto ddp = DistributedDataParallel::Create(model, backend, options);
-//   for each step:
-//     RETURN_IF_ERROR(ddp->PrepareForward());   // buffers from rank 0
-//     loss = criterion(model->forward(x), y);
-//     loss.backward();                          // buckets allreduce as they
-//     fill RETURN_IF_ERROR(ddp->SynchronizeGradients());  // averaged .grad
-//     optimizer.step(); optimizer.zero_grad();
+//   // model: std::shared_ptr<Net>, Net a torch::nn::Module subclass; the
+//   // macros are base/status_macros.h's.
+//   DTRAIN_ASSIGN_OR_RETURN(
+//       std::unique_ptr<DistributedDataParallel> ddp,
+//       DistributedDataParallel::Create(model, backend, options));
+//   torch::optim::SGD optimizer(model->parameters(), /*lr=*/0.1);
+//   for (const auto& [x, y] : batches) {
+//     // Buffers (batch-norm statistics) from rank 0.
+//     DTRAIN_RETURN_IF_ERROR(ddp->PrepareForward());
+//     at::Tensor loss = torch::nll_loss(model->forward(x), y);
+//     // Buckets allreduce as they fill, overlapping backward.
+//     loss.backward();
+//     // Waits for the rest; .grad then holds the average over ranks.
+//     DTRAIN_RETURN_IF_ERROR(ddp->SynchronizeGradients());
+//     optimizer.step();
+//     optimizer.zero_grad();
+//   }
 //
 // Gradient accumulation: run all but the last micro-batch of a step (forward
 // and backward) while a NoSyncGuard is alive; .grad then accumulates locally
@@ -21,11 +31,11 @@
 // Buckets: parameters that require grad, in reverse registration order, are
 // grouped into flat buckets (a bucket closes once it reaches its cap:
 // first_bucket_cap_bytes for the first, bucket_cap_bytes for the rest, as in
-// PyTorch; one dtype and device per bucket). A hook on
-// each parameter copies its gradient into its bucket during backward; a
-// complete bucket is allreduced at once, asynchronously, but only after every
-// earlier bucket was launched, so every rank issues the same collectives in the
-// same order and communication overlaps the rest of backward.
+// PyTorch; one dtype and device per bucket). A hook on each parameter copies
+// its gradient into its bucket during backward; a complete bucket is
+// allreduced at once, asynchronously, but only after every earlier bucket was
+// launched, so every rank issues the same collectives in the same order and
+// communication overlaps the rest of backward.
 //
 // Hooks and accumulation: a LibTorch tensor hook on a leaf sees the incoming
 // gradient g before AccumulateGrad adds it to .grad. The hook therefore puts
