@@ -75,92 +75,25 @@
 #ifndef DTRAIN_DIST_DDP_DDP_H_
 #define DTRAIN_DIST_DDP_DDP_H_
 
-#include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "dist/backend/backend.h"
+#include "dist/ddp/ddp_types.h"
 
 namespace dtrain::ddp {
 
-// What SynchronizeGradients does with a parameter that received no gradient
-// in a synchronised step.
-enum class UnusedParameters {
-  // It contributes its .grad, or zeros when undefined (PyTorch's
-  // find_unused_parameters=True).
-  kZero,
-  // As kZero, then SynchronizeGradients fails on every rank with
-  // kFailedPrecondition naming the parameters and the ranks where they went
-  // unused. Costs one small extra allreduce per step.
-  kError,
-};
+namespace internal {
+class ModelSync;
+class Reducer;
+}  // namespace internal
 
-struct DdpOptions {
-  // Caps on a bucket's gradient bytes; PyTorch's defaults.
-  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
-  int64_t bucket_cap_bytes = int64_t{25} << 20;
-  // Broadcast buffers (batch-norm statistics) from rank 0 in PrepareForward,
-  // as PyTorch's broadcast_buffers.
-  bool broadcast_buffers = true;
-  UnusedParameters unused_parameters = UnusedParameters::kZero;
-  // Communicate float32/float64 gradients as float16, divided by the world size
-  // before the sum (PyTorch's fp16_compress_hook): half the bytes, about three
-  // significant digits.
-  bool fp16_compression = false;
-  // Bounds each wait for a collective, on top of the backend's own timeout
-  // (which already bounds every collective).
-  absl::Duration timeout = absl::InfiniteDuration();
-};
-
-// A bucket as laid out at construction.
-struct BucketInfo {
-  int index = 0;
-  // Parameter names in bucket order (reverse registration order).
-  std::vector<std::string> parameters;
-  int64_t numel = 0;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  // Gradient bytes, and bytes on the wire per allreduce (half with
-  // fp16_compression).
-  int64_t bytes = 0;
-  int64_t communicated_bytes = 0;
-};
-
-// One synchronised step, as measured on this rank.
-struct StepStats {
-  // Synchronised steps so far, this one included.
-  int64_t step = 0;
-  int num_buckets = 0;
-  // Buckets launched by hooks during backward; the others were launched by
-  // SynchronizeGradients (their parameters had no gradient in backward).
-  int buckets_launched_in_backward = 0;
-  // From the first gradient hook of the step (close to the start of backward)
-  // to the launch of the last bucket.
-  absl::Duration backward_until_last_launch;
-  // Time spent inside the gradient hooks: copies into buckets and launches.
-  absl::Duration hooks;
-  // Blocked in SynchronizeGradients waiting for collectives: communication
-  // that backward did not hide.
-  absl::Duration exposed_communication;
-  // All of SynchronizeGradients: launches, waits and copies into .grad.
-  absl::Duration synchronize;
-  // Buffer broadcasts in PrepareForward since the previous step.
-  absl::Duration buffer_broadcast;
-  // Per bucket: gradient bytes and how long after the step's first hook it was
-  // launched.
-  std::vector<int64_t> bucket_bytes;
-  std::vector<absl::Duration> bucket_launch_offsets;
-  // Parameters that received no gradient this step, on this rank.
-  std::vector<std::string> unused_parameters;
-};
-
+// DdpOptions, BucketInfo and StepStats are declared in ddp_types.h.
 class DistributedDataParallel {
  public:
   // Collective (see the file comment). kInvalidArgument for bad options (found
@@ -208,11 +141,11 @@ class DistributedDataParallel {
   void set_gradient_sync(bool enabled) { gradient_sync_.store(enabled); }
   bool gradient_sync() const { return gradient_sync_.load(); }
 
-  const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  const std::vector<BucketInfo>& buckets() const;
   // The last synchronised step; read from the training thread after
   // SynchronizeGradients returned.
-  const StepStats& last_step_stats() const { return last_stats_; }
-  int64_t steps() const { return last_stats_.step; }
+  const StepStats& last_step_stats() const;
+  int64_t steps() const { return last_step_stats().step; }
 
   torch::nn::Module& module() { return *module_; }
   const std::shared_ptr<torch::nn::Module>& module_ptr() const {
@@ -222,8 +155,6 @@ class DistributedDataParallel {
   const DdpOptions& options() const { return options_; }
 
  private:
-  struct State;
-
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                           backend::Backend& backend, const DdpOptions& options);
 
@@ -231,9 +162,13 @@ class DistributedDataParallel {
   backend::Backend& backend_;
   const DdpOptions options_;
   std::atomic<bool> gradient_sync_{true};
-  std::vector<BucketInfo> bucket_info_;
-  StepStats last_stats_;
-  std::unique_ptr<State> state_;
+  // PyTorch's require_forward_param_sync: whether the next PrepareForward
+  // broadcasts buffers. Training thread only.
+  bool require_forward_param_sync_ = true;
+  // The reducer's hooks read gradient_sync_: declared after it, so destroyed
+  // (hooks removed) before it.
+  std::unique_ptr<internal::ModelSync> model_sync_;
+  std::unique_ptr<internal::Reducer> reducer_;
 };
 
 }  // namespace dtrain::ddp
