@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "data/input_file.h"
 
 namespace dtrain::data {
@@ -171,12 +172,12 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path,
   }
 
   at::Tensor tensor;
-  try {
-    tensor = at::empty(dims, at::TensorOptions().dtype(type.dtype));
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(path, ": cannot allocate ", dims_text, ": ", e.what()));
-  }
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kResourceExhausted,
+      absl::StrCat(path, ": cannot allocate ", dims_text, ": "), [&] {
+        tensor = at::empty(dims, at::TensorOptions().dtype(type.dtype));
+        return absl::OkStatus();
+      }));
   DTRAIN_RETURN_IF_ERROR(
       file.ReadExactly(tensor.data_ptr(), numel * type.size,
                        absl::StrCat("the data of ", dims_text)));

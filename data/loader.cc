@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
+#include "base/torch_guard.h"
 #include "data/random.h"
 
 namespace dtrain::data {
@@ -182,39 +183,41 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(const Job& job, int64_t k) const {
   const int64_t begin = k * options_.batch_size;
   const int64_t count = std::min<int64_t>(
       options_.batch_size, static_cast<int64_t>(job.indices.size()) - begin);
-  try {
-    Batch batch;
-    batch.epoch = job.epoch;
-    batch.position = job.start + begin;
-    batch.indices = at::empty({count}, at::TensorOptions().dtype(at::kLong));
-    std::memcpy(batch.indices.data_ptr<int64_t>(), job.indices.data() + begin,
-                count * sizeof(int64_t));
-    std::vector<uint64_t> seeds(count);
-    for (int64_t i = 0; i < count; ++i) {
-      seeds[i] = internal::ExampleSeed(
-          options_.seed, job.epoch,
-          job.rank + (batch.position + i) * job.num_replicas);
-    }
-    absl::StatusOr<at::Tensor> images = transforms_.Apply(
-        at::index_select(source_, 0, batch.indices), seeds, precomputed_);
-    if (!images.ok()) {
-      return absl::Status(images.status().code(),
-                          absl::StrCat("DataLoader: batch at position ",
-                                       batch.position, " of epoch ", job.epoch,
-                                       ": ", images.status().message()));
-    }
-    batch.images = *std::move(images);
-    batch.labels = at::index_select(dataset_.labels(), 0, batch.indices);
-    if (options_.pin_memory) {
-      batch.images = batch.images.pin_memory();
-      batch.labels = batch.labels.pin_memory();
-    }
-    return batch;
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("DataLoader: batch at position ", job.start + begin,
-                     " of epoch ", job.epoch, ": LibTorch failed: ", e.what()));
-  }
+  return base::GuardTorch(
+      absl::StatusCode::kInternal,
+      absl::StrCat("DataLoader: batch at position ", job.start + begin,
+                   " of epoch ", job.epoch, ": LibTorch failed: "),
+      [&]() -> absl::StatusOr<Batch> {
+        Batch batch;
+        batch.epoch = job.epoch;
+        batch.position = job.start + begin;
+        batch.indices =
+            at::empty({count}, at::TensorOptions().dtype(at::kLong));
+        std::memcpy(batch.indices.data_ptr<int64_t>(),
+                    job.indices.data() + begin, count * sizeof(int64_t));
+        std::vector<uint64_t> seeds(count);
+        for (int64_t i = 0; i < count; ++i) {
+          seeds[i] = internal::ExampleSeed(
+              options_.seed, job.epoch,
+              job.rank + (batch.position + i) * job.num_replicas);
+        }
+        absl::StatusOr<at::Tensor> images = transforms_.Apply(
+            at::index_select(source_, 0, batch.indices), seeds, precomputed_);
+        if (!images.ok()) {
+          return absl::Status(
+              images.status().code(),
+              absl::StrCat("DataLoader: batch at position ", batch.position,
+                           " of epoch ", job.epoch, ": ",
+                           images.status().message()));
+        }
+        batch.images = *std::move(images);
+        batch.labels = at::index_select(dataset_.labels(), 0, batch.indices);
+        if (options_.pin_memory) {
+          batch.images = batch.images.pin_memory();
+          batch.labels = batch.labels.pin_memory();
+        }
+        return batch;
+      });
 }
 
 void DataLoader::StartJob() {

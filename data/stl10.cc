@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "data/input_file.h"
 
 namespace dtrain::data {
@@ -35,25 +36,25 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
 // The whole content of a file as a uint8 tensor: read straight into the
 // tensor for raw files, through a buffer for gzip.
 absl::StatusOr<at::Tensor> ReadBytes(internal::InputFile& file) {
-  try {
-    if (!file.compressed()) {
-      at::Tensor out = at::empty({static_cast<int64_t>(file.file_size())},
-                                 at::TensorOptions().dtype(at::kByte));
-      DTRAIN_RETURN_IF_ERROR(
-          file.ReadExactly(out.data_ptr(), file.file_size(), "the data"));
-      DTRAIN_RETURN_IF_ERROR(file.ExpectEnd("the data"));
-      return out;
-    }
-    absl::StatusOr<std::string> bytes = file.ReadRest();
-    if (!bytes.ok()) return bytes.status();
-    at::Tensor out = at::empty({static_cast<int64_t>(bytes->size())},
-                               at::TensorOptions().dtype(at::kByte));
-    std::memcpy(out.data_ptr(), bytes->data(), bytes->size());
-    return out;
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(file.path(), ": cannot allocate memory: ", e.what()));
-  }
+  return base::GuardTorch(
+      absl::StatusCode::kResourceExhausted,
+      absl::StrCat(file.path(), ": cannot allocate memory: "),
+      [&]() -> absl::StatusOr<at::Tensor> {
+        if (!file.compressed()) {
+          at::Tensor out = at::empty({static_cast<int64_t>(file.file_size())},
+                                     at::TensorOptions().dtype(at::kByte));
+          DTRAIN_RETURN_IF_ERROR(
+              file.ReadExactly(out.data_ptr(), file.file_size(), "the data"));
+          DTRAIN_RETURN_IF_ERROR(file.ExpectEnd("the data"));
+          return out;
+        }
+        absl::StatusOr<std::string> bytes = file.ReadRest();
+        if (!bytes.ok()) return bytes.status();
+        at::Tensor out = at::empty({static_cast<int64_t>(bytes->size())},
+                                   at::TensorOptions().dtype(at::kByte));
+        std::memcpy(out.data_ptr(), bytes->data(), bytes->size());
+        return out;
+      });
 }
 
 absl::StatusOr<at::Tensor> ReadFile(const std::string& path) {
@@ -94,19 +95,20 @@ absl::StatusOr<Dataset> ReadStl10Files(const std::string& images_path,
                        i, " is outside 1..", kStl10NumClasses));
     }
   }
-  try {
-    // Each channel is column-major: the file is [N, C, W, H].
-    at::Tensor images =
-        bytes->view({count, kStl10Channels, kStl10ImageSize, kStl10ImageSize})
-            .transpose(2, 3)
-            .contiguous();
-    at::Tensor zero_based = labels->to(at::kLong).sub(1);
-    return Dataset::Create(std::move(name), std::move(images),
-                           std::move(zero_based), kStl10NumClasses);
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(images_path, ": cannot decode: ", e.what()));
-  }
+  return base::GuardTorch(
+      absl::StatusCode::kResourceExhausted,
+      absl::StrCat(images_path, ": cannot decode: "),
+      [&]() -> absl::StatusOr<Dataset> {
+        // Each channel is column-major: the file is [N, C, W, H].
+        at::Tensor images = bytes
+                                ->view({count, kStl10Channels, kStl10ImageSize,
+                                        kStl10ImageSize})
+                                .transpose(2, 3)
+                                .contiguous();
+        at::Tensor zero_based = labels->to(at::kLong).sub(1);
+        return Dataset::Create(std::move(name), std::move(images),
+                               std::move(zero_based), kStl10NumClasses);
+      });
 }
 
 absl::StatusOr<Dataset> LoadStl10(absl::string_view dir, Split split) {

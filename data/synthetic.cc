@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "data/random.h"
 
 namespace dtrain::data {
@@ -47,14 +49,14 @@ absl::StatusOr<Dataset> MakeSyntheticDataset(const SyntheticOptions& o) {
 
   at::Tensor images;
   at::Tensor labels;
-  try {
-    images = at::empty({o.size, o.channels, o.height, o.width},
-                       at::TensorOptions().dtype(at::kByte));
-    labels = at::empty({o.size}, at::TensorOptions().dtype(at::kLong));
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("synthetic dataset: cannot allocate: ", e.what()));
-  }
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kResourceExhausted,
+      "synthetic dataset: cannot allocate: ", [&] {
+        images = at::empty({o.size, o.channels, o.height, o.width},
+                           at::TensorOptions().dtype(at::kByte));
+        labels = at::empty({o.size}, at::TensorOptions().dtype(at::kLong));
+        return absl::OkStatus();
+      }));
 
   // Class patterns from one stream, then each example from its own stream,
   // so that example i does not depend on how many examples come before it.

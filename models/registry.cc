@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "models/convnet.h"
 #include "models/resnet.h"
 
@@ -97,12 +98,11 @@ absl::StatusOr<std::shared_ptr<Model>> CreateModel(absl::string_view name,
     if (e.info.name != name) continue;
     // Options were validated; anything LibTorch throws now is unexpected but
     // still reported as a status at this boundary.
-    try {
-      return e.create(config);
-    } catch (const c10::Error& error) {
-      return absl::InternalError(absl::StrCat("building ", name, ": ",
-                                              error.what_without_backtrace()));
-    }
+    return base::GuardTorch(absl::StatusCode::kInternal,
+                            absl::StrCat("building ", name, ": "),
+                            [&]() -> absl::StatusOr<std::shared_ptr<Model>> {
+                              return e.create(config);
+                            });
   }
   return FindModel(name).status();
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/torch_compat.h"
+#include "base/torch_guard.h"
 
 namespace dtrain::optim {
 namespace {
@@ -136,13 +137,12 @@ absl::StatusOr<std::unique_ptr<Adadelta>> Adadelta::Create(
     AdadeltaOptions defaults) {
   DTRAIN_RETURN_IF_ERROR(Validate(defaults));
   DTRAIN_RETURN_IF_ERROR(ValidateGroups(param_groups));
-  try {
-    return std::make_unique<Adadelta>(std::move(param_groups), defaults);
-  } catch (const c10::Error& error) {
-    // LibTorch's own checks, e.g. a parameter in two groups.
-    return absl::InvalidArgumentError(
-        absl::StrCat("Adadelta: ", error.what_without_backtrace()));
-  }
+  // LibTorch's own checks, e.g. a parameter in two groups.
+  return base::GuardTorch(
+      absl::StatusCode::kInvalidArgument,
+      "Adadelta: ", [&]() -> absl::StatusOr<std::unique_ptr<Adadelta>> {
+        return std::make_unique<Adadelta>(std::move(param_groups), defaults);
+      });
 }
 
 torch::Tensor Adadelta::step(LossClosure closure) {
