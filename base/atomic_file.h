@@ -1,6 +1,7 @@
 // Whole-file reads and crash-safe writes, for checkpoints and metrics files:
 // a reader sees either the old file or the complete new one, never a torn
 // one, even if the writer dies or the machine loses power mid-write.
+// The temporary files' names: docs/FORMATS.md (checkpoint directory).
 //
 // Thread-compatible; concurrent writers of one path each leave a complete
 // file (the last rename wins).

@@ -2,6 +2,7 @@
 // epoch after epoch. For the same arguments it yields exactly the indices of
 // PyTorch's torch.utils.data.distributed.DistributedSampler (checked against
 // PyTorch 1.13 in the tests):
+// SamplerState's text form, which checkpoints store: docs/FORMATS.md.
 //
 //   num_samples = ceil(N / R), or with drop_last and N % R != 0,
 //                 ceil((N - R) / R) = floor(N / R);

@@ -3,6 +3,7 @@
 // <rank>, then <rank> big-endian uint32 dimensions, then the elements in
 // row-major order, big-endian. Files may be gzip-compressed (as distributed)
 // or raw; compression is recognised by content, not by name.
+// What is accepted and what is rejected: docs/FORMATS.md.
 //
 // Readers return an error and nothing else on bad input: never a partly
 // filled tensor. All functions are thread-safe.

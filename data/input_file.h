@@ -2,6 +2,7 @@
 // handle "train-images-idx3-ubyte" and "train-images-idx3-ubyte.gz" alike.
 // Compression is recognised by gzip's magic bytes (1f 8b), not by the name.
 // Concatenated gzip members are read as one stream, as gzip(1) does.
+// How gzip input is recognised and read: docs/FORMATS.md.
 //
 // Every error names the path and the offset (in uncompressed bytes) at which
 // it happened. Not thread-safe: one reader per InputFile.

@@ -1,6 +1,7 @@
 // STL-10's binary format (https://cs.stanford.edu/~acoates/stl10/), the
 // dataset of the ResNet-18 tutorial: 96x96 RGB images, 10 classes, 5,000
 // labelled training and 8,000 test images.
+// What is accepted and what is rejected: docs/FORMATS.md.
 //
 //   <split>_X.bin  N images of 3 x 96 x 96 uint8 each, each channel stored
 //                  column-major (as MATLAB writes it);

@@ -1,6 +1,7 @@
 // The sweep's results: repeats combined into one row per configuration
 // (median and spread), speedup against one process, and both efficiencies;
 // printed as a table and written as CSV and JSON.
+// The CSV's columns and units: docs/FORMATS.md.
 //
 //   speedup                   samples/s(N processes) / samples/s(1 process),
 //                             same implementation, backend and model

@@ -1,5 +1,6 @@
 // What a training run measured, per epoch and in total, and its JSON form
 // (--metrics_json), which the experiment runner reads:
+// Every field, its unit and the rank it comes from: docs/FORMATS.md.
 //
 //   {"format": "dtrain.metrics.v1",
 //    "config": {"model": "convnet", "batch_size": 64, "world_size": 2, ...},
@@ -8,8 +9,8 @@
 //    "best_top1": 85.1, "global_step": 469, "wall_seconds": 44.0, ...}
 //
 // Times are seconds; accuracies percent. Values measured on every rank are
-// combined as the field says (the slowest rank for times, exact sums for
-// losses and accuracies).
+// combined as the field says (the slowest rank for the training pass's
+// times, exact sums for losses and accuracies); the rest are rank 0's own.
 #ifndef DTRAIN_TRAINER_RUN_METRICS_H_
 #define DTRAIN_TRAINER_RUN_METRICS_H_
 
@@ -31,7 +32,8 @@ struct EpochMetrics {
   int64_t steps = 0;
   int64_t samples = 0;
   double lr = 0;
-  // Training pass, from the first batch to the last step, slowest rank.
+  // Training pass, from asking for the first batch to the last step, slowest
+  // rank.
   double epoch_seconds = 0;
   double samples_per_second = 0;
   // Over all ranks' examples.
@@ -57,7 +59,7 @@ struct EpochMetrics {
   absl::optional<double> val_loss;
   absl::optional<double> val_top1;
   absl::optional<double> val_top5;
-  double val_seconds = 0;
+  double val_seconds = 0;  // rank 0's
 };
 
 struct RunMetrics {
@@ -72,8 +74,8 @@ struct RunMetrics {
   int64_t global_step = 0;
   // The checkpoint this run resumed from, if any.
   std::string resumed_from;
-  // From the process start (or the start of Train) to the first step, and to
-  // the end.
+  // Rank 0's, from the process start (or the start of Train) to the first
+  // step, and to the end.
   double startup_seconds = 0;
   double wall_seconds = 0;
 };
