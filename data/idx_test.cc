@@ -22,20 +22,12 @@ using ::dtrain::data::testing::IdxFile;
 using ::dtrain::data::testing::IdxImages;
 using ::dtrain::data::testing::IdxLabels;
 using ::dtrain::data::testing::MakeTempDir;
+using ::dtrain::data::testing::TempDirTest;
 using ::dtrain::data::testing::WriteFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-class IdxTest : public ::testing::Test {
- protected:
-  std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = absl::StrCat(dir_, "/", name);
-    WriteFile(path, bytes);
-    return path;
-  }
-
-  const std::string dir_ = MakeTempDir();
-};
+using IdxTest = TempDirTest;
 
 TEST_F(IdxTest, ReadsRawUint8Images) {
   const std::string path = Write("images", IdxImages(3, 2, 4));

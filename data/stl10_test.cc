@@ -16,6 +16,7 @@ namespace {
 
 using ::dtrain::data::testing::Gzip;
 using ::dtrain::data::testing::MakeTempDir;
+using ::dtrain::data::testing::TempDirTest;
 using ::dtrain::data::testing::WriteFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -45,16 +46,7 @@ std::string Images(int n) {
   return out;
 }
 
-class Stl10Test : public ::testing::Test {
- protected:
-  std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = absl::StrCat(dir_, "/", name);
-    WriteFile(path, bytes);
-    return path;
-  }
-
-  const std::string dir_ = MakeTempDir();
-};
+using Stl10Test = TempDirTest;
 
 TEST_F(Stl10Test, ReadsImagesRowMajorAndLabelsFromZero) {
   const std::string x = Write("train_X.bin", Images(3));

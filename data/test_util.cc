@@ -108,4 +108,11 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
+std::string TempDirTest::Write(const std::string& name,
+                               const std::string& bytes) {
+  const std::string path = absl::StrCat(dir_, "/", name);
+  WriteFile(path, bytes);
+  return path;
+}
+
 }  // namespace dtrain::data::testing

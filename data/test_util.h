@@ -12,6 +12,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 
 namespace dtrain::data::testing {
 
@@ -20,6 +21,15 @@ std::string MakeTempDir();
 
 // Writes `bytes` to `path`, failing the test (ADD_FAILURE) on error.
 void WriteFile(const std::string& path, absl::string_view bytes);
+
+// A test fixture with a fresh directory per test to write input files into.
+class TempDirTest : public ::testing::Test {
+ protected:
+  // Writes `bytes` to <dir>/<name> and returns the path.
+  std::string Write(const std::string& name, const std::string& bytes);
+
+  const std::string dir_ = MakeTempDir();
+};
 
 // gzip-compressed `bytes` (a single member).
 std::string Gzip(absl::string_view bytes);
