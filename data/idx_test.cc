@@ -21,9 +21,7 @@ using ::dtrain::data::testing::Gzip;
 using ::dtrain::data::testing::IdxFile;
 using ::dtrain::data::testing::IdxImages;
 using ::dtrain::data::testing::IdxLabels;
-using ::dtrain::data::testing::MakeTempDir;
 using ::dtrain::data::testing::TempDirTest;
-using ::dtrain::data::testing::WriteFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 

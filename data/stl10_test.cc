@@ -15,9 +15,7 @@ namespace dtrain::data {
 namespace {
 
 using ::dtrain::data::testing::Gzip;
-using ::dtrain::data::testing::MakeTempDir;
 using ::dtrain::data::testing::TempDirTest;
-using ::dtrain::data::testing::WriteFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
