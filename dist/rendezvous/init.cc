@@ -4,13 +4,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "dist/rendezvous/file_store.h"
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/prefix_store.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/file_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
+#include "dist/store/tcp_store.h"
 
 namespace dtrain::rendezvous {
 namespace {
+
+using store::FileStore;
+using store::HashStore;
+using store::PrefixStore;
+using store::Store;
+using store::TcpStore;
+using store::TcpStoreOptions;
 
 absl::Status WithRank(int rank, const absl::Status& s) {
   return absl::Status(s.code(),

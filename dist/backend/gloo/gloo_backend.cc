@@ -23,9 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/collective.h"
+#include "dist/backend/gloo/gloo_store.h"
 #include "dist/backend/work.h"
-#include "dist/rendezvous/gloo_store.h"
-#include "dist/rendezvous/prefix_store.h"
+#include "dist/store/prefix_store.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_bcube.h"
@@ -225,7 +225,7 @@ std::string DefaultHostname(bool* loopback_only) {
 class GlooBackend : public Backend {
  public:
   GlooBackend(const GlooBackendOptions& options,
-              std::shared_ptr<rendezvous::Store> store,
+              std::shared_ptr<store::Store> store,
               std::shared_ptr<gloo::Context> context,
               std::vector<std::pair<std::string, int>> peer_addresses)
       : rank_(options.rank),
@@ -478,7 +478,7 @@ class GlooBackend : public Backend {
   const int size_;
   const GlooAlgorithm algorithm_;
   const absl::Duration exit_timeout_;
-  const std::shared_ptr<rendezvous::Store> store_;  // This backend's namespace.
+  const std::shared_ptr<store::Store> store_;  // This backend's namespace.
   const std::shared_ptr<gloo::Context> context_;
   // The address each peer's end of its connection to us has, as Gloo prints it
   // in errors.
@@ -566,11 +566,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     auto context = std::make_shared<gloo::rendezvous::Context>(
         options.rank, options.world_size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    absl::StatusOr<std::shared_ptr<rendezvous::Store>> namespaced =
+    absl::StatusOr<std::shared_ptr<store::Store>> namespaced =
         internal::BackendNamespace(options.store, kName, options.rank);
     if (!namespaced.ok()) return namespaced.status();
-    std::shared_ptr<rendezvous::Store> store = *std::move(namespaced);
-    rendezvous::GlooStore gloo_store(store);
+    std::shared_ptr<store::Store> store = *std::move(namespaced);
+    GlooStore gloo_store(store);
     context->connectFullMesh(gloo_store, device);
     // Publish the address of our end of each connection, so that a peer's error
     // message ("closed by peer [10.0.0.3]:41234") can be turned into a rank.

@@ -2,7 +2,7 @@
 // can get wrong: ports, unreachable servers, lost servers, hostile clients,
 // many ranks and real processes.
 
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_store.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,12 +19,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_conformance.h"
-#include "dist/rendezvous/tcp_socket.h"
+#include "dist/store/store_conformance.h"
+#include "dist/store/tcp_socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using ::testing::HasSubstr;
@@ -362,4 +362,4 @@ TEST(TcpStoreTest, RealProcessesShareTheStore) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

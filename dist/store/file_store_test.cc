@@ -2,7 +2,7 @@
 // on one file, and what only a file brings: ranks in separate processes, the
 // file's lifetime, ranks killed mid-write, damaged and foreign files.
 
-#include "dist/rendezvous/file_store.h"
+#include "dist/store/file_store.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -27,11 +27,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_conformance.h"
+#include "dist/store/store_conformance.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using ::testing::HasSubstr;
@@ -612,4 +612,4 @@ TEST(FileStoreTest, OversizedKeyIsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

@@ -9,20 +9,20 @@
 // connection is dropped and the call fails with kUnavailable naming the server;
 // the next call reconnects. Thread-safe. See docs/STORE_PROTOCOL.md for the
 // wire format.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_H_
 
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "dist/rendezvous/store.h"
-#include "dist/rendezvous/tcp_socket.h"
-#include "dist/rendezvous/tcp_store_protocol.h"
-#include "dist/rendezvous/tcp_store_server.h"
+#include "dist/store/store.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
+#include "dist/store/tcp_store_server.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 struct TcpStoreOptions {
   // The server's address, as clients reach it.
@@ -92,6 +92,6 @@ class TcpStore : public Store {
   std::vector<internal::Fd> idle_;  // Guarded by mu_.
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_H_

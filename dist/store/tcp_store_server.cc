@@ -1,4 +1,4 @@
-#include "dist/rendezvous/tcp_store_server.h"
+#include "dist/store/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_util.h"
+#include "dist/store/store_util.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 using protocol::Reader;
 using protocol::Reply;
@@ -443,4 +443,4 @@ int TcpStoreServer::Loop::PollTimeoutMs(absl::Time now) const {
       std::min<int64_t>(absl::ToInt64Milliseconds(next - now) + 1, 1 << 30));
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

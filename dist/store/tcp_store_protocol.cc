@@ -1,6 +1,6 @@
-#include "dist/rendezvous/tcp_store_protocol.h"
+#include "dist/store/tcp_store_protocol.h"
 
-namespace dtrain::rendezvous::protocol {
+namespace dtrain::store::protocol {
 namespace {
 
 template <typename T>
@@ -94,4 +94,4 @@ absl::string_view Reader::Bytes() {
   return absl::string_view(p, n);
 }
 
-}  // namespace dtrain::rendezvous::protocol
+}  // namespace dtrain::store::protocol

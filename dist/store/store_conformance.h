@@ -4,18 +4,18 @@
 //   INSTANTIATE_TEST_SUITE_P(HashStore, StoreConformanceTest,
 //                            ::testing::Values(StoreFactory{"HashStore",
 //                            ...}));
-#ifndef DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
-#define DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
+#ifndef DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
+#define DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
 
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous::testing {
+namespace dtrain::store::testing {
 
 // Makes handles onto one shared store. The fixture calls `open` once per test
 // to create the store (the returned handle is the first client), then `connect`
@@ -46,6 +46,6 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
   std::shared_ptr<Store> first_;
 };
 
-}  // namespace dtrain::rendezvous::testing
+}  // namespace dtrain::store::testing
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
+#endif  // DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_

@@ -48,8 +48,8 @@
 //   that extends past the end of the file is one cut short.
 //   Open and close records have an empty key; their value is "host:pid", to
 //   tell who left a file behind.
-#ifndef DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
+#ifndef DTRAIN_DIST_STORE_FILE_STORE_H_
+#define DTRAIN_DIST_STORE_FILE_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -58,9 +58,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 class FileStore : public Store {
  public:
@@ -156,6 +156,6 @@ class FileStore : public Store {
   int64_t closed_ = 0;  // "close" records seen
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
+#endif  // DTRAIN_DIST_STORE_FILE_STORE_H_

@@ -1,4 +1,4 @@
-#include "dist/rendezvous/file_store.h"
+#include "dist/store/file_store.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -17,9 +17,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_util.h"
+#include "dist/store/store_util.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 constexpr absl::string_view kMagic = "dtrain-file-store-v1\n";
@@ -638,4 +638,4 @@ absl::StatusOr<int64_t> FileStore::NumKeys() {
   return n;
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

@@ -1,4 +1,4 @@
-#include "dist/rendezvous/tcp_socket.h"
+#include "dist/store/tcp_socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace dtrain::rendezvous::internal {
+namespace dtrain::store::internal {
 namespace {
 
 int RemainingMs(absl::Time deadline) {
@@ -227,4 +227,4 @@ absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal

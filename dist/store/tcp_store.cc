@@ -1,4 +1,4 @@
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_store.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using protocol::Reader;
@@ -271,4 +271,4 @@ absl::StatusOr<int64_t> TcpStore::NumKeys() {
   return n;
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

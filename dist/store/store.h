@@ -24,8 +24,8 @@
 //   when the key is absent). Same as PyTorch's c10d Store::compareSet.
 // - NumKeys counts every key in the underlying store, including other
 // namespaces' keys.
-#ifndef DTRAIN_DIST_RENDEZVOUS_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_STORE_H_
+#ifndef DTRAIN_DIST_STORE_STORE_H_
+#define DTRAIN_DIST_STORE_STORE_H_
 
 #include <cstdint>
 #include <string>
@@ -37,7 +37,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 // Used by the overloads without a timeout unless a store is given another one.
 inline constexpr absl::Duration kDefaultStoreTimeout = absl::Seconds(300);
@@ -93,6 +93,6 @@ class Store {
   const absl::Duration timeout_;
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_STORE_H_
+#endif  // DTRAIN_DIST_STORE_STORE_H_

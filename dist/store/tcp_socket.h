@@ -1,8 +1,8 @@
 // Small POSIX socket helpers for the TcpStore server and client: listening,
 // connecting with a deadline, and whole-buffer I/O with deadlines. Every error
 // names the address and the system's reason.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
+#ifndef DTRAIN_DIST_STORE_TCP_SOCKET_H_
+#define DTRAIN_DIST_STORE_TCP_SOCKET_H_
 
 #include <string>
 
@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace dtrain::rendezvous::internal {
+namespace dtrain::store::internal {
 
 // An owned file descriptor, closed on destruction.
 class Fd {
@@ -52,6 +52,6 @@ absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline);
 void SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
+#endif  // DTRAIN_DIST_STORE_TCP_SOCKET_H_

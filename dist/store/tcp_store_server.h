@@ -13,8 +13,8 @@
 //
 // Thread safety: Start/port/destructor from one thread; the serving happens on
 // the internal thread.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -23,10 +23,10 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "dist/rendezvous/tcp_socket.h"
-#include "dist/rendezvous/tcp_store_protocol.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 struct TcpStoreServerOptions {
   // Address to bind; empty means every interface (IPv6 and IPv4).
@@ -63,6 +63,6 @@ class TcpStoreServer {
   std::atomic<int64_t> protocol_errors_{0};
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_

@@ -2,8 +2,8 @@
 // encoding of their fields. docs/STORE_PROTOCOL.md describes it for people;
 // this file is the single source for the code. Both the server and the client
 // use these helpers, so they cannot disagree on the format.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace dtrain::rendezvous::protocol {
+namespace dtrain::store::protocol {
 
 // Every frame starts with this 12-byte header, integers little-endian:
 //   u32 magic | u8 version | u8 type | u16 reserved (0) | u32 payload length
@@ -89,6 +89,6 @@ class Reader {
   bool ok_ = true;
 };
 
-}  // namespace dtrain::rendezvous::protocol
+}  // namespace dtrain::store::protocol
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
