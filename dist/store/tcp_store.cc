@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
+#include "dist/store/tcp_store_server.h"
 
 namespace dtrain::store {
 namespace {
@@ -38,11 +41,11 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
   }
   std::shared_ptr<TcpStore> store(new TcpStore(options));
   if (options.is_server) {
-    TcpStoreServerOptions server_options;
+    internal::TcpStoreServerOptions server_options;
     server_options.host = options.bind_host;
     server_options.port = options.port;
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        TcpStoreServer::Start(server_options);
+    absl::StatusOr<std::unique_ptr<internal::TcpStoreServer>> server =
+        internal::TcpStoreServer::Start(server_options);
     if (!server.ok()) return server.status();
     store->server_ = std::move(*server);
     store->options_.port = store->server_->port();
@@ -53,6 +56,9 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
   store->idle_.push_back(std::move(*fd));
   return store;
 }
+
+TcpStore::TcpStore(const TcpStoreOptions& options)
+    : Store(options.timeout), options_(options) {}
 
 TcpStore::~TcpStore() {
   {

@@ -26,7 +26,7 @@
 #include "dist/store/tcp_socket.h"
 #include "dist/store/tcp_store_protocol.h"
 
-namespace dtrain::store {
+namespace dtrain::store::internal {
 
 struct TcpStoreServerOptions {
   // Address to bind; empty means every interface (IPv6 and IPv4).
@@ -57,12 +57,12 @@ class TcpStoreServer {
   TcpStoreServer() = default;
 
   int port_ = 0;
-  internal::Fd wake_write_;
+  Fd wake_write_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
   std::atomic<int64_t> protocol_errors_{0};
 };
 
-}  // namespace dtrain::store
+}  // namespace dtrain::store::internal
 
 #endif  // DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_

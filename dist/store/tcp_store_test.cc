@@ -21,6 +21,8 @@
 #include "absl/time/clock.h"
 #include "dist/store/store_conformance.h"
 #include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
+#include "dist/store/tcp_store_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
