@@ -1,9 +1,23 @@
 // A GoogleTest suite that checks the Store contract (store.h) on any
-// implementation. Each store's test instantiates it with a factory:
+// implementation. Each store's test links it (target :store_conformance)
+// and instantiates it with a factory for that store:
 //
-//   INSTANTIATE_TEST_SUITE_P(HashStore, StoreConformanceTest,
-//                            ::testing::Values(StoreFactory{"HashStore",
-//                            ...}));
+//   StoreFactory HashStoreFactory() {
+//     StoreFactory f;
+//     f.name = "HashStore";
+//     f.open = [](absl::Duration timeout) {
+//       return std::make_shared<HashStore>(timeout);
+//     };
+//     // Threads share the one in-memory store: a client is the first
+//     // handle, not owned.
+//     f.connect = [](Store& first, absl::Duration) {
+//       return std::shared_ptr<Store>(&first, [](Store*) {});
+//     };
+//     return f;
+//   }
+//
+//   INSTANTIATE_TEST_SUITE_P(InMemory, StoreConformanceTest,
+//                            ::testing::Values(HashStoreFactory()));
 #ifndef DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
 #define DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
 
