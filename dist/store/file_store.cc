@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "dist/store/store_util.h"
 
 namespace dtrain::store {
@@ -275,8 +276,7 @@ absl::Status FileStore::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return absl::OkStatus();
   const absl::Status s = WithLog([&]() {
-    absl::Status appended = AppendLocked(Op::kClose, "", Identity());
-    if (!appended.ok()) return appended;
+    DTRAIN_RETURN_IF_ERROR(AppendLocked(Op::kClose, "", Identity()));
     const bool last = opened_ <= closed_ && closed_ >= num_ranks_;
     // Deleted under the lock: an Open waiting for it then finds the path gone
     // (JoinLocked) and creates a new file instead of joining a deleted one.
@@ -318,8 +318,7 @@ absl::Status FileStore::JoinLocked() {
   }
   const int64_t magic_size = static_cast<int64_t>(kMagic.size());
   std::string head(std::min<int64_t>(mine.st_size, magic_size), '\0');
-  absl::Status read = ReadAtLocked(0, head.data(), head.size());
-  if (!read.ok()) return read;
+  DTRAIN_RETURN_IF_ERROR(ReadAtLocked(0, head.data(), head.size()));
   if (head.size() < kMagic.size() ? !absl::StartsWith(kMagic, head)
                                   : head != kMagic) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -335,8 +334,7 @@ absl::Status FileStore::JoinLocked() {
     if (err != 0) return IoError("cannot write the header", err);
   }
   pos_ = magic_size;
-  absl::Status refreshed = RefreshLocked();
-  if (!refreshed.ok()) return refreshed;
+  DTRAIN_RETURN_IF_ERROR(RefreshLocked());
   return AppendLocked(Op::kOpen, "", Identity());
 }
 
@@ -422,8 +420,7 @@ absl::Status FileStore::RefreshLocked() {
     bool cut_short = left < kRecordHeaderBytes;
     if (!cut_short) {
       char header[kRecordHeaderBytes];
-      absl::Status s = ReadAtLocked(pos_, header, kRecordHeaderBytes);
-      if (!s.ok()) return s;
+      DTRAIN_RETURN_IF_ERROR(ReadAtLocked(pos_, header, kRecordHeaderBytes));
       if (Crc32(absl::string_view(header, kLengthsBytes)) !=
           GetU32(header + kLengthsBytes)) {
         return DataLoss(pos_, "record header checksum mismatch");
@@ -454,8 +451,7 @@ absl::Status FileStore::RefreshLocked() {
       cut_short = total > left;
       if (!cut_short) {
         record.resize(total);
-        s = ReadAtLocked(pos_, record.data(), total);
-        if (!s.ok()) return s;
+        DTRAIN_RETURN_IF_ERROR(ReadAtLocked(pos_, record.data(), total));
         const absl::string_view body(record.data(), total - kCrcBytes);
         if (Crc32(body) != GetU32(record.data() + total - kCrcBytes)) {
           return DataLoss(pos_, "checksum mismatch");
@@ -525,8 +521,7 @@ void FileStore::ApplyLocked(Op op, absl::string_view key,
 }
 
 absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
-  absl::Status s = CheckSizes(key, value);
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, value));
   std::lock_guard<std::mutex> lock(mu_);
   return WithLog([&]() { return AppendLocked(Op::kSet, key, value); });
 }
@@ -549,11 +544,10 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
 }
 
 absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
-  absl::Status s = CheckSizes(key, "");
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, ""));
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<int64_t> sum;
-  s = WithLog([&]() {
+  const absl::Status s = WithLog([&]() {
     auto it = data_.find(key);
     sum = internal::AddToCounter(key, it == data_.end() ? nullptr : &it->second,
                                  delta);
@@ -567,11 +561,10 @@ absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
-  absl::Status s = CheckSizes(key, desired);
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, desired));
   std::lock_guard<std::mutex> lock(mu_);
   std::string result;
-  s = WithLog([&]() {
+  const absl::Status s = WithLog([&]() {
     auto it = data_.find(key);
     const bool swap =
         it == data_.end() ? expected.empty() : it->second == expected;

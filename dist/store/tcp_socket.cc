@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace dtrain::store::internal {
 namespace {
@@ -101,12 +102,11 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
   const std::string where = host.empty()
                                 ? absl::StrCat("every interface, port ", port)
                                 : JoinHostPort(host, port);
-  auto addrs = Resolve(host, port, /*passive=*/true);
-  if (!addrs.ok()) return addrs.status();
+  DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/true));
   // With no host, try the IPv6 wildcard first (dual-stack, accepts IPv4 too),
   // then the rest (the IPv4 wildcard, for kernels without IPv6).
   std::vector<addrinfo*> order;
-  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     if (host.empty() && a->ai_family == AF_INET6)
       order.insert(order.begin(), a);
     else
@@ -154,10 +154,9 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
 
 absl::StatusOr<Fd> ConnectOnce(absl::string_view host, int port,
                                absl::Time deadline) {
-  auto addrs = Resolve(host, port, /*passive=*/false);
-  if (!addrs.ok()) return addrs.status();
+  DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/false));
   std::string last_error = "no usable address";
-  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     Fd fd(
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
@@ -197,8 +196,7 @@ absl::Status SendAll(int fd, const char* data, size_t size,
                      absl::Time deadline) {
   size_t done = 0;
   while (done < size) {
-    absl::Status s = PollFor(fd, POLLOUT, deadline);
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(PollFor(fd, POLLOUT, deadline));
     const ssize_t n =
         ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
@@ -213,8 +211,7 @@ absl::Status SendAll(int fd, const char* data, size_t size,
 absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline) {
   size_t done = 0;
   while (done < size) {
-    absl::Status s = PollFor(fd, POLLIN, deadline);
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(PollFor(fd, POLLIN, deadline));
     const ssize_t n = ::recv(fd, data + done, size - done, MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);

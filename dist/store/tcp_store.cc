@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "dist/store/tcp_socket.h"
 #include "dist/store/tcp_store_protocol.h"
 #include "dist/store/tcp_store_server.h"
@@ -44,16 +45,14 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
     internal::TcpStoreServerOptions server_options;
     server_options.host = options.bind_host;
     server_options.port = options.port;
-    absl::StatusOr<std::unique_ptr<internal::TcpStoreServer>> server =
-        internal::TcpStoreServer::Start(server_options);
-    if (!server.ok()) return server.status();
-    store->server_ = std::move(*server);
+    DTRAIN_ASSIGN_OR_RETURN(store->server_,
+                            internal::TcpStoreServer::Start(server_options));
     store->options_.port = store->server_->port();
   }
-  absl::StatusOr<internal::Fd> fd = store->Connect(options.connect_timeout);
-  if (!fd.ok()) return fd.status();
+  DTRAIN_ASSIGN_OR_RETURN(internal::Fd fd,
+                          store->Connect(options.connect_timeout));
   std::lock_guard<std::mutex> lock(store->mu_);
-  store->idle_.push_back(std::move(*fd));
+  store->idle_.push_back(std::move(fd));
   return store;
 }
 
@@ -142,9 +141,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
     }
   }
   if (!fd.valid()) {
-    absl::StatusOr<internal::Fd> fresh = Connect(options_.connect_timeout);
-    if (!fresh.ok()) return fresh.status();
-    fd = std::move(*fresh);
+    DTRAIN_ASSIGN_OR_RETURN(fd, Connect(options_.connect_timeout));
   }
   std::string frame;
   protocol::AppendFrame(static_cast<uint8_t>(type), payload, &frame);
@@ -201,23 +198,23 @@ absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
 
 absl::StatusOr<std::string> TcpStore::Get(absl::string_view key,
                                           absl::Duration timeout) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kGet,
            Writer().I64(absl::ToInt64Milliseconds(timeout)).Bytes(key).data(),
-           absl::StrCat("get ", Quote(key)), timeout);
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("get ", Quote(key)), timeout));
+  Reader r(reply);
   std::string value(r.Bytes());
   if (!r.Done()) return absl::DataLossError("malformed get reply");
   return value;
 }
 
 absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kAdd, Writer().Bytes(key).I64(delta).data(),
-           absl::StrCat("add to ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("add to ", Quote(key)), timeout()));
+  Reader r(reply);
   const int64_t value = r.I64();
   if (!r.Done()) return absl::DataLossError("malformed add reply");
   return value;
@@ -226,12 +223,12 @@ absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
                                                  absl::string_view expected,
                                                  absl::string_view desired) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kCompareSet,
            Writer().Bytes(key).Bytes(expected).Bytes(desired).data(),
-           absl::StrCat("compare-set ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("compare-set ", Quote(key)), timeout()));
+  Reader r(reply);
   std::string value(r.Bytes());
   if (!r.Done()) return absl::DataLossError("malformed compare-set reply");
   return value;
@@ -239,10 +236,10 @@ absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
 
 absl::StatusOr<bool> TcpStore::Check(absl::Span<const std::string> keys) {
   Writer w;
-  absl::StatusOr<std::string> reply =
-      Call(Request::kCheck, KeyList(w, keys).data(), "check", timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
+      Call(Request::kCheck, KeyList(w, keys).data(), "check", timeout()));
+  Reader r(reply);
   const bool present = r.U8() != 0;
   if (!r.Done()) return absl::DataLossError("malformed check reply");
   return present;
@@ -257,21 +254,19 @@ absl::Status TcpStore::Wait(absl::Span<const std::string> keys,
 }
 
 absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
-  absl::StatusOr<std::string> reply =
-      Call(Request::kDelete, Writer().Bytes(key).data(),
-           absl::StrCat("delete ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(const std::string reply,
+                          Call(Request::kDelete, Writer().Bytes(key).data(),
+                               absl::StrCat("delete ", Quote(key)), timeout()));
+  Reader r(reply);
   const bool existed = r.U8() != 0;
   if (!r.Done()) return absl::DataLossError("malformed delete reply");
   return existed;
 }
 
 absl::StatusOr<int64_t> TcpStore::NumKeys() {
-  absl::StatusOr<std::string> reply =
-      Call(Request::kNumKeys, "", "num-keys", timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(const std::string reply,
+                          Call(Request::kNumKeys, "", "num-keys", timeout()));
+  Reader r(reply);
   const int64_t n = r.I64();
   if (!r.Done()) return absl::DataLossError("malformed num-keys reply");
   return n;
