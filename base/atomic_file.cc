@@ -5,24 +5,17 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/posix_io.h"
 
 namespace dtrain::base {
 namespace {
 
 absl::Status Errno(int error, absl::string_view what, absl::string_view path) {
-  const std::string message =
-      absl::StrCat(what, " ", path, ": ", std::strerror(error));
-  if (error == ENOENT) return absl::NotFoundError(message);
-  if (error == EACCES || error == EPERM)
-    return absl::PermissionDeniedError(message);
-  if (error == ENOSPC || error == EDQUOT)
-    return absl::ResourceExhaustedError(message);
-  return absl::InternalError(message);
+  return ErrnoStatus(error, absl::StrCat(what, " ", path));
 }
 
 std::string DirName(const std::string& path) {
@@ -35,19 +28,6 @@ std::string DirName(const std::string& path) {
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-absl::Status WriteAll(int fd, absl::string_view bytes,
-                      const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "cannot write", path);
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -64,23 +44,26 @@ absl::Status WriteFileAtomically(const std::string& path,
   static std::atomic<int> counter{0};
   const std::string dir = DirName(path);
   std::string tmp;
-  int fd = -1;
+  UniqueFd fd;
   // A temporary left by a crashed writer with the same pid (common in
   // restarted containers) takes its name; the next number is free.
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+  for (int attempt = 0; attempt < 100 && !fd.valid(); ++attempt) {
     tmp = absl::StrCat(dir, "/.", BaseName(path), ".", ::getpid(), ".",
                        counter++, ".tmp");
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
+    fd.Reset(
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!fd.valid() && errno != EEXIST) break;
   }
-  if (fd < 0)
+  if (!fd.valid())
     return Errno(errno, absl::StrCat("cannot write ", path, ": cannot create"),
                  tmp);
-  absl::Status status = WriteAll(fd, bytes, tmp);
-  if (status.ok() && ::fsync(fd) != 0)
+  absl::Status status;
+  if (const int error = WriteFull(fd.get(), bytes); error != 0)
+    status = Errno(error, "cannot write", tmp);
+  if (status.ok() && RetryOnEintr([&] { return ::fsync(fd.get()); }) != 0)
     status = Errno(errno, "cannot sync", tmp);
-  if (::close(fd) != 0 && status.ok())
-    status = Errno(errno, "cannot close", tmp);
+  if (const int error = fd.Close(); error != 0 && status.ok())
+    status = Errno(error, "cannot close", tmp);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
     status = Errno(errno, absl::StrCat("cannot rename ", tmp, " to"), path);
   if (!status.ok()) {
@@ -88,32 +71,20 @@ absl::Status WriteFileAtomically(const std::string& path,
     return status;
   }
   // The rename is durable only once the directory entry is.
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return Errno(errno, "cannot open directory", dir);
-  const bool synced = ::fsync(dir_fd) == 0;
-  const int sync_errno = errno;
-  ::close(dir_fd);
-  if (!synced) return Errno(sync_errno, "cannot sync directory", dir);
+  const UniqueFd dir_fd(
+      ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) return Errno(errno, "cannot open directory", dir);
+  if (RetryOnEintr([&] { return ::fsync(dir_fd.get()); }) != 0)
+    return Errno(errno, "cannot sync directory", dir);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open", path);
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Errno(errno, "cannot open", path);
   std::string out;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      ::close(fd);
-      return Errno(error, "cannot read", path);
-    }
-    if (n == 0) break;
-    out.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  if (const int error = ReadToEnd(fd.get(), &out); error != 0)
+    return Errno(error, "cannot read", path);
   return out;
 }
 

@@ -32,10 +32,10 @@
 
 #include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
-#include "models/adadelta.h"
 #include "models/convnet.h"
 #include "models/model.h"
 #include "models/resnet.h"
+#include "optim/adadelta.h"
 
 namespace dtrain::models {
 namespace {
@@ -137,7 +137,7 @@ void BM_AdadeltaStep(benchmark::State& state) {
   for (torch::Tensor& p : model->parameters()) {
     p.mutable_grad() = torch::randn_like(p);
   }
-  Adadelta optimizer(model->parameters(), AdadeltaOptions(0.5));
+  optim::Adadelta optimizer(model->parameters(), optim::AdadeltaOptions(0.5));
   optimizer.step();
   for (auto _ : state) optimizer.step();
   state.SetLabel(state.range(0) == 0 ? "convnet" : "resnet18");

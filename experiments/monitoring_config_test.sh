@@ -7,8 +7,8 @@
 # arguments, those under grafana/ and monitoring/ next to this script)
 set -uo pipefail
 
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# The library: from the runfiles under Bazel, from this checkout when run by hand.
+source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/dtrain}/tools/testing/shell_test_lib.sh"
 
 files=("$@")
 if [[ ${#files[@]} -eq 0 ]]; then
@@ -116,8 +116,4 @@ PY
   ) || fail "$f:"$'\n'"$out"
 done
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS"
+finish

@@ -27,40 +27,16 @@ dashboard=$2
 template=${3:-}
 [[ -z $template || -f $template ]] || template=$template/prometheus.yml
 
+# The library: from the runfiles under Bazel, from this checkout when run by hand.
+source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/dtrain}/tools/testing/shell_test_lib.sh"
+
 for tool in prometheus prometheus-pushgateway promtool; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "SKIP: $tool is not installed (tools/setup.sh installs prometheus and prometheus-pushgateway)"
-    exit 0
-  fi
+  command -v "$tool" >/dev/null 2>&1 ||
+    skip "$tool is not installed (tools/setup.sh installs prometheus and prometheus-pushgateway)"
 done
 
 run_id=monitoring_test
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/monitoring.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-finish() {
-  if [[ $failures -ne 0 ]]; then
-    echo "$failures check(s) failed" >&2
-    exit 1
-  fi
-  echo "PASS"
-  exit 0
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+start_test monitoring
 
 # HTTP, the exposition checks and the dashboard's queries, in Python's standard library only.
 cat >"$tmp/mon.py" <<'PY'

@@ -7,30 +7,14 @@ set -uo pipefail
 launch=$1
 script=$2
 py=/usr/bin/python3
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 
-if ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  echo "SKIP: $py cannot import torch (apt-get install python3-torch)"
-  exit 0
-fi
+"$py" -c 'import torch' >/dev/null 2>&1 || skip "$py cannot import torch (apt-get install python3-torch)"
 
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/pytorch_reference.XXXXXX")
-pids=()
-cleanup() {
-  # TERM: timeout passes it on to what it runs (the launcher then stops its ranks).
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# The cleanup's SIGTERM reaches `timeout`, which passes it on to what it runs (the launcher then
+# stops its ranks).
+start_test pytorch_reference
 
-free_port() {
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-# json FILE EXPR: evaluates a Python expression on the parsed file, bound to m.
-json() {
-  "$py" -c "import json,sys; m=json.load(open(sys.argv[1])); print($2)" "$1"
-}
 # run NAME TIMEOUT COMMAND...: runs in the background (so that cleanup can end it), waits, and
 # leaves the exit status in $rc, stdout and stderr in $tmp/NAME.out and $tmp/NAME.err.
 run() {
@@ -97,8 +81,4 @@ run unknown 60 "$py" "$script" --no_such_flag=1
 [[ $rc -eq 2 ]] || fail "unknown flag: exit $rc, want 2"
 grep -q -- '--no_such_flag' "$tmp/unknown.err" || fail "unknown flag: message: $(cat "$tmp/unknown.err")"
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS"
+finish

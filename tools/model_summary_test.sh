@@ -3,11 +3,7 @@
 # errors for bad flags (non-zero exit, a message that says what to fix).
 set -euo pipefail
 bin="$1"
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 
 # expect_ok NAME EXPECTED_LAST_LINE PATTERN... -- ARGS...: exit 0, last line and each (grep -E) pattern.
 expect_ok() {
@@ -86,8 +82,4 @@ expect_error "batch 0" 1 "batch size must be positive, got 0" --model=convnet --
 expect_error "unknown flag" 1 "Unknown command line flag 'modle'" --modle=convnet
 expect_error "stray argument" 2 "unexpected argument 'resnet18'" resnet18
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "all model_summary checks passed"
+finish

@@ -17,14 +17,6 @@ start() {
   pids+=($!)
 }
 
-# wait_all: waits for every started process; returns how many exited non-zero.
-wait_all() {
-  local bad=0
-  for pid in "${pids[@]}"; do wait "$pid" || bad=$((bad + 1)); done
-  pids=()
-  return $bad
-}
-
 # check_world PREFIX N SOURCE: each PREFIX<r>.out is rank r of N, from SOURCE, with N peers.
 check_world() {
   local prefix=$1 n=$2 source=$3

@@ -5,8 +5,8 @@
 set -uo pipefail
 
 tool=$1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test sampler_indices
 
 # expect ARRAY ARGS...: the tool prints exactly ARRAY and exits 0.
 expect() {
@@ -22,10 +22,9 @@ expect() {
 refuse() {
   local want_rc=$1 message=$2; shift 2
   local out err rc
-  out=$(timeout 60 "$tool" "$@" 2>"${TEST_TMPDIR:-/tmp}/sampler_indices_err.$$")
+  out=$(timeout 60 "$tool" "$@" 2>"$tmp/err")
   rc=$?
-  err=$(cat "${TEST_TMPDIR:-/tmp}/sampler_indices_err.$$")
-  rm -f "${TEST_TMPDIR:-/tmp}/sampler_indices_err.$$"
+  err=$(cat "$tmp/err")
   [[ $rc -eq $want_rc ]] || fail "$*: exit $rc, want $want_rc ($err)"
   [[ "$err" == *"$message"* ]] || fail "$*: stderr '$err' lacks '$message'"
   [[ -z "$out" ]] || fail "$*: printed '$out' on stdout"
@@ -46,8 +45,4 @@ refuse 2 '--size=N' --num_replicas=2
 refuse 2 "unexpected argument 'extra'" --size=4 extra
 refuse 1 'Unknown command line flag' --size=4 --world_size=2
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "sampler_indices: all checks passed"
+finish

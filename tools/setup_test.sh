@@ -5,10 +5,8 @@
 set -uo pipefail
 
 setup="$TEST_SRCDIR/$TEST_WORKSPACE/tools/setup.sh"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/setup_test.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test setup_test
 
 out=$("$setup" --bogus 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "unknown argument: want exit 2, got $rc"
@@ -52,8 +50,4 @@ out=$("$setup" --dry-run 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "dry run on a prepared machine: want exit 0, got $rc: $out"
 [[ "$out" == *"found Debian 1"[23]" ("*"required packages are installed"* ]] || fail "dry run: unexpected output: $out"
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "setup_test: all checks passed"
+finish

@@ -73,7 +73,7 @@ pids=()
 [[ $rc -ne 0 ]] || fail "launcher kill: exit 0"
 grep -q 'killed by signal 9' "$tmp/l.out" || fail "launcher kill: no report: $(tail -3 "$tmp/l.out")"
 for pid in $ranks; do
-  if kill -0 "$pid" 2>/dev/null && ! grep -q ') Z ' "/proc/$pid/stat" 2>/dev/null; then
+  if running "$pid"; then
     fail "launcher kill: rank pid $pid outlived the launcher"
     kill -9 "$pid"
   fi

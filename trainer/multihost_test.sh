@@ -7,11 +7,10 @@ set -uo pipefail
 
 train=$1
 launch=$2
-skip() { echo "SKIP: $*"; exit 0; }
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 a="dtrain_a_$$"
 b="dtrain_b_$$"
 extra_cleanup() {
@@ -48,10 +47,7 @@ for node in 0 1; do
     >"$tmp/node$node.out" 2>"$tmp/node$node.err" &
   pids+=($!)
 done
-for i in 0 1; do
-  wait "${pids[$i]}" || fail "node $i: $(tail -5 "$tmp/node$i.err")"
-done
-pids=()
+wait_all || fail "a node failed: $(tail -5 "$tmp/node0.err" "$tmp/node1.err")"
 
 if [[ -f $tmp/multi0.json && -f $tmp/single.json ]]; then
   [[ $(json "$tmp/multi0.json" 'm["config"]["world_size"]') == 4 ]] || fail "multi-host world size"

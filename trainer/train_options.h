@@ -70,7 +70,7 @@ struct TrainOptions {
   absl::optional<double> lr;
   absl::optional<double> momentum;
   absl::optional<double> weight_decay;
-  // The step schedule (models/lr_schedule.h): lr x lr_gamma every
+  // The step schedule (optim/lr_schedule.h): lr x lr_gamma every
   // lr_step_epochs epochs.
   int64_t lr_step_epochs = 30;
   double lr_gamma = 0.1;

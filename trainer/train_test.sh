@@ -48,10 +48,7 @@ for r in 0 1; do
     "${small[@]}" --max_steps=2 --skip_validation >"$tmp/tcp$r.out" 2>"$tmp/tcp$r.err" &
   pids+=($!)
 done
-for i in 0 1; do
-  wait "${pids[$i]}" || fail "tcp:// rank $i: $(tail -5 "$tmp/tcp$i.err")"
-done
-pids=()
+wait_all || fail "tcp://: a rank failed: $(tail -5 "$tmp/tcp0.err" "$tmp/tcp1.err")"
 
 # 4. Stopped at step 5 and resumed, a run ends exactly where an uninterrupted one does.
 run() {  # run NAME ARGS...

@@ -23,10 +23,11 @@
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
-#include "models/adadelta.h"
-#include "models/lr_schedule.h"
 #include "models/registry.h"
-#include "trainer/checkpoint.h"
+#include "optim/adadelta.h"
+#include "optim/lr_schedule.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_dir.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
@@ -86,10 +87,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::move(params));
-  absl::StatusOr<std::unique_ptr<models::Adadelta>> adadelta =
-      models::Adadelta::Create(
+  absl::StatusOr<std::unique_ptr<optim::Adadelta>> adadelta =
+      optim::Adadelta::Create(
           std::move(groups),
-          models::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay));
+          optim::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay));
   if (!adadelta.ok()) return adadelta.status();
   return std::unique_ptr<torch::optim::Optimizer>(std::move(*adadelta));
 }
@@ -159,7 +160,7 @@ class Run {
   absl::optional<TrainingData> data_;
   std::shared_ptr<models::Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  absl::optional<models::StepLrSchedule> schedule_;
+  absl::optional<optim::StepLrSchedule> schedule_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;
@@ -212,9 +213,9 @@ absl::Status Run::Setup() {
   optimizer_ = *std::move(optimizer);
   // Created before a checkpoint is loaded, so that the base rates are the
   // configured ones, not a decayed rate from the checkpoint.
-  absl::StatusOr<models::StepLrSchedule> schedule =
-      models::StepLrSchedule::Create(
-          *optimizer_, models::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma});
+  absl::StatusOr<optim::StepLrSchedule> schedule =
+      optim::StepLrSchedule::Create(
+          *optimizer_, optim::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma});
   if (!schedule.ok()) return schedule.status();
   schedule_ = *std::move(schedule);
 

@@ -7,7 +7,7 @@
 // connection from a small pool (opening one when none is idle), so a thread
 // blocked in Get/Wait never holds up other threads of the process. A broken
 // connection is dropped and the call fails with kUnavailable naming the server;
-// the next call reconnects. Thread-safe. See docs/STORE_PROTOCOL.md for the
+// the next call reconnects. Thread-safe. See docs/FORMATS.md for the
 // wire format.
 #ifndef DTRAIN_DIST_STORE_TCP_STORE_H_
 #define DTRAIN_DIST_STORE_TCP_STORE_H_

@@ -1,5 +1,5 @@
 // The TcpStore wire protocol: framing, request and reply types, and the
-// encoding of their fields. docs/STORE_PROTOCOL.md describes it for people;
+// encoding of their fields. docs/FORMATS.md describes it for people;
 // this file is the single source for the code. Both the server and the client
 // use these helpers, so they cannot disagree on the format.
 #ifndef DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_

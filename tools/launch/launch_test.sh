@@ -7,16 +7,6 @@ launch=$1
 probe=$2
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 start_test launch
-# wait_for FILE...: up to 10 s for every file to exist.
-wait_for() {
-  for _ in $(seq 100); do
-    local all=1
-    for f in "$@"; do [[ -e $f ]] || all=0; done
-    ((all)) && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # 1. SIGTERM to the launcher reaches every rank; the launcher exits 128+15.
 "$launch" --nproc_per_node=2 --master_port=29998 -- /bin/sh -c \
@@ -24,7 +14,7 @@ wait_for() {
   2>"$tmp/launch1.err" &
 launcher=$!
 pids+=("$launcher")
-wait_for "$tmp/ready.0" "$tmp/ready.1" || fail "sigterm: ranks did not start"
+wait_until 10 test -e "$tmp/ready.0" -a -e "$tmp/ready.1" || fail "sigterm: ranks did not start"
 kill -TERM "$launcher"
 wait "$launcher"
 rc=$?
@@ -36,13 +26,12 @@ rc=$?
   "echo \$\$ > $tmp/pid.\$RANK; while :; do sleep 0.05; done" 2>/dev/null &
 launcher=$!
 pids+=("$launcher")
-wait_for "$tmp/pid.0" "$tmp/pid.1" || fail "sigkill: ranks did not start"
+wait_until 10 test -e "$tmp/pid.0" -a -e "$tmp/pid.1" || fail "sigkill: ranks did not start"
 kill -KILL "$launcher"
 wait "$launcher" 2>/dev/null
 for r in 0 1; do
   rank_pid=$(cat "$tmp/pid.$r")
-  for _ in $(seq 50); do kill -0 "$rank_pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$rank_pid" 2>/dev/null && ! grep -q ') Z ' "/proc/$rank_pid/stat" 2>/dev/null; then
+  if ! wait_exit "$rank_pid" 5; then
     fail "sigkill: rank $r (pid $rank_pid) outlived the launcher"
     kill -9 "$rank_pid"
   fi

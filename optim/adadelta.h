@@ -20,8 +20,8 @@
 //
 // Not thread-safe; step() must not run concurrently with backward() on the
 // same parameters.
-#ifndef DTRAIN_MODELS_ADADELTA_H_
-#define DTRAIN_MODELS_ADADELTA_H_
+#ifndef DTRAIN_OPTIM_ADADELTA_H_
+#define DTRAIN_OPTIM_ADADELTA_H_
 
 #include <torch/optim/optimizer.h>
 #include <torch/optim/serialize.h>
@@ -33,7 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 
 struct AdadeltaOptions
     : public torch::optim::OptimizerCloneableOptions<AdadeltaOptions> {
@@ -114,6 +114,6 @@ class Adadelta : public torch::optim::Optimizer {
   }
 };
 
-}  // namespace dtrain::models
+}  // namespace dtrain::optim
 
-#endif  // DTRAIN_MODELS_ADADELTA_H_
+#endif  // DTRAIN_OPTIM_ADADELTA_H_

@@ -9,8 +9,8 @@
 // that a job resumed at epoch N gets the same rate as one that never stopped.
 // Works with any torch::optim::Optimizer whose options implement set_lr
 // (LibTorch's and this package's Adadelta).
-#ifndef DTRAIN_MODELS_LR_SCHEDULE_H_
-#define DTRAIN_MODELS_LR_SCHEDULE_H_
+#ifndef DTRAIN_OPTIM_LR_SCHEDULE_H_
+#define DTRAIN_OPTIM_LR_SCHEDULE_H_
 
 #include <torch/optim/optimizer.h>
 
@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 
 struct StepLrOptions {
   int64_t step_size = 30;  // epochs between decays, >= 1
@@ -69,6 +69,6 @@ class StepLrSchedule {
   std::vector<double> base_lrs_;
 };
 
-}  // namespace dtrain::models
+}  // namespace dtrain::optim
 
-#endif  // DTRAIN_MODELS_LR_SCHEDULE_H_
+#endif  // DTRAIN_OPTIM_LR_SCHEDULE_H_

@@ -1,4 +1,4 @@
-#include "models/lr_schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <c10/util/Exception.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 
 absl::Status Validate(const StepLrOptions& options) {
   if (options.step_size < 1) {
@@ -71,4 +71,4 @@ double StepLrSchedule::LearningRate(int64_t epoch, size_t group) const {
   return StepLearningRate(base_lrs_.at(group), epoch, options_);
 }
 
-}  // namespace dtrain::models
+}  // namespace dtrain::optim

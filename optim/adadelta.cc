@@ -1,4 +1,4 @@
-#include "models/adadelta.h"
+#include "optim/adadelta.h"
 
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/torch_compat.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 namespace {
 
 absl::Status ValidateGroups(
@@ -266,4 +266,4 @@ const AdadeltaParamState* Adadelta::StateOf(const torch::Tensor& param) const {
   return static_cast<const AdadeltaParamState*>(it->second.get());
 }
 
-}  // namespace dtrain::models
+}  // namespace dtrain::optim

@@ -1,4 +1,4 @@
-#include "models/adadelta.h"
+#include "optim/adadelta.h"
 
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/optim/sgd.h>
@@ -15,7 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 namespace {
 
 using ::testing::HasSubstr;
@@ -536,4 +536,4 @@ TEST(AdadeltaTest, LoadFollowsTheParametersFloatingPointType) {
 }
 
 }  // namespace
-}  // namespace dtrain::models
+}  // namespace dtrain::optim

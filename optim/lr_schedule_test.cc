@@ -1,4 +1,4 @@
-#include "models/lr_schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <torch/optim/sgd.h>
 
@@ -9,9 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/adadelta.h"
+#include "optim/adadelta.h"
 
-namespace dtrain::models {
+namespace dtrain::optim {
 namespace {
 
 using ::testing::ElementsAre;
@@ -132,4 +132,4 @@ TEST(StepLrScheduleTest, RejectsOptimizersWithoutALearningRate) {
 }
 
 }  // namespace
-}  // namespace dtrain::models
+}  // namespace dtrain::optim

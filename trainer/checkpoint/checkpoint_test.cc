@@ -1,4 +1,4 @@
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -33,9 +33,10 @@
 #include "data/distributed_sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/adadelta.h"
 #include "models/model.h"
 #include "models/registry.h"
+#include "optim/adadelta.h"
+#include "trainer/checkpoint/checkpoint_dir.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -308,8 +309,8 @@ TEST(CheckpointTest, ConvNetWithSgdRoundTripsAndContinuesIdentically) {
 TEST(CheckpointTest, TinyWithBuffersAndAdadeltaRoundTrips) {
   torch::manual_seed(1);
   Tiny model;
-  models::Adadelta adadelta(model->parameters(),
-                            models::AdadeltaOptions().lr(0.5).rho(0.8));
+  optim::Adadelta adadelta(model->parameters(),
+                           optim::AdadeltaOptions().lr(0.5).rho(0.8));
   TinyStep(model, adadelta, 10);
   TinyStep(model, adadelta, 11);
   ASSERT_EQ(model->bn->num_batches_tracked.item<int64_t>(), 2);
@@ -319,7 +320,7 @@ TEST(CheckpointTest, TinyWithBuffersAndAdadeltaRoundTrips) {
 
   torch::manual_seed(2);
   Tiny restored;
-  models::Adadelta restored_adadelta(restored->parameters());
+  optim::Adadelta restored_adadelta(restored->parameters());
   absl::StatusOr<TrainingState> decoded =
       DecodeCheckpoint(*bytes, *restored, restored_adadelta);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -329,8 +330,8 @@ TEST(CheckpointTest, TinyWithBuffersAndAdadeltaRoundTrips) {
   const std::vector<torch::Tensor> params = model->parameters();
   const std::vector<torch::Tensor> restored_params = restored->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    const models::AdadeltaParamState* a = adadelta.StateOf(params[i]);
-    const models::AdadeltaParamState* b =
+    const optim::AdadeltaParamState* a = adadelta.StateOf(params[i]);
+    const optim::AdadeltaParamState* b =
         restored_adadelta.StateOf(restored_params[i]);
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
@@ -338,8 +339,8 @@ TEST(CheckpointTest, TinyWithBuffersAndAdadeltaRoundTrips) {
     EXPECT_TRUE(BitwiseEqual(a->square_avg(), b->square_avg())) << i;
     EXPECT_TRUE(BitwiseEqual(a->acc_delta(), b->acc_delta())) << i;
   }
-  // Adadelta restores its options too (models/adadelta.h).
-  const auto& options = static_cast<const models::AdadeltaOptions&>(
+  // Adadelta restores its options too (optim/adadelta.h).
+  const auto& options = static_cast<const optim::AdadeltaOptions&>(
       restored_adadelta.param_groups()[0].options());
   EXPECT_EQ(options.lr(), 0.5);
   EXPECT_EQ(options.rho(), 0.8);
@@ -838,7 +839,7 @@ TEST(CheckpointTest, OptimizerStateThatDoesNotFitChangesNothing) {
     // Another optimizer type.
     torch::manual_seed(3);
     Tiny model;
-    models::Adadelta adadelta(model->parameters());
+    optim::Adadelta adadelta(model->parameters());
     TinyStep(model, adadelta, 4);
     const std::vector<torch::Tensor> before = Snapshot(*model);
     absl::StatusOr<TrainingState> decoded =
@@ -857,7 +858,7 @@ TEST(CheckpointTest, OptimizerStateThatDoesNotFitChangesNothing) {
     // And the other way round.
     torch::manual_seed(3);
     Tiny model;
-    models::Adadelta adadelta(model->parameters());
+    optim::Adadelta adadelta(model->parameters());
     TinyStep(model, adadelta, 4);
     absl::StatusOr<std::string> adadelta_bytes =
         EncodeCheckpoint(*model, adadelta, {});

@@ -1,0 +1,225 @@
+#include "trainer/checkpoint/checkpoint_dir.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <tuple>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "base/atomic_file.h"
+#include "base/posix_io.h"
+#include "trainer/checkpoint/checkpoint.h"
+
+namespace dtrain::trainer {
+namespace {
+
+constexpr absl::string_view kCheckpointPrefix = "checkpoint-";
+constexpr absl::string_view kCheckpointSuffix = ".dtc";
+constexpr char kBestName[] = "best.dtc";
+
+// Deletes every file of `paths` that still exists.
+absl::Status DeleteFiles(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      return base::ErrnoStatus(err, absl::StrCat("cannot delete ", path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsCheckpointName(absl::string_view name, int64_t* step) {
+  if (!absl::ConsumePrefix(&name, kCheckpointPrefix) ||
+      !absl::ConsumeSuffix(&name, kCheckpointSuffix) || name.empty()) {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return absl::SimpleAtoi(name, step);
+}
+
+// Temporaries WriteFileAtomically leaves when its process dies while writing
+// a checkpoint or best.dtc here.
+bool IsStrayTemporary(absl::string_view name) {
+  return base::IsAtomicWriteTemporary(name) &&
+         (absl::StartsWith(name, absl::StrCat(".", kCheckpointPrefix)) ||
+          absl::StartsWith(name, absl::StrCat(".", kBestName, ".")));
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointDir> CheckpointDir::Open(std::string path, int keep) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError("checkpoint directory: empty path");
+  }
+  if (keep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint directory ", path, ": keep must be >= 1, not ", keep));
+  }
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  // mkdir -p, one component at a time.
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string part = path.substr(0, end);
+    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      const int err = errno;
+      return base::ErrnoStatus(
+          err, absl::StrCat("cannot create checkpoint directory ", path,
+                            ": mkdir ", part));
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return base::ErrnoStatus(
+        err, absl::StrCat("cannot open checkpoint directory ", path));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open checkpoint directory ", path, ": not a directory"));
+  }
+  return CheckpointDir(std::move(path), keep);
+}
+
+std::string CheckpointDir::Join(absl::string_view name) const {
+  return path_ == "/" ? absl::StrCat("/", name)
+                      : absl::StrCat(path_, "/", name);
+}
+
+absl::Status CheckpointDir::Scan(std::vector<Entry>* checkpoints,
+                                 std::vector<std::string>* temporaries) const {
+  DIR* dir = ::opendir(path_.c_str());
+  if (dir == nullptr) {
+    const int err = errno;
+    return base::ErrnoStatus(
+        err, absl::StrCat("cannot list checkpoint directory ", path_));
+  }
+  while (true) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(dir);
+    if (entry == nullptr) break;
+    const absl::string_view name = entry->d_name;
+    int64_t step = 0;
+    if (IsCheckpointName(name, &step)) {
+      checkpoints->push_back({step, std::string(name)});
+    } else if (temporaries != nullptr && IsStrayTemporary(name)) {
+      temporaries->push_back(Join(name));
+    }
+  }
+  const int err = errno;
+  ::closedir(dir);
+  if (err != 0) {
+    return base::ErrnoStatus(
+        err, absl::StrCat("cannot list checkpoint directory ", path_));
+  }
+  std::sort(checkpoints->begin(), checkpoints->end(),
+            [](const Entry& a, const Entry& b) {
+              return std::tie(a.step, a.name) < std::tie(b.step, b.name);
+            });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CheckpointDir::Write(absl::string_view name,
+                                                 absl::string_view bytes,
+                                                 std::vector<Entry>* listed) {
+  const std::string path = Join(name);
+  auto failed = [&path](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("cannot save checkpoint ", path,
+                                               ": ", s.message()));
+  };
+  // Temporaries here are strays (one writer per directory). Deleting them
+  // first also frees their names: WriteFileAtomically's temporary names
+  // repeat when a restarted container gives the writer the same pid.
+  std::vector<Entry> checkpoints;
+  std::vector<std::string> temporaries;
+  if (absl::Status s = Scan(&checkpoints, &temporaries); !s.ok()) {
+    return failed(s);
+  }
+  if (absl::Status s = DeleteFiles(temporaries); !s.ok()) return failed(s);
+  if (absl::Status s = base::WriteFileAtomically(path, bytes); !s.ok()) {
+    return failed(s);
+  }
+  if (listed != nullptr) *listed = std::move(checkpoints);
+  return path;
+}
+
+absl::StatusOr<std::string> CheckpointDir::Save(int64_t global_step,
+                                                absl::string_view bytes) {
+  if (global_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory ", path_,
+                     ": global step must be >= 0, not ", global_step));
+  }
+  const std::string name = absl::StrFormat("%s%09d%s", kCheckpointPrefix,
+                                           global_step, kCheckpointSuffix);
+  std::vector<Entry> checkpoints;
+  absl::StatusOr<std::string> written = Write(name, bytes, &checkpoints);
+  if (!written.ok()) return written.status();
+
+  // The listing from before the write is current: this is the only writer.
+  std::vector<std::string> doomed;
+  int kept = 1;  // the file written
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+    if (it->name == name) continue;
+    if (it->step < global_step && kept < keep_) {
+      ++kept;
+      continue;
+    }
+    doomed.push_back(Join(it->name));
+  }
+  if (absl::Status s = DeleteFiles(doomed); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("wrote ", *written, ", then: ", s.message()));
+  }
+  return written;
+}
+
+absl::StatusOr<std::string> CheckpointDir::SaveBest(absl::string_view bytes) {
+  return Write(kBestName, bytes, nullptr);
+}
+
+absl::StatusOr<CheckpointDir::Found> CheckpointDir::Latest() const {
+  std::vector<Entry> checkpoints;
+  if (absl::Status s = Scan(&checkpoints, nullptr); !s.ok()) return s;
+  if (checkpoints.empty()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", path_, " (no ",
+                                            kCheckpointPrefix, "<step>",
+                                            kCheckpointSuffix, " file)"));
+  }
+  Found found;
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+    std::string path = Join(it->name);
+    absl::StatusOr<std::string> bytes = base::ReadFile(path);
+    absl::Status valid =
+        bytes.ok() ? ValidateCheckpointBytes(*bytes) : bytes.status();
+    if (valid.ok()) {
+      found.path = std::move(path);
+      found.bytes = *std::move(bytes);
+      return found;
+    }
+    found.skipped.push_back(absl::StrCat(path, ": ", valid.message()));
+  }
+  return absl::DataLossError(absl::StrCat("no valid checkpoint in ", path_,
+                                          ": ",
+                                          absl::StrJoin(found.skipped, "; ")));
+}
+
+std::vector<std::string> CheckpointDir::List() const {
+  std::vector<Entry> checkpoints;
+  std::vector<std::string> paths;
+  if (!Scan(&checkpoints, nullptr).ok()) return paths;
+  for (const Entry& entry : checkpoints) paths.push_back(Join(entry.name));
+  return paths;
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,39 @@
+#include "trainer/checkpoint/optimizer_codec.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dtrain::trainer::internal {
+
+const std::vector<const OptimizerCodec*>& OptimizerCodecs() {
+  static const std::vector<const OptimizerCodec*> codecs = {&SgdCodec(),
+                                                            &AdadeltaCodec()};
+  return codecs;
+}
+
+const OptimizerCodec* CodecFor(const torch::optim::Optimizer& optimizer) {
+  for (const OptimizerCodec* codec : OptimizerCodecs()) {
+    if (codec->Handles(optimizer)) return codec;
+  }
+  return nullptr;
+}
+
+const OptimizerCodec* CodecOfKind(uint8_t kind) {
+  for (const OptimizerCodec* codec : OptimizerCodecs()) {
+    if (codec->kind() == kind) return codec;
+  }
+  return nullptr;
+}
+
+std::string SupportedOptimizers() {
+  std::vector<absl::string_view> names;
+  std::vector<absl::string_view> types;
+  for (const OptimizerCodec* codec : OptimizerCodecs()) {
+    names.push_back(codec->name());
+    types.push_back(codec->type_name());
+  }
+  return absl::StrCat(absl::StrJoin(names, " and "), " (",
+                      absl::StrJoin(types, ", "), ")");
+}
+
+}  // namespace dtrain::trainer::internal
