@@ -58,6 +58,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "base/posix_io.h"
 #include "dist/store/store.h"
 
 namespace dtrain::store {
@@ -111,7 +112,8 @@ class FileStore : public Store {
  private:
   enum class Op : uint8_t { kSet = 1, kDelete = 2, kOpen = 3, kClose = 4 };
 
-  FileStore(std::string path, int num_ranks, int fd, absl::Duration timeout);
+  FileStore(std::string path, int num_ranks, base::UniqueFd fd,
+            absl::Duration timeout);
 
   // Under the file lock: checks that the path still names this handle's file,
   // writes or checks the header, catches up and appends the "open" record.
@@ -147,7 +149,7 @@ class FileStore : public Store {
   // synchronisation (Debian's Abseil is not instrumented). Guards every member
   // below.
   std::mutex mu_;
-  int fd_;  // -1 once closed
+  base::UniqueFd fd_;  // invalid once closed
   // Offset of the first record this handle has not read; always at a record
   // boundary, so it equals the end of the log right after a refresh.
   int64_t pos_ = 0;
