@@ -6,7 +6,6 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -33,23 +33,18 @@ class HeldPort {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(port);
     socklen_t len = sizeof(addr);
-    if (fd_ >= 0 &&
-        ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::listen(fd_, 1) == 0 &&
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    auto* sa = reinterpret_cast<sockaddr*>(&addr);
+    if (fd_.valid() && ::bind(fd_.get(), sa, sizeof(addr)) == 0 &&
+        ::listen(fd_.get(), 1) == 0 &&
+        ::getsockname(fd_.get(), sa, &len) == 0) {
       port_ = ntohs(addr.sin_port);
     }
   }
-  ~HeldPort() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  HeldPort(const HeldPort&) = delete;
-  HeldPort& operator=(const HeldPort&) = delete;
 
   int port() const { return port_; }
 
  private:
-  const int fd_;
+  const base::UniqueFd fd_;
   int port_ = 0;
 };
 

@@ -49,7 +49,7 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
                             internal::TcpStoreServer::Start(server_options));
     store->options_.port = store->server_->port();
   }
-  DTRAIN_ASSIGN_OR_RETURN(internal::Fd fd,
+  DTRAIN_ASSIGN_OR_RETURN(base::UniqueFd fd,
                           store->Connect(options.connect_timeout));
   std::lock_guard<std::mutex> lock(store->mu_);
   store->idle_.push_back(std::move(fd));
@@ -72,7 +72,7 @@ std::string TcpStore::Describe() const {
                       internal::JoinHostPort(options_.host, options_.port));
 }
 
-absl::StatusOr<internal::Fd> TcpStore::Connect(absl::Duration timeout) const {
+absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   absl::Duration backoff = absl::Milliseconds(10);
@@ -84,7 +84,7 @@ absl::StatusOr<internal::Fd> TcpStore::Connect(absl::Duration timeout) const {
     // does not eat the budget.
     const absl::Time attempt_deadline =
         std::min(deadline, absl::Now() + absl::Seconds(5));
-    absl::StatusOr<internal::Fd> fd =
+    absl::StatusOr<base::UniqueFd> fd =
         internal::ConnectOnce(options_.host, options_.port, attempt_deadline);
     if (fd.ok()) {
       // Check that what answers is a store server that speaks our protocol.
@@ -132,7 +132,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
                                            absl::string_view payload,
                                            absl::string_view what,
                                            absl::Duration wait) {
-  internal::Fd fd;
+  base::UniqueFd fd;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {

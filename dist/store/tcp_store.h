@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/posix_io.h"
 #include "dist/store/store.h"
 
 namespace dtrain::store {
@@ -26,7 +27,6 @@ namespace dtrain::store {
 // Private to this package (tcp_socket.h, tcp_store_protocol.h,
 // tcp_store_server.h): declared here only for TcpStore's members.
 namespace internal {
-class Fd;
 class TcpStoreServer;
 }  // namespace internal
 namespace protocol {
@@ -90,14 +90,14 @@ class TcpStore : public Store {
   absl::StatusOr<std::string> Call(protocol::Request type,
                                    absl::string_view payload,
                                    absl::string_view what, absl::Duration wait);
-  absl::StatusOr<internal::Fd> Connect(absl::Duration timeout) const;
+  absl::StatusOr<base::UniqueFd> Connect(absl::Duration timeout) const;
 
   TcpStoreOptions options_;
   std::unique_ptr<internal::TcpStoreServer> server_;
   // std::mutex rather than Abseil's, so that ThreadSanitizer builds see the
   // synchronisation (Debian's Abseil is not instrumented).
   std::mutex mu_;
-  std::vector<internal::Fd> idle_;  // Guarded by mu_.
+  std::vector<base::UniqueFd> idle_;  // Guarded by mu_.
 };
 
 }  // namespace dtrain::store

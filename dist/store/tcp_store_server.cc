@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <list>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/posix_io.h"
 #include "dist/store/store_util.h"
 
 namespace dtrain::store::internal {
@@ -26,7 +26,7 @@ using protocol::Writer;
 
 class TcpStoreServer::Loop {
  public:
-  Loop(Fd listen, Fd wake_read, std::string where,
+  Loop(base::UniqueFd listen, base::UniqueFd wake_read, std::string where,
        const TcpStoreServerOptions& options, std::atomic<int64_t>* errors)
       : listen_(std::move(listen)),
         wake_read_(std::move(wake_read)),
@@ -38,7 +38,7 @@ class TcpStoreServer::Loop {
 
  private:
   struct Client {
-    Fd fd;
+    base::UniqueFd fd;
     std::string in;
     std::string out;
     bool blocked = false;  // a Get/Wait is pending: later frames wait
@@ -65,8 +65,8 @@ class TcpStoreServer::Loop {
   void ExpireWaiters(absl::Time now);
   int PollTimeoutMs(absl::Time now) const;
 
-  Fd listen_;
-  Fd wake_read_;
+  base::UniqueFd listen_;
+  base::UniqueFd wake_read_;
   const std::string where_;
   const TcpStoreServerOptions options_;
   std::atomic<int64_t>* protocol_errors_;
@@ -83,7 +83,8 @@ class TcpStoreServer::Loop {
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
     const TcpStoreServerOptions& options) {
   int port = 0;
-  absl::StatusOr<Fd> listen = Listen(options.host, options.port, &port);
+  absl::StatusOr<base::UniqueFd> listen =
+      Listen(options.host, options.port, &port);
   if (!listen.ok()) {
     return absl::Status(
         listen.status().code(),
@@ -93,16 +94,16 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     return absl::InternalError(
-        absl::StrCat("store server: pipe: ", strerror(errno)));
+        absl::StrCat("store server: pipe: ", base::ErrnoText(errno)));
   }
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->port_ = port;
-  server->wake_write_ = Fd(pipe_fds[1]);
+  server->wake_write_ = base::UniqueFd(pipe_fds[1]);
   const std::string where = absl::StrCat(
       "tcp://", JoinHostPort(options.host.empty() ? "*" : options.host, port));
   server->loop_ =
-      std::make_unique<Loop>(std::move(*listen), Fd(pipe_fds[0]), where,
-                             options, &server->protocol_errors_);
+      std::make_unique<Loop>(std::move(*listen), base::UniqueFd(pipe_fds[0]),
+                             where, options, &server->protocol_errors_);
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->Run(); });
   return server;
 }
@@ -154,7 +155,7 @@ void TcpStoreServer::Loop::Run() {
         if (c.out.empty() && !c.in.empty()) resume_.push_back(id);
       }
       if (c.blocked && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
-        c.fd = Fd();  // Gone while waiting: its waiter is dropped below.
+        c.fd.Reset();  // Gone while waiting: its waiter is dropped below.
       } else if (rev & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) {
         ReadFrom(id, c);
       }
@@ -188,7 +189,7 @@ void TcpStoreServer::Loop::Accept() {
     if (fd < 0)
       return;  // EAGAIN (no more), or a transient error: retry at the next
                // poll.
-    Fd owned(fd);
+    base::UniqueFd owned(fd);
     if (static_cast<int>(clients_.size()) >= options_.max_clients) continue;
     SetNoDelay(fd);
     Client& c = clients_[next_id_++];
@@ -208,7 +209,7 @@ void TcpStoreServer::Loop::ReadFrom(int id, Client& c) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     // Peer closed or the connection failed: forget the client.
-    c.fd = Fd();
+    c.fd.Reset();
     return;
   }
 }
@@ -222,7 +223,7 @@ void TcpStoreServer::Loop::WriteTo(Client& c) {
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       return;
     } else {
-      c.fd = Fd();
+      c.fd.Reset();
       return;
     }
   }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "base/posix_io.h"
 #include "dist/store/tcp_socket.h"
 #include "dist/store/tcp_store_protocol.h"
 
@@ -57,7 +58,7 @@ class TcpStoreServer {
   TcpStoreServer() = default;
 
   int port_ = 0;
-  Fd wake_write_;
+  base::UniqueFd wake_write_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
   std::atomic<int64_t> protocol_errors_{0};

@@ -71,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Loopback, StoreConformanceTest,
 // A port that nothing listens on: bind port 0, read it back, close.
 int FreePort() {
   int port = 0;
-  absl::StatusOr<internal::Fd> fd = internal::Listen("127.0.0.1", 0, &port);
+  absl::StatusOr<base::UniqueFd> fd = internal::Listen("127.0.0.1", 0, &port);
   EXPECT_TRUE(fd.ok());
   return port;
 }
@@ -146,7 +146,7 @@ TEST(TcpStoreTest, ClientStartedBeforeServerConnectsWhenItComes) {
 
 TEST(TcpStoreTest, NonStoreListenerIsRejected) {
   int port = 0;
-  absl::StatusOr<internal::Fd> listener =
+  absl::StatusOr<base::UniqueFd> listener =
       internal::Listen("127.0.0.1", 0, &port);
   ASSERT_TRUE(listener.ok());
   std::thread impostor([&] {
@@ -185,7 +185,7 @@ TEST(TcpStoreTest, LostServerFailsPendingGetWithUnavailable) {
 // Sends raw bytes on a fresh connection and reads whatever comes back until the
 // server closes or goes quiet.
 void SendRaw(int port, const std::string& bytes, bool half_close) {
-  absl::StatusOr<internal::Fd> fd =
+  absl::StatusOr<base::UniqueFd> fd =
       internal::ConnectOnce("127.0.0.1", port, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(fd.ok()) << fd.status();
   (void)internal::SendAll(fd->get(), bytes.data(), bytes.size(),
@@ -241,7 +241,7 @@ TEST(TcpStoreServerTest, HostileClientsDoNotDisturbWellBehavedOnes) {
 TEST(TcpStoreServerTest, UnknownRequestKeepsConnectionUsable) {
   auto store = StartServer();
   ASSERT_NE(store, nullptr);
-  absl::StatusOr<internal::Fd> fd = internal::ConnectOnce(
+  absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
       "127.0.0.1", store->port(), absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(fd.ok());
   const std::string bytes = Frame(99, "") + Frame(1, "");

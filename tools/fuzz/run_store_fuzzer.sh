@@ -16,7 +16,8 @@ out=${FUZZ_OUT:-/tmp/dtrain-fuzz}
 mkdir -p "$out/corpus"
 srcs=(dist/store/tcp_store_server_fuzzer.cc dist/store/tcp_store.cc
       dist/store/tcp_store_server.cc dist/store/tcp_store_protocol.cc
-      dist/store/tcp_socket.cc dist/store/store_util.cc base/byte_codec.cc)
+      dist/store/tcp_socket.cc dist/store/store_util.cc base/byte_codec.cc
+      base/posix_io.cc)
 abseil=(-labsl_status -labsl_statusor -labsl_cord -labsl_cordz_info -labsl_cord_internal
         -labsl_cordz_functions -labsl_cordz_handle -labsl_str_format_internal -labsl_strings
         -labsl_strings_internal -labsl_int128 -labsl_throw_delegate -labsl_raw_hash_set -labsl_hash
