@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/posix_io.h"
 #include "base/status_macros.h"
 
 namespace dtrain::rendezvous {
@@ -191,7 +191,7 @@ absl::Status ParseFile(absl::string_view path, const UrlErrors& error,
       return error(absl::StrCat("directory '", dir, "' does not exist"));
     }
     return error(absl::StrCat("cannot access directory '", dir,
-                              "': ", std::strerror(err)));
+                              "': ", base::ErrnoText(err)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return error(absl::StrCat("'", dir, "' is not a directory"));

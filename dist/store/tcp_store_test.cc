@@ -150,12 +150,11 @@ TEST(TcpStoreTest, NonStoreListenerIsRejected) {
       internal::Listen("127.0.0.1", 0, &port);
   ASSERT_TRUE(listener.ok());
   std::thread impostor([&] {
-    const int fd = ::accept(listener->get(), nullptr, nullptr);
-    if (fd < 0) return;
+    const base::UniqueFd fd(::accept(listener->get(), nullptr, nullptr));
+    if (!fd.valid()) return;
     const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
-    (void)!::write(fd, junk, sizeof(junk) - 1);
+    (void)!::write(fd.get(), junk, sizeof(junk) - 1);
     absl::SleepFor(absl::Milliseconds(200));
-    ::close(fd);
   });
   auto client = ConnectClient(port, absl::Seconds(5));
   impostor.join();
