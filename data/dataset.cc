@@ -12,15 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/tensor_text.h"
 
 namespace dtrain::data {
-namespace {
-
-std::string ShapeString(at::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::string_view SplitName(Split split) {
   switch (split) {
@@ -54,17 +49,17 @@ absl::StatusOr<Dataset> Dataset::Create(std::string name, at::Tensor images,
   }
   if (images.dim() != 4) {
     return invalid("images must be [N, C, H, W], got shape ",
-                   ShapeString(images.sizes()));
+                   base::ShapeString(images.sizes()));
   }
   for (int d = 1; d < 4; ++d) {
     if (images.size(d) < 1) {
       return invalid("images must be [N, C, H, W] with C, H, W >= 1, got ",
-                     ShapeString(images.sizes()));
+                     base::ShapeString(images.sizes()));
     }
   }
   if (labels.dim() != 1) {
     return invalid("labels must be one-dimensional, got shape ",
-                   ShapeString(labels.sizes()));
+                   base::ShapeString(labels.sizes()));
   }
   if (labels.size(0) != images.size(0)) {
     return invalid(images.size(0), " images but ", labels.size(0), " labels");
@@ -113,9 +108,10 @@ absl::StatusOr<Dataset> Dataset::Slice(int64_t begin, int64_t end) const {
 }
 
 std::string Dataset::DebugString() const {
-  return absl::StrCat(
-      name_, ": ", size(), " x ", ShapeString(images_.sizes().slice(1)), " ",
-      c10::toString(images_.scalar_type()), ", ", num_classes_, " classes");
+  return absl::StrCat(name_, ": ", size(), " x ",
+                      base::ShapeString(images_.sizes().slice(1)), " ",
+                      c10::toString(images_.scalar_type()), ", ", num_classes_,
+                      " classes");
 }
 
 }  // namespace dtrain::data

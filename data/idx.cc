@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "data/input_file.h"
 
 namespace dtrain::data {
@@ -114,10 +115,7 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path,
   };
 
   unsigned char magic_bytes[4];
-  if (absl::Status s = file.ReadExactly(magic_bytes, 4, "the magic number");
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(file.ReadExactly(magic_bytes, 4, "the magic number"));
   const uint32_t magic = LoadBigEndian32(magic_bytes);
   if (magic_bytes[0] != 0 || magic_bytes[1] != 0) {
     return invalid(absl::StrFormat(
@@ -144,11 +142,8 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path,
   }
 
   std::vector<unsigned char> dim_bytes(4 * static_cast<size_t>(rank));
-  if (absl::Status s =
-          file.ReadExactly(dim_bytes.data(), dim_bytes.size(), "the header");
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(
+      file.ReadExactly(dim_bytes.data(), dim_bytes.size(), "the header"));
   std::vector<int64_t> dims(rank);
   uint64_t numel = 1;
   bool overflow = false;
@@ -182,17 +177,12 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path,
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": cannot allocate ", dims_text, ": ", e.what()));
   }
-  if (absl::Status s =
-          file.ReadExactly(tensor.data_ptr(), numel * type.size,
-                           absl::StrCat("the data of ", dims_text));
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(
+      file.ReadExactly(tensor.data_ptr(), numel * type.size,
+                       absl::StrCat("the data of ", dims_text)));
   BigEndianToHost(tensor.data_ptr(), numel, type.size);
-  if (absl::Status s = file.ExpectEnd(absl::StrCat("the data of ", dims_text));
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(
+      file.ExpectEnd(absl::StrCat("the data of ", dims_text)));
   return tensor;
 }
 

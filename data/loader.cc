@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/tensor_text.h"
 #include "data/random.h"
 
 namespace dtrain::data {
@@ -17,14 +19,6 @@ namespace {
 
 // Examples per step when precomputing: bounds the temporary memory.
 constexpr int64_t kPrecomputeChunk = 1024;
-
-std::string ShapeString(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? "" : ", ", shape[i]);
-  }
-  return out + "]";
-}
 
 // Runs transforms [0, end) over the whole of `images`, chunk by chunk, into
 // one contiguous tensor.
@@ -46,9 +40,10 @@ absl::StatusOr<at::Tensor> Precompute(const at::Tensor& images,
         part->size(0) != count || part->scalar_type() != first.scalar_type()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the transforms gave examples ", begin, "..", begin + count - 1,
-          " the shape ", ShapeString(part->sizes()), " ",
+          " the shape ", base::ShapeString(part->sizes()), " ",
           c10::toString(part->scalar_type()), ", example 0 ",
-          ShapeString(first.sizes()), " ", c10::toString(first.scalar_type())));
+          base::ShapeString(first.sizes()), " ",
+          c10::toString(first.scalar_type())));
     }
     out.slice(0, begin, begin + count).copy_(*part);
   }
@@ -117,7 +112,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
       if (!last.ok()) return invalid(last.status().message());
       if (last->dim() < 1 || last->size(0) != 1) {
         return invalid("the transforms turned a batch of 1 into ",
-                       ShapeString(last->sizes()));
+                       base::ShapeString(last->sizes()));
       }
     } catch (const std::exception& e) {
       return invalid("preparing '", dataset.name(), "' failed: ", e.what());
@@ -298,7 +293,7 @@ void DataLoader::SetEpoch(int64_t epoch) {
 }
 
 absl::Status DataLoader::Restore(const SamplerState& state) {
-  if (absl::Status s = sampler_.Restore(state); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(sampler_.Restore(state));
   CancelJob();
   if (!workers_.empty() && batches_left() > 0) StartJob();
   return absl::OkStatus();

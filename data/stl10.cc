@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "data/input_file.h"
 
 namespace dtrain::data {
@@ -38,12 +39,9 @@ absl::StatusOr<at::Tensor> ReadBytes(internal::InputFile& file) {
     if (!file.compressed()) {
       at::Tensor out = at::empty({static_cast<int64_t>(file.file_size())},
                                  at::TensorOptions().dtype(at::kByte));
-      if (absl::Status s =
-              file.ReadExactly(out.data_ptr(), file.file_size(), "the data");
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = file.ExpectEnd("the data"); !s.ok()) return s;
+      DTRAIN_RETURN_IF_ERROR(
+          file.ReadExactly(out.data_ptr(), file.file_size(), "the data"));
+      DTRAIN_RETURN_IF_ERROR(file.ExpectEnd("the data"));
       return out;
     }
     absl::StatusOr<std::string> bytes = file.ReadRest();

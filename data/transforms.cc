@@ -16,14 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/tensor_text.h"
 #include "data/random.h"
 
 namespace dtrain::data {
 namespace {
-
-std::string ShapeString(at::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 std::string ListString(const std::vector<double>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
@@ -207,7 +204,7 @@ class GrayscaleToRgbTransform : public Transform {
                                    absl::Span<const uint64_t>) const override {
     if (batch.size(1) != 1) {
       return Rejects(*this, absl::StrCat("takes one-channel batches, got ",
-                                         ShapeString(batch.sizes())));
+                                         base::ShapeString(batch.sizes())));
     }
     return batch.expand({batch.size(0), 3, batch.size(2), batch.size(3)})
         .contiguous();
@@ -236,7 +233,7 @@ class RandomCropTransform : public Transform {
       return Rejects(*this,
                      absl::StrCat("the window is larger than the padded image ",
                                   padded_h, " x ", padded_w, " of a batch ",
-                                  ShapeString(batch.sizes())));
+                                  base::ShapeString(batch.sizes())));
     }
     const at::Tensor in = batch.contiguous();
     at::Tensor out = at::zeros({b, channels, height_, width_}, in.options());
@@ -348,9 +345,10 @@ absl::StatusOr<at::Tensor> TransformPipeline::Apply(
     const at::Tensor& batch, absl::Span<const uint64_t> seeds, size_t begin,
     size_t end) const {
   if (!batch.defined() || batch.dim() != 4 || !batch.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "transforms take [B, C, H, W] batches on the CPU, got ",
-        batch.defined() ? ShapeString(batch.sizes()) : "an undefined tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("transforms take [B, C, H, W] batches on the CPU, got ",
+                     batch.defined() ? base::ShapeString(batch.sizes())
+                                     : "an undefined tensor"));
   }
   if (static_cast<int64_t>(seeds.size()) != batch.size(0)) {
     return absl::InvalidArgumentError(

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "models/convnet.h"
 #include "models/resnet.h"
 
@@ -23,7 +24,7 @@ absl::StatusOr<std::shared_ptr<Model>> CreateConvNet(
   options.num_classes = config.num_classes.value_or(options.num_classes);
   options.in_channels = config.in_channels.value_or(options.in_channels);
   options.image_size = config.image_size.value_or(options.image_size);
-  if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  DTRAIN_RETURN_IF_ERROR(Validate(options));
   return std::shared_ptr<Model>(std::make_shared<ConvNetImpl>(options));
 }
 
@@ -37,7 +38,7 @@ absl::StatusOr<std::shared_ptr<Model>> CreateResNet18(
     return absl::InvalidArgumentError(absl::StrCat(
         "resnet18: image_size must be positive, got ", *config.image_size));
   }
-  if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  DTRAIN_RETURN_IF_ERROR(Validate(options));
   return std::shared_ptr<Model>(std::make_shared<ResNet18Impl>(options));
 }
 

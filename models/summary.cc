@@ -10,13 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/tensor_text.h"
 
 namespace dtrain::models {
 namespace {
-
-std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 // Restores a module's training mode, submodules included, on scope exit.
 class TrainingModeRestorer {
@@ -69,7 +66,9 @@ absl::StatusOr<ModelSummary> Summarize(Model& model,
   for (int64_t d : input_shape) {
     if (d < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("input shape ", ShapeString(input_shape),
+          absl::StrCat("input shape ",
+                       base::ShapeString(c10::IntArrayRef(input_shape.data(),
+                                                          input_shape.size())),
                        " has a dimension that is not positive"));
     }
   }
@@ -102,7 +101,7 @@ absl::StatusOr<ModelSummary> Summarize(Model& model,
   } catch (const c10::Error& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(ModuleTypeName(model), " cannot take input of shape ",
-                     ShapeString(summary.input_shape), ": ",
+                     base::ShapeString(summary.input_shape), ": ",
                      error.what_without_backtrace()));
   }
   summary.layers = trace.layers();
@@ -121,14 +120,15 @@ std::string FormatSummary(const ModelSummary& summary) {
                                                              layer.type, ")"));
     name_width = std::max(name_width, name.size());
     names.push_back(std::move(name));
-    shapes.push_back(ShapeString(layer.output_shape));
+    shapes.push_back(base::ShapeString(layer.output_shape));
     shape_width = std::max(shape_width, shapes.back().size());
   }
   const int nw = static_cast<int>(name_width);
   const int sw = static_cast<int>(shape_width);
   const std::string rule(name_width + shape_width + 16, '=');
-  std::string out = absl::StrCat(
-      "Input shape: ", ShapeString(summary.input_shape), "\n", rule, "\n");
+  std::string out =
+      absl::StrCat("Input shape: ", base::ShapeString(summary.input_shape),
+                   "\n", rule, "\n");
   absl::StrAppendFormat(&out, "%-*s  %-*s  %12s\n", nw, "Layer (type)", sw,
                         "Output shape", "Param #");
   absl::StrAppend(&out, rule, "\n");

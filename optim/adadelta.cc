@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "base/torch_compat.h"
 
 namespace dtrain::optim {
@@ -133,10 +134,8 @@ Adadelta::Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions defaults)
 absl::StatusOr<std::unique_ptr<Adadelta>> Adadelta::Create(
     std::vector<torch::optim::OptimizerParamGroup> param_groups,
     AdadeltaOptions defaults) {
-  if (absl::Status valid = Validate(defaults); !valid.ok()) return valid;
-  if (absl::Status valid = ValidateGroups(param_groups); !valid.ok()) {
-    return valid;
-  }
+  DTRAIN_RETURN_IF_ERROR(Validate(defaults));
+  DTRAIN_RETURN_IF_ERROR(ValidateGroups(param_groups));
   try {
     return std::make_unique<Adadelta>(std::move(param_groups), defaults);
   } catch (const c10::Error& error) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace dtrain::optim {
 
@@ -32,7 +33,7 @@ double StepLearningRate(double base_lr, int64_t epoch,
 
 absl::StatusOr<StepLrSchedule> StepLrSchedule::Create(
     torch::optim::Optimizer& optimizer, const StepLrOptions& options) {
-  if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  DTRAIN_RETURN_IF_ERROR(Validate(options));
   std::vector<double> base_lrs;
   for (const torch::optim::OptimizerParamGroup& group :
        optimizer.param_groups()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace dtrain::trainer {
 absl::StatusOr<std::vector<double>> AllReduceValues(
@@ -16,8 +17,7 @@ absl::StatusOr<std::vector<double>> AllReduceValues(
     backend::ReduceOp op, c10::Device device, absl::Duration timeout) {
   at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
   if (!device.is_cpu()) t = t.to(device);
-  if (absl::Status s = backend.AllReduce(t, op)->Wait(timeout); !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(backend.AllReduce(t, op)->Wait(timeout));
   t = t.cpu();
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());
@@ -33,8 +33,7 @@ absl::Status BroadcastBytes(backend::Backend& backend, int root,
       is_root ? (error.ok() ? static_cast<int64_t>(bytes->size()) : -1) : 0,
       at::TensorOptions().dtype(at::kLong));
   if (!device.is_cpu()) size = size.to(device);
-  if (absl::Status s = backend.Broadcast(size, root)->Wait(timeout); !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(backend.Broadcast(size, root)->Wait(timeout));
   const int64_t n = size.cpu().item<int64_t>();
   if (n < 0) {
     if (is_root) return error;
@@ -45,8 +44,7 @@ absl::Status BroadcastBytes(backend::Backend& backend, int root,
   if (is_root && n > 0) std::memcpy(data.data_ptr<uint8_t>(), bytes->data(), n);
   if (!device.is_cpu()) data = data.to(device);
   if (n > 0) {
-    if (absl::Status s = backend.Broadcast(data, root)->Wait(timeout); !s.ok())
-      return s;
+    DTRAIN_RETURN_IF_ERROR(backend.Broadcast(data, root)->Wait(timeout));
   }
   if (!is_root) {
     data = data.cpu();

@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/malloc_tuning.h"
+#include "base/status_macros.h"
 #include "dist/backend/factory.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
@@ -242,7 +243,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.print_freq = absl::GetFlag(FLAGS_print_freq);
   absl::StatusOr<TrainOptions> resolved = ResolveDefaults(std::move(o));
   if (!resolved.ok()) return resolved.status();
-  if (absl::Status s = Validate(*resolved); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(Validate(*resolved));
   return resolved;
 }
 

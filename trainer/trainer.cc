@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/compute_threads.h"
+#include "base/rank_status.h"
 #include "base/status_macros.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
@@ -37,14 +38,6 @@ namespace dtrain::trainer {
 namespace {
 
 using backend::ReduceOp;
-
-// "[rank 1] " in front of every error, as the backends do.
-absl::Status WithRank(int rank, const absl::Status& status) {
-  if (status.ok() || absl::StartsWith(status.message(), "[rank "))
-    return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("[rank ", rank, "] ", status.message()));
-}
 
 // The generator state for one step's random draws (dropout): a function of
 // the seed, the rank and the step only, so that a resumed run draws what the
@@ -611,7 +604,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& options,
                                   const TrainContext& context) {
   Run run(options, world, backend, context);
   absl::StatusOr<TrainResult> result = run.Execute();
-  if (!result.ok()) return WithRank(world.rank, result.status());
+  if (!result.ok()) return base::WithRank(world.rank, result.status());
   return result;
 }
 

@@ -5,18 +5,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "base/tensor_text.h"
 #include "dist/backend/describe.h"
 #include "dist/store/prefix_store.h"
 
 namespace dtrain::backend::internal {
 
-std::string DtypeName(const at::Tensor& t) {
-  return backend::DtypeName(t.scalar_type());
-}
-
 std::string DescribeTensor(const at::Tensor& t) {
   if (!t.defined()) return "undefined tensor";
-  return absl::StrCat(t.numel(), " x ", DtypeName(t), " = ",
+  return absl::StrCat(t.numel(), " x ", base::DtypeName(t.scalar_type()), " = ",
                       FormatBytes(t.numel() * t.element_size()));
 }
 
@@ -45,10 +43,10 @@ absl::Status CheckTensor(absl::string_view backend, absl::string_view op,
     if (t.scalar_type() == s) return absl::OkStatus();
   }
   std::vector<std::string> names;
-  for (at::ScalarType s : supported) names.push_back(backend::DtypeName(s));
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, " does not support dtype ", DtypeName(t),
-                   " (supported: ", absl::StrJoin(names, ", "), ")"));
+  for (at::ScalarType s : supported) names.push_back(base::DtypeName(s));
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, " does not support dtype ", base::DtypeName(t.scalar_type()),
+      " (supported: ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
@@ -78,9 +76,9 @@ absl::Status CheckSameAs(absl::string_view backend, absl::string_view op,
 absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
                            ReduceOp reduce, const at::Tensor& t) {
   if (reduce == ReduceOp::kAverage && !at::isFloatingType(t.scalar_type())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(backend, " ", op, ": average of ", DtypeName(t),
-                     " tensors is not defined; use sum"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " ", op, ": average of ", base::DtypeName(t.scalar_type()),
+        " tensors is not defined; use sum"));
   }
   return absl::OkStatus();
 }
@@ -119,9 +117,8 @@ absl::StatusOr<Description> PrepareAllReduce(
     absl::string_view backend, const TensorCheck& check,
     const at::Tensor& tensor, ReduceOp op,
     absl::Span<const absl::string_view> details) {
-  if (absl::Status s = check("allreduce", tensor); !s.ok()) return s;
-  if (absl::Status s = CheckReduceOp(backend, "allreduce", op, tensor); !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(check("allreduce", tensor));
+  DTRAIN_RETURN_IF_ERROR(CheckReduceOp(backend, "allreduce", op, tensor));
   Description d{"allreduce",
                 absl::StrCat(ReduceOpName(op), ", ", DescribeTensor(tensor))};
   for (absl::string_view x : details) {
@@ -134,7 +131,7 @@ absl::StatusOr<Description> PrepareBroadcast(absl::string_view backend,
                                              const TensorCheck& check, int size,
                                              const at::Tensor& tensor,
                                              int root) {
-  if (absl::Status s = check("broadcast", tensor); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(check("broadcast", tensor));
   if (root < 0 || root >= size) {
     return absl::InvalidArgumentError(absl::StrCat(
         backend, " broadcast: root ", root, " is outside [0, ", size, ")"));
@@ -146,10 +143,9 @@ absl::StatusOr<Description> PrepareBroadcast(absl::string_view backend,
 absl::StatusOr<Description> PrepareAllGather(
     absl::string_view backend, const TensorCheck& check, int size,
     absl::Span<const at::Tensor> outputs, const at::Tensor& input) {
-  if (absl::Status s = check("allgather", input); !s.ok()) return s;
-  if (absl::Status s = CheckSameAs(backend, "allgather", outputs, size, input);
-      !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(check("allgather", input));
+  DTRAIN_RETURN_IF_ERROR(
+      CheckSameAs(backend, "allgather", outputs, size, input));
   return Description{"allgather", DescribeTensor(input)};
 }
 
@@ -157,15 +153,10 @@ absl::StatusOr<Description> PrepareReduceScatter(
     absl::string_view backend, const TensorCheck& check, int size,
     const at::Tensor& output, absl::Span<const at::Tensor> inputs,
     ReduceOp op) {
-  if (absl::Status s = check("reduce_scatter", output); !s.ok()) return s;
-  if (absl::Status s =
-          CheckSameAs(backend, "reduce_scatter", inputs, size, output);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckReduceOp(backend, "reduce_scatter", op, output);
-      !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(check("reduce_scatter", output));
+  DTRAIN_RETURN_IF_ERROR(
+      CheckSameAs(backend, "reduce_scatter", inputs, size, output));
+  DTRAIN_RETURN_IF_ERROR(CheckReduceOp(backend, "reduce_scatter", op, output));
   return Description{"reduce_scatter",
                      absl::StrCat(ReduceOpName(op), ", ",
                                   DescribeTensor(output), " per rank")};

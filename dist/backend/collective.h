@@ -25,9 +25,6 @@ namespace dtrain::backend::internal {
 using backend::FormatBytes;
 using backend::FormatElapsed;
 
-// "float32", "int64", ...
-std::string DtypeName(const at::Tensor& t);
-
 // "4096 x float32 = 16 KiB".
 std::string DescribeTensor(const at::Tensor& t);
 

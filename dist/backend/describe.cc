@@ -5,33 +5,6 @@
 
 namespace dtrain::backend {
 
-std::string DtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kInt:
-      return "int32";
-    case at::kLong:
-      return "int64";
-    case at::kShort:
-      return "int16";
-    case at::kByte:
-      return "uint8";
-    case at::kChar:
-      return "int8";
-    case at::kBool:
-      return "bool";
-    default:
-      return c10::toString(t);
-  }
-}
-
 std::string FormatBytes(int64_t bytes) {
   if (bytes < 1024) return absl::StrCat(bytes, " B");
   if (bytes < (1 << 20)) return absl::StrFormat("%.3g KiB", bytes / 1024.0);

@@ -1,13 +1,23 @@
 // DistributedDataParallel for the LibTorch C++ frontend: PyTorch's
 // torch.nn.parallel.DistributedDataParallel semantics over our Backend.
 //
-//   auto ddp = DistributedDataParallel::Create(model, backend, options);
-//   for each step:
-//     RETURN_IF_ERROR(ddp->PrepareForward());   // buffers from rank 0
-//     loss = criterion(model->forward(x), y);
-//     loss.backward();                          // buckets allreduce as they
-//     fill RETURN_IF_ERROR(ddp->SynchronizeGradients());  // averaged .grad
-//     optimizer.step(); optimizer.zero_grad();
+//   // model: std::shared_ptr<Net>, Net a torch::nn::Module subclass; the
+//   // macros are base/status_macros.h's.
+//   DTRAIN_ASSIGN_OR_RETURN(
+//       std::unique_ptr<DistributedDataParallel> ddp,
+//       DistributedDataParallel::Create(model, backend, options));
+//   torch::optim::SGD optimizer(model->parameters(), /*lr=*/0.1);
+//   for (const auto& [x, y] : batches) {
+//     // Buffers (batch-norm statistics) from rank 0.
+//     DTRAIN_RETURN_IF_ERROR(ddp->PrepareForward());
+//     at::Tensor loss = torch::nll_loss(model->forward(x), y);
+//     // Buckets allreduce as they fill, overlapping backward.
+//     loss.backward();
+//     // Waits for the rest; .grad then holds the average over ranks.
+//     DTRAIN_RETURN_IF_ERROR(ddp->SynchronizeGradients());
+//     optimizer.step();
+//     optimizer.zero_grad();
+//   }
 //
 // Gradient accumulation: run all but the last micro-batch of a step (forward
 // and backward) while a NoSyncGuard is alive; .grad then accumulates locally
@@ -21,11 +31,11 @@
 // Buckets: parameters that require grad, in reverse registration order, are
 // grouped into flat buckets (a bucket closes once it reaches its cap:
 // first_bucket_cap_bytes for the first, bucket_cap_bytes for the rest, as in
-// PyTorch; one dtype and device per bucket). A hook on
-// each parameter copies its gradient into its bucket during backward; a
-// complete bucket is allreduced at once, asynchronously, but only after every
-// earlier bucket was launched, so every rank issues the same collectives in the
-// same order and communication overlaps the rest of backward.
+// PyTorch; one dtype and device per bucket). A hook on each parameter copies
+// its gradient into its bucket during backward; a complete bucket is
+// allreduced at once, asynchronously, but only after every earlier bucket was
+// launched, so every rank issues the same collectives in the same order and
+// communication overlaps the rest of backward.
 //
 // Hooks and accumulation: a LibTorch tensor hook on a leaf sees the incoming
 // gradient g before AccumulateGrad adds it to .grad. The hook therefore puts
@@ -65,92 +75,25 @@
 #ifndef DTRAIN_DIST_DDP_DDP_H_
 #define DTRAIN_DIST_DDP_DDP_H_
 
-#include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "dist/backend/backend.h"
+#include "dist/ddp/ddp_types.h"
 
 namespace dtrain::ddp {
 
-// What SynchronizeGradients does with a parameter that received no gradient
-// in a synchronised step.
-enum class UnusedParameters {
-  // It contributes its .grad, or zeros when undefined (PyTorch's
-  // find_unused_parameters=True).
-  kZero,
-  // As kZero, then SynchronizeGradients fails on every rank with
-  // kFailedPrecondition naming the parameters and the ranks where they went
-  // unused. Costs one small extra allreduce per step.
-  kError,
-};
+namespace internal {
+class ModelSync;
+class Reducer;
+}  // namespace internal
 
-struct DdpOptions {
-  // Caps on a bucket's gradient bytes; PyTorch's defaults.
-  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
-  int64_t bucket_cap_bytes = int64_t{25} << 20;
-  // Broadcast buffers (batch-norm statistics) from rank 0 in PrepareForward,
-  // as PyTorch's broadcast_buffers.
-  bool broadcast_buffers = true;
-  UnusedParameters unused_parameters = UnusedParameters::kZero;
-  // Communicate float32/float64 gradients as float16, divided by the world size
-  // before the sum (PyTorch's fp16_compress_hook): half the bytes, about three
-  // significant digits.
-  bool fp16_compression = false;
-  // Bounds each wait for a collective, on top of the backend's own timeout
-  // (which already bounds every collective).
-  absl::Duration timeout = absl::InfiniteDuration();
-};
-
-// A bucket as laid out at construction.
-struct BucketInfo {
-  int index = 0;
-  // Parameter names in bucket order (reverse registration order).
-  std::vector<std::string> parameters;
-  int64_t numel = 0;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  // Gradient bytes, and bytes on the wire per allreduce (half with
-  // fp16_compression).
-  int64_t bytes = 0;
-  int64_t communicated_bytes = 0;
-};
-
-// One synchronised step, as measured on this rank.
-struct StepStats {
-  // Synchronised steps so far, this one included.
-  int64_t step = 0;
-  int num_buckets = 0;
-  // Buckets launched by hooks during backward; the others were launched by
-  // SynchronizeGradients (their parameters had no gradient in backward).
-  int buckets_launched_in_backward = 0;
-  // From the first gradient hook of the step (close to the start of backward)
-  // to the launch of the last bucket.
-  absl::Duration backward_until_last_launch;
-  // Time spent inside the gradient hooks: copies into buckets and launches.
-  absl::Duration hooks;
-  // Blocked in SynchronizeGradients waiting for collectives: communication
-  // that backward did not hide.
-  absl::Duration exposed_communication;
-  // All of SynchronizeGradients: launches, waits and copies into .grad.
-  absl::Duration synchronize;
-  // Buffer broadcasts in PrepareForward since the previous step.
-  absl::Duration buffer_broadcast;
-  // Per bucket: gradient bytes and how long after the step's first hook it was
-  // launched.
-  std::vector<int64_t> bucket_bytes;
-  std::vector<absl::Duration> bucket_launch_offsets;
-  // Parameters that received no gradient this step, on this rank.
-  std::vector<std::string> unused_parameters;
-};
-
+// DdpOptions, BucketInfo and StepStats are declared in ddp_types.h.
 class DistributedDataParallel {
  public:
   // Collective (see the file comment). kInvalidArgument for bad options (found
@@ -198,11 +141,11 @@ class DistributedDataParallel {
   void set_gradient_sync(bool enabled) { gradient_sync_.store(enabled); }
   bool gradient_sync() const { return gradient_sync_.load(); }
 
-  const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  const std::vector<BucketInfo>& buckets() const;
   // The last synchronised step; read from the training thread after
   // SynchronizeGradients returned.
-  const StepStats& last_step_stats() const { return last_stats_; }
-  int64_t steps() const { return last_stats_.step; }
+  const StepStats& last_step_stats() const;
+  int64_t steps() const { return last_step_stats().step; }
 
   torch::nn::Module& module() { return *module_; }
   const std::shared_ptr<torch::nn::Module>& module_ptr() const {
@@ -212,8 +155,6 @@ class DistributedDataParallel {
   const DdpOptions& options() const { return options_; }
 
  private:
-  struct State;
-
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                           backend::Backend& backend, const DdpOptions& options);
 
@@ -221,9 +162,13 @@ class DistributedDataParallel {
   backend::Backend& backend_;
   const DdpOptions options_;
   std::atomic<bool> gradient_sync_{true};
-  std::vector<BucketInfo> bucket_info_;
-  StepStats last_stats_;
-  std::unique_ptr<State> state_;
+  // PyTorch's require_forward_param_sync: whether the next PrepareForward
+  // broadcasts buffers. Training thread only.
+  bool require_forward_param_sync_ = true;
+  // The reducer's hooks read gradient_sync_: declared after it, so destroyed
+  // (hooks removed) before it.
+  std::unique_ptr<internal::ModelSync> model_sync_;
+  std::unique_ptr<internal::Reducer> reducer_;
 };
 
 }  // namespace dtrain::ddp

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "base/atomic_file.h"
 #include "base/posix_io.h"
+#include "base/status_macros.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 namespace dtrain::trainer {
@@ -190,7 +191,7 @@ absl::StatusOr<std::string> CheckpointDir::SaveBest(absl::string_view bytes) {
 
 absl::StatusOr<CheckpointDir::Found> CheckpointDir::Latest() const {
   std::vector<Entry> checkpoints;
-  if (absl::Status s = Scan(&checkpoints, nullptr); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(Scan(&checkpoints, nullptr));
   if (checkpoints.empty()) {
     return absl::NotFoundError(absl::StrCat("no checkpoint in ", path_, " (no ",
                                             kCheckpointPrefix, "<step>",

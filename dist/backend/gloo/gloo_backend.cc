@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/gloo/gloo_store.h"
 #include "dist/backend/work.h"
@@ -536,11 +537,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
   IgnoreSigpipe();
   const std::string who = absl::StrCat("[rank ", options.rank, "] gloo");
-  if (absl::Status s = internal::CheckMembership(
-          who, options.store.get(), options.rank, options.world_size);
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
+      who, options.store.get(), options.rank, options.world_size));
   if (options.algorithm == GlooAlgorithm::kBcube &&
       (options.world_size & (options.world_size - 1)) != 0) {
     // Gloo's bcube silently returns wrong results for other sizes.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/work.h"
 
@@ -450,11 +451,8 @@ bool NcclAvailable(std::string* reason) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options) {
   const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
-  if (absl::Status s = internal::CheckMembership(
-          who, options.store.get(), options.rank, options.world_size);
-      !s.ok()) {
-    return s;
-  }
+  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
+      who, options.store.get(), options.rank, options.world_size));
   int devices = 0;
   const cudaError_t count = cudaGetDeviceCount(&devices);
   if (count != cudaSuccess || devices == 0) {

@@ -1,0 +1,90 @@
+// The value types of DistributedDataParallel's interface: its options, the
+// bucket layout and the per-step statistics. Kept apart from ddp.h so that
+// the reducer can fill them without depending on the wrapper; include ddp.h,
+// which includes this file. Plain values: no thread safety of their own.
+#ifndef DTRAIN_DIST_DDP_DDP_TYPES_H_
+#define DTRAIN_DIST_DDP_DDP_TYPES_H_
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace dtrain::ddp {
+
+// What SynchronizeGradients does with a parameter that received no gradient
+// in a synchronised step.
+enum class UnusedParameters {
+  // It contributes its .grad, or zeros when undefined (PyTorch's
+  // find_unused_parameters=True).
+  kZero,
+  // As kZero, then SynchronizeGradients fails on every rank with
+  // kFailedPrecondition naming the parameters and the ranks where they went
+  // unused. Costs one small extra allreduce per step.
+  kError,
+};
+
+struct DdpOptions {
+  // Caps on a bucket's gradient bytes; PyTorch's defaults.
+  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+  int64_t bucket_cap_bytes = int64_t{25} << 20;
+  // Broadcast buffers (batch-norm statistics) from rank 0 in PrepareForward,
+  // as PyTorch's broadcast_buffers.
+  bool broadcast_buffers = true;
+  UnusedParameters unused_parameters = UnusedParameters::kZero;
+  // Communicate float32/float64 gradients as float16, divided by the world size
+  // before the sum (PyTorch's fp16_compress_hook): half the bytes, about three
+  // significant digits.
+  bool fp16_compression = false;
+  // Bounds each wait for a collective, on top of the backend's own timeout
+  // (which already bounds every collective).
+  absl::Duration timeout = absl::InfiniteDuration();
+};
+
+// A bucket as laid out at construction.
+struct BucketInfo {
+  int index = 0;
+  // Parameter names in bucket order (reverse registration order).
+  std::vector<std::string> parameters;
+  int64_t numel = 0;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  // Gradient bytes, and bytes on the wire per allreduce (half with
+  // fp16_compression).
+  int64_t bytes = 0;
+  int64_t communicated_bytes = 0;
+};
+
+// One synchronised step, as measured on this rank.
+struct StepStats {
+  // Synchronised steps so far, this one included.
+  int64_t step = 0;
+  int num_buckets = 0;
+  // Buckets launched by hooks during backward; the others were launched by
+  // SynchronizeGradients (their parameters had no gradient in backward).
+  int buckets_launched_in_backward = 0;
+  // From the first gradient hook of the step (close to the start of backward)
+  // to the launch of the last bucket.
+  absl::Duration backward_until_last_launch;
+  // Time spent inside the gradient hooks: copies into buckets and launches.
+  absl::Duration hooks;
+  // Blocked in SynchronizeGradients waiting for collectives: communication
+  // that backward did not hide.
+  absl::Duration exposed_communication;
+  // All of SynchronizeGradients: launches, waits and copies into .grad.
+  absl::Duration synchronize;
+  // Buffer broadcasts in PrepareForward since the previous step.
+  absl::Duration buffer_broadcast;
+  // Per bucket: gradient bytes and how long after the step's first hook it was
+  // launched.
+  std::vector<int64_t> bucket_bytes;
+  std::vector<absl::Duration> bucket_launch_offsets;
+  // Parameters that received no gradient this step, on this rank.
+  std::vector<std::string> unused_parameters;
+};
+
+}  // namespace dtrain::ddp
+
+#endif  // DTRAIN_DIST_DDP_DDP_TYPES_H_

@@ -1,0 +1,349 @@
+// The checkpoint payload field by field: what EncodeCheckpoint writes is the
+// format docs/FORMATS.md describes, and hand-made payloads behind valid
+// headers, each with one field that lies, are rejected naming the field.
+#include <torch/nn/module.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_testing.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using ::dtrain::trainer::testing::ExpectDecodeRejected;
+using ::dtrain::trainer::testing::MakeHeader;
+using ::dtrain::trainer::testing::Payload;
+using ::dtrain::trainer::testing::SomeState;
+using ::dtrain::trainer::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// A model with one float32 parameter "w" of shape [2].
+struct OneParamImpl : torch::nn::Module {
+  OneParamImpl() { w = register_parameter("w", torch::tensor({1.5f, -2.0f})); }
+  torch::Tensor w;
+};
+TORCH_MODULE(OneParam);
+
+// The sections of a OneParam checkpoint with SGD (lr 0.1, momentum 0.9, no
+// state) and SomeState("one", "sgd"), with the parts the tests replace.
+struct OneParamSections {
+  Payload w_tensor = Payload().U8(1).U8(1).I64(2).Floats({1.5f, -2.0f});
+  Payload model = Payload().U32(1).Str("w").U8(0).Raw(w_tensor.bytes());
+  Payload sgd_options = Payload().F64(0.1).F64(0.9).F64(0).F64(0).U8(0);
+  Payload optimizer =
+      Payload().U8(1).U32(1).Raw(sgd_options.bytes()).U32(1).U8(0);
+  Payload state = StateSection(SomeState("one", "sgd"));
+
+  static Payload StateSection(const TrainingState& s) {
+    return Payload()
+        .I64(s.epoch)
+        .Str(s.sampler.Serialize())
+        .I64(s.global_step)
+        .F64(s.best_top1)
+        .Str(s.model_name)
+        .Str(s.optimizer_name)
+        .U64(s.seed)
+        .Str(s.config_json);
+  }
+  std::string Bytes() const {
+    return Payload()
+        .Section("MODL", model)
+        .Section("OPTM", optimizer)
+        .Section("STAT", state)
+        .bytes();
+  }
+};
+TEST(CheckpointTest, PayloadIsTheDocumentedFormat) {
+  OneParam model;
+  torch::optim::SGD sgd(model->parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*model, sgd, SomeState("one", "sgd"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string payload = OneParamSections().Bytes();
+  EXPECT_EQ(*bytes, MakeHeader(2, payload) + payload);
+
+  // And with a momentum buffer (has-state 1, then the tensor).
+  model->w.mutable_grad() = torch::tensor({1.0f, 2.0f});
+  sgd.step();
+  bytes = EncodeCheckpoint(*model, sgd, SomeState("one", "sgd"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  OneParamSections stepped;
+  const std::vector<float> w(model->w.data_ptr<float>(),
+                             model->w.data_ptr<float>() + 2);
+  stepped.model = Payload().U32(1).Str("w").U8(0).U8(1).U8(1).I64(2).Floats(w);
+  stepped.optimizer = Payload()
+                          .U8(1)
+                          .U32(1)
+                          .Raw(stepped.sgd_options.bytes())
+                          .U32(1)
+                          .U8(1)
+                          .U8(1)
+                          .U8(1)
+                          .I64(2)
+                          .Floats({1.0f, 2.0f});
+  EXPECT_EQ(*bytes, MakeHeader(2, stepped.Bytes()) + stepped.Bytes());
+}
+
+// Hand-made payloads behind valid headers, each with one field that lies.
+TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
+  struct Case {
+    std::string name;
+    std::string payload;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&cases](std::string name, const OneParamSections& sections,
+                      std::string message) {
+    cases.push_back({std::move(name), sections.Bytes(), std::move(message)});
+  };
+  auto with_tensor = [](const Payload& tensor) {
+    OneParamSections s;
+    s.model = Payload().U32(1).Str("w").U8(0).Raw(tensor.bytes());
+    return s;
+  };
+  auto with_optimizer = [](const Payload& optimizer) {
+    OneParamSections s;
+    s.optimizer = optimizer;
+    return s;
+  };
+  // Kind 1 (SGD), the group count, one group: its options, its parameter
+  // count and one has-state byte.
+  auto sgd_section = [](uint32_t groups, uint32_t params, uint8_t has_state,
+                        const Payload& options =
+                            OneParamSections().sgd_options) {
+    return Payload()
+        .U8(1)
+        .U32(groups)
+        .Raw(options.bytes())
+        .U32(params)
+        .U8(has_state);
+  };
+  {
+    OneParamSections s;
+    s.model = Payload().U32(0xffffffffu).Str("w").U8(0).Raw(s.w_tensor.bytes());
+    add("huge tensor count", s,
+        "model tensor count at offset 12 is 4294967295, but the 24 bytes "
+        "left hold at most 3");
+  }
+  {
+    OneParamSections s;
+    s.model = Payload()
+                  .U32(1)
+                  .U32(0xfffffff0u)
+                  .Raw("w")
+                  .U8(0)
+                  .Raw(s.w_tensor.bytes());
+    add("huge name length", s,
+        "name of model tensor 0 needs 4294967280 bytes at offset 20, 20 left");
+  }
+  {
+    OneParamSections s;
+    s.model = Payload().U32(1).Str("w").U8(7).Raw(s.w_tensor.bytes());
+    add("unknown kind", s, "has unknown kind 7");
+  }
+  add("dtype code 0", with_tensor(Payload().U8(0).U8(1).I64(2).Floats({1, 2})),
+      "parameter \"w\" at offset 22 has unknown dtype code 0");
+  add("dtype code 11",
+      with_tensor(Payload().U8(11).U8(1).I64(2).Floats({1, 2})),
+      "unknown dtype code 11");
+  add("9 dimensions",
+      with_tensor(Payload()
+                      .U8(1)
+                      .U8(9)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(1)
+                      .I64(2)
+                      .Floats({1, 2})),
+      "has 9 dimensions (at most 8)");
+  add("negative size", with_tensor(Payload().U8(1).U8(1).I64(-2)),
+      "has a negative size -2");
+  add("sizes whose product overflows",
+      with_tensor(
+          Payload().U8(1).U8(2).I64(int64_t{1} << 40).I64(int64_t{1} << 40)),
+      "has too large a shape");
+  add("empty, with huge other sizes",
+      with_tensor(Payload()
+                      .U8(1)
+                      .U8(3)
+                      .I64(0)
+                      .I64(int64_t{1} << 40)
+                      .I64(int64_t{1} << 40)),
+      "has too large a shape");
+  add("more data than there is",
+      with_tensor(Payload().U8(1).U8(1).I64(1000).Floats({1, 2})),
+      "data of parameter \"w\" needs 4000 bytes at offset 32, 8 left");
+  add("a bool that is 2",
+      with_tensor(Payload().U8(10).U8(1).I64(2).U8(0).U8(2)),
+      "holds a bool that is not 0 or 1");
+  {
+    OneParamSections s;
+    s.model = Payload()
+                  .U32(2)
+                  .Str("w")
+                  .U8(0)
+                  .Raw(s.w_tensor.bytes())
+                  .Str("w")
+                  .U8(0)
+                  .Raw(s.w_tensor.bytes());
+    add("a name twice", s, "parameter \"w\" is twice");
+  }
+  {
+    OneParamSections s;
+    s.model.U8(0);
+    add("a byte left in MODL", s,
+        "1 unexpected bytes at offset 40, the end of section MODL");
+  }
+  add("unknown optimizer kind", with_optimizer(Payload().U8(3).U32(0)),
+      "unknown optimizer kind 3 at offset 52");
+  add("huge group count", with_optimizer(sgd_section(1000, 1, 0)),
+      "optimizer group count at offset 53 is 1000, but the 38 bytes left "
+      "hold at most 1");
+  add("huge parameter count", with_optimizer(sgd_section(1, 70000, 0)),
+      "parameter count of optimizer group 0 at offset 90 is 70000");
+  add("has-state 2", with_optimizer(sgd_section(1, 1, 2)),
+      "has-state byte of optimizer group 0 parameter 0 at offset 94 is 2, "
+      "not 0 or 1");
+  add("nesterov 5",
+      with_optimizer(sgd_section(
+          1, 1, 0, Payload().F64(0.1).F64(0.9).F64(0).F64(0).U8(5))),
+      "is 5, not 0 or 1");
+  {
+    OneParamSections s;
+    s.optimizer = Payload()
+                      .U8(2)
+                      .U32(1)
+                      .F64(1)
+                      .F64(2)  // rho
+                      .F64(1e-6)
+                      .F64(0)
+                      .U8(0)
+                      .U32(1)
+                      .U8(0);
+    add("Adadelta rho 2", s,
+        "optimizer group 0: Adadelta: invalid rho 2 (must be in [0, 1])");
+  }
+  {
+    OneParamSections s;
+    s.optimizer = Payload()
+                      .U8(2)
+                      .U32(1)
+                      .F64(1)
+                      .F64(0.9)
+                      .F64(1e-6)
+                      .F64(0)
+                      .U8(0)
+                      .U32(1)
+                      .U8(1)
+                      .I64(-1)
+                      .Raw(s.w_tensor.bytes())
+                      .Raw(s.w_tensor.bytes());
+    add("Adadelta step -1", s,
+        "step of optimizer group 0 parameter 0 at offset 95 is -1");
+  }
+  {
+    OneParamSections s;
+    s.state = Payload().Raw(s.state.bytes().substr(0, 30));
+    add("state cut short", s, "sampler state needs");
+  }
+  {
+    OneParamSections s;
+    s.state = Payload().I64(1).Str("dtrain.DistributedSampler v1 epoch=\x01");
+    add("sampler state not text", s,
+        "the sampler state at offset 115 is not printable text: "
+        "\"dtrain.DistributedSampler v1 epoch=\\x01\"");
+  }
+  {
+    OneParamSections s;
+    s.state = Payload()
+                  .I64(1)
+                  .Str("nonsense")
+                  .I64(0)
+                  .F64(0)
+                  .Str("")
+                  .Str("")
+                  .U64(0)
+                  .Str("");
+    add("sampler state unparsable", s, "not a DistributedSampler state");
+  }
+  {
+    OneParamSections s;
+    s.state.U8(0);
+    add("a byte left in STAT", s, "the end of section STAT");
+  }
+  {
+    const OneParamSections s;
+    cases.push_back({"sections out of order",
+                     Payload()
+                         .Section("OPTM", s.optimizer)
+                         .Section("MODL", s.model)
+                         .Section("STAT", s.state)
+                         .bytes(),
+                     "expected section MODL at offset 0, found \"OPTM\""});
+    cases.push_back({"a section longer than the payload",
+                     Payload()
+                         .Raw("MODL")
+                         .U64(0xffffffffffffffffu)
+                         .Raw(s.model.bytes())
+                         .bytes(),
+                     "section MODL needs 18446744073709551615 bytes at offset "
+                     "12, 28 left"});
+    cases.push_back({"a section missing",
+                     Payload()
+                         .Section("MODL", s.model)
+                         .Section("OPTM", s.optimizer)
+                         .bytes(),
+                     "section STAT needs 4 bytes at offset"});
+    cases.push_back({"bytes after the last section", s.Bytes() + "STAT",
+                     "4 unexpected bytes at offset"});
+    cases.push_back(
+        {"empty", "", "section MODL needs 4 bytes at offset 0, 0 left"});
+  }
+
+  // The unchanged sections decode, so each case fails for its own field.
+  {
+    OneParam model;
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    const std::string payload = OneParamSections().Bytes();
+    absl::StatusOr<TrainingState> decoded =
+        DecodeCheckpoint(MakeHeader(2, payload) + payload, *model, sgd);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, SomeState("one", "sgd"));
+  }
+  OneParam model;
+  model->w.data().fill_(7);
+  torch::optim::SGD sgd(model->parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  model->w.mutable_grad() = torch::ones({2});
+  sgd.step();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectDecodeRejected(
+        MakeHeader(2, c.payload) + c.payload, *model, sgd,
+        StatusIs(absl::StatusCode::kDataLoss,
+                 AllOf(HasSubstr("malformed checkpoint payload: "),
+                       HasSubstr(c.message))));
+    EXPECT_THAT(sgd.state(), SizeIs(model->parameters().size()));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::trainer
