@@ -18,9 +18,9 @@
 #include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "dist/backend/gloo/gloo_backend.h"
-#include "dist/rendezvous/gloo_store.h"
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/prefix_store.h"
+#include "dist/backend/gloo/gloo_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/rendezvous/context.h"
@@ -84,7 +84,7 @@ void BM_RawGlooAllReduce(benchmark::State& state) {
   const int count = static_cast<int>(std::max<int64_t>(bytes / 4, 1));
   auto context = std::make_shared<gloo::rendezvous::Context>(
       state.thread_index(), state.threads());
-  rendezvous::GlooStore store(bench::RunStore(state));
+  GlooStore store(bench::RunStore(state));
   auto device = gloo::transport::tcp::CreateDevice(
       gloo::transport::tcp::attr("127.0.0.1"));
   context->connectFullMesh(store, device);

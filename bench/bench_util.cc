@@ -7,7 +7,7 @@
 #include <string>
 
 #include "base/compute_threads.h"
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 
 namespace dtrain::bench {
 
@@ -30,17 +30,17 @@ int RunOnOneThread(int argc, char** argv) {
   return 0;
 }
 
-std::shared_ptr<rendezvous::Store> RunStore(benchmark::State& state) {
+std::shared_ptr<store::Store> RunStore(benchmark::State& state) {
   static std::mutex mu;
   static int arrived = 0;
-  static std::shared_ptr<rendezvous::Store>* current = nullptr;
+  static std::shared_ptr<store::Store>* current = nullptr;
   std::lock_guard<std::mutex> lock(mu);
   if (arrived == 0) {
     delete current;
-    current = new std::shared_ptr<rendezvous::Store>(
-        std::make_shared<rendezvous::HashStore>(absl::Seconds(60)));
+    current = new std::shared_ptr<store::Store>(
+        std::make_shared<store::HashStore>(absl::Seconds(60)));
   }
-  std::shared_ptr<rendezvous::Store> store = *current;
+  std::shared_ptr<store::Store> store = *current;
   if (++arrived == state.threads()) arrived = 0;
   return store;
 }

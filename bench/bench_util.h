@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::bench {
 
@@ -23,7 +23,7 @@ int RunOnOneThread(int argc, char** argv);
 // A fresh in-memory store for each run of a benchmark function, shared by that
 // run's threads (Google Benchmark starts new threads for every run, and runs
 // one after another).
-std::shared_ptr<rendezvous::Store> RunStore(benchmark::State& state);
+std::shared_ptr<store::Store> RunStore(benchmark::State& state);
 
 }  // namespace dtrain::bench
 

@@ -47,7 +47,7 @@
 #include "benchmark/benchmark.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/ddp/ddp.h"
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 #include "models/convnet.h"
 
 namespace dtrain::ddp {

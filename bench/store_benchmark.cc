@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
-#include "dist/rendezvous/prefix_store.h"
 #include "dist/rendezvous/rendezvous.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/prefix_store.h"
+#include "dist/store/tcp_store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 std::shared_ptr<TcpStore> Server() {
@@ -65,10 +65,10 @@ void BM_Rendezvous(benchmark::State& state) {
     for (int r = 0; r < n; ++r) {
       ranks.emplace_back([&, r] {
         PrefixStore store(prefix, Client(server->port()));
-        RendezvousOptions o;
+        rendezvous::RendezvousOptions o;
         o.rank = r;
         o.world_size = n;
-        benchmark::DoNotOptimize(Rendezvous(store, o));
+        benchmark::DoNotOptimize(rendezvous::Rendezvous(store, o));
       });
     }
     for (auto& t : ranks) t.join();
@@ -83,4 +83,4 @@ BENCHMARK(BM_Rendezvous)
     ->UseRealTime();
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

@@ -29,7 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
-    int rank, int world_size, std::shared_ptr<rendezvous::Store> store) {
+    int rank, int world_size, std::shared_ptr<store::Store> store) {
   backend::GlooBackendOptions o;
   o.rank = rank;
   o.world_size = world_size;

@@ -5,14 +5,14 @@
 #include <thread>
 #include <vector>
 
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 #include "gtest/gtest.h"
 
 namespace dtrain::backend::testing {
 
 void RunRanks(int world_size, const BackendFactory& factory,
               const std::function<void(Backend&)>& body) {
-  auto store = std::make_shared<rendezvous::HashStore>(absl::Seconds(60));
+  auto store = std::make_shared<store::HashStore>(absl::Seconds(60));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {

@@ -12,12 +12,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend::testing {
 
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
-    int rank, int world_size, std::shared_ptr<rendezvous::Store> store)>;
+    int rank, int world_size, std::shared_ptr<store::Store> store)>;
 
 // Creates `world_size` backends on threads over one HashStore and runs
 // `body(backend)` on each thread. Fails the current test (and skips the body)

@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "dist/backend/describe.h"
-#include "dist/rendezvous/prefix_store.h"
+#include "dist/store/prefix_store.h"
 
 namespace dtrain::backend::internal {
 
@@ -83,9 +83,8 @@ absl::Status CheckReduceOp(absl::string_view backend, absl::string_view op,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<rendezvous::Store>> BackendNamespace(
-    std::shared_ptr<rendezvous::Store> store, absl::string_view backend,
-    int rank) {
+absl::StatusOr<std::shared_ptr<store::Store>> BackendNamespace(
+    std::shared_ptr<store::Store> store, absl::string_view backend, int rank) {
   absl::StatusOr<int64_t> n =
       store->Add(absl::StrCat(backend, "_instances/rank", rank), 1);
   if (!n.ok()) {
@@ -94,13 +93,12 @@ absl::StatusOr<std::shared_ptr<rendezvous::Store>> BackendNamespace(
                                      ": numbering this backend in the store: ",
                                      n.status().message()));
   }
-  return std::make_shared<rendezvous::PrefixStore>(
-      absl::StrCat(backend, "/", *n), std::move(store));
+  return std::make_shared<store::PrefixStore>(absl::StrCat(backend, "/", *n),
+                                              std::move(store));
 }
 
-absl::Status CheckMembership(absl::string_view who,
-                             const rendezvous::Store* store, int rank,
-                             int world_size) {
+absl::Status CheckMembership(absl::string_view who, const store::Store* store,
+                             int rank, int world_size) {
   if (store == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
   if (world_size < 1 || rank < 0 || rank >= world_size) {

@@ -18,7 +18,7 @@
 #include "absl/types/span.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/describe.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend::internal {
 
@@ -61,15 +61,13 @@ struct Description {
 // backends in the same order (as PyTorch numbers its process groups), so the
 // ranks of one backend meet in one fresh namespace, and a backend re-created
 // after another never reads the first one's keys.
-absl::StatusOr<std::shared_ptr<rendezvous::Store>> BackendNamespace(
-    std::shared_ptr<rendezvous::Store> store, absl::string_view backend,
-    int rank);
+absl::StatusOr<std::shared_ptr<store::Store>> BackendNamespace(
+    std::shared_ptr<store::Store> store, absl::string_view backend, int rank);
 
 // Checks what every backend needs to be created: a store, and 0 <= rank <
 // world_size. kInvalidArgument prefixed with `who` ("[rank 3] gloo").
-absl::Status CheckMembership(absl::string_view who,
-                             const rendezvous::Store* store, int rank,
-                             int world_size);
+absl::Status CheckMembership(absl::string_view who, const store::Store* store,
+                             int rank, int world_size);
 
 // "allreduce #12 (sum, 4096 x float32 = 16 KiB, ring, bucket 3)".
 std::string Describe(const Description& d, int64_t seq);

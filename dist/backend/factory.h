@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/gloo/gloo_backend.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend {
 
@@ -20,7 +20,7 @@ struct BackendConfig {
   std::string name = "gloo";
   int rank = 0;
   int world_size = 1;
-  std::shared_ptr<rendezvous::Store> store;
+  std::shared_ptr<store::Store> store;
   // Bounds connecting and every collective.
   absl::Duration timeout = absl::Minutes(30);
   // gloo: the interface (GLOO_SOCKET_IFNAME) or address to use, and the

@@ -26,7 +26,7 @@ TEST(FactoryTest, UnknownNameListsKnownBackends) {
 TEST(FactoryTest, GlooByNameRunsACollective) {
   testing::RunRanks(
       2,
-      [](int rank, int world_size, std::shared_ptr<rendezvous::Store> store) {
+      [](int rank, int world_size, std::shared_ptr<store::Store> store) {
         BackendConfig c;
         c.name = "gloo";
         c.rank = rank;

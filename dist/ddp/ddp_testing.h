@@ -30,16 +30,15 @@ inline constexpr absl::Duration kTestTimeout = absl::Seconds(60);
 
 inline backend::testing::BackendFactory Gloo(
     absl::Duration timeout = kTestTimeout) {
-  return
-      [=](int rank, int world_size, std::shared_ptr<rendezvous::Store> store) {
-        backend::GlooBackendOptions o;
-        o.rank = rank;
-        o.world_size = world_size;
-        o.store = std::move(store);
-        o.hostname = "127.0.0.1";
-        o.timeout = timeout;
-        return backend::CreateGlooBackend(o);
-      };
+  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    backend::GlooBackendOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.store = std::move(store);
+    o.hostname = "127.0.0.1";
+    o.timeout = timeout;
+    return backend::CreateGlooBackend(o);
+  };
 }
 
 // in -> hidden -> hidden -> out with tanh between; optional layers that the

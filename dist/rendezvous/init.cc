@@ -4,13 +4,21 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "dist/rendezvous/file_store.h"
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/prefix_store.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "base/status_macros.h"
+#include "dist/store/file_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
+#include "dist/store/tcp_store.h"
 
 namespace dtrain::rendezvous {
 namespace {
+
+using store::FileStore;
+using store::HashStore;
+using store::PrefixStore;
+using store::Store;
+using store::TcpStore;
+using store::TcpStoreOptions;
 
 absl::Status WithRank(int rank, const absl::Status& s) {
   return absl::Status(s.code(),
@@ -34,10 +42,7 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
                                                  const InitMethod& method,
                                                  const LaunchEnv& launch) {
   if (method.scheme == InitMethod::kFile) {
-    absl::StatusOr<std::shared_ptr<FileStore>> store =
-        FileStore::Open(method.path, launch.world_size, options.timeout);
-    if (!store.ok()) return store.status();
-    return std::shared_ptr<Store>(*store);
+    return FileStore::Open(method.path, launch.world_size, options.timeout);
   }
   // A single process found by env:// has nobody to meet: an in-memory store
   // spares it a port, so several single-process jobs can run side by side.
@@ -62,46 +67,43 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
   tcp.bind_host = options.bind_host;
   tcp.timeout = options.timeout;
   tcp.connect_timeout = options.timeout;
-  absl::StatusOr<std::shared_ptr<TcpStore>> store = TcpStore::Create(tcp);
-  if (!store.ok()) return store.status();
-  return std::shared_ptr<Store>(*store);
+  return TcpStore::Create(tcp);
 }
 
 }  // namespace
 
 absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
-  absl::StatusOr<InitMethod> method = ParseInitMethod(options.url);
-  if (!method.ok()) return method.status();
-  absl::StatusOr<ExplicitArgs> args = MergeQueryArgs(options.args, *method);
-  if (!args.ok()) return args.status();
-  absl::StatusOr<LaunchEnv> launch = DiscoverLaunchEnv(env, *args);
-  if (!launch.ok()) return launch.status();
-  if (method->scheme == InitMethod::kEnv) {
-    absl::Status status = CheckEnvMasterAddr(*launch);
-    if (!status.ok()) return WithRank(launch->rank, status);
+  DTRAIN_ASSIGN_OR_RETURN(const InitMethod method,
+                          ParseInitMethod(options.url));
+  DTRAIN_ASSIGN_OR_RETURN(const ExplicitArgs args,
+                          MergeQueryArgs(options.args, method));
+  DTRAIN_ASSIGN_OR_RETURN(const LaunchEnv launch, DiscoverLaunchEnv(env, args));
+  if (method.scheme == InitMethod::kEnv) {
+    absl::Status status = CheckEnvMasterAddr(launch);
+    if (!status.ok()) return WithRank(launch.rank, status);
   }
 
   absl::StatusOr<std::shared_ptr<Store>> base =
-      OpenStore(options, *method, *launch);
-  if (!base.ok()) return WithRank(launch->rank, base.status());
+      OpenStore(options, method, launch);
+  if (!base.ok()) return WithRank(launch.rank, base.status());
 
   RendezvousOptions rdzv;
-  rdzv.rank = launch->rank;
-  rdzv.world_size = launch->world_size;
-  rdzv.local_rank = launch->local_rank;
+  rdzv.rank = launch.rank;
+  rdzv.world_size = launch.world_size;
+  rdzv.local_rank = launch.local_rank;
   rdzv.timeout = options.timeout;
-  absl::StatusOr<std::vector<PeerInfo>> peers = Rendezvous(**base, rdzv);
-  if (!peers.ok()) return peers.status();
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<PeerInfo> peers,
+                          Rendezvous(**base, rdzv));
 
   World world;
-  world.rank = launch->rank;
-  world.world_size = launch->world_size;
-  world.local_rank = launch->local_rank;
-  world.local_world_size = launch->local_world_size;
-  world.method = *method;
-  world.launch = *launch;
+  world.rank = launch.rank;
+  world.world_size = launch.world_size;
+  world.local_rank = launch.local_rank;
+  world.local_world_size = launch.local_world_size;
+  world.method = method;
+  world.launch = launch;
   world.store = std::make_shared<PrefixStore>("job", *std::move(base));
-  world.peers = *std::move(peers);
+  world.peers = std::move(peers);
   return world;
 }
 

@@ -46,7 +46,7 @@
 #include "dist/rendezvous/init_method.h"
 #include "dist/rendezvous/launch_env.h"
 #include "dist/rendezvous/rendezvous.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::rendezvous {
 
@@ -69,7 +69,7 @@ struct World {
   LaunchEnv launch;
   // The job's namespace in the store, for the backends; keeps the underlying
   // store (and on rank 0 the TCP server) alive.
-  std::shared_ptr<Store> store;
+  std::shared_ptr<store::Store> store;
   std::vector<PeerInfo> peers;
 };
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/posix_io.h"
+#include "base/status_macros.h"
 
 namespace dtrain::rendezvous {
 namespace {
@@ -152,8 +153,7 @@ absl::Status ParseTcp(absl::string_view rest, const UrlErrors& error,
           "an IPv6 address must be in brackets, as in tcp://[::1]:29500");
     }
     if (host.empty()) return error("no host: expected tcp://host:port");
-    absl::Status s = CheckHostName(host, error);
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(CheckHostName(host, error));
   }
   if (port_text.empty()) return error("missing port after ':'");
   if (!IsDigits(port_text)) {
@@ -191,7 +191,7 @@ absl::Status ParseFile(absl::string_view path, const UrlErrors& error,
       return error(absl::StrCat("directory '", dir, "' does not exist"));
     }
     return error(absl::StrCat("cannot access directory '", dir,
-                              "': ", std::strerror(err)));
+                              "': ", base::ErrnoText(err)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return error(absl::StrCat("'", dir, "' is not a directory"));
@@ -271,8 +271,8 @@ absl::StatusOr<InitMethod> ParseInitMethod(absl::string_view url) {
   }
   const size_t question = rest.find('?');
   if (question != absl::string_view::npos) {
-    absl::Status s = ParseQuery(rest.substr(question + 1), error, &method);
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(
+        ParseQuery(rest.substr(question + 1), error, &method));
     rest = rest.substr(0, question);
   }
 

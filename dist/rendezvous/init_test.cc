@@ -6,7 +6,6 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -15,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "dist/rendezvous/tcp_socket.h"
+#include "base/posix_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,10 +23,35 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Listens on 127.0.0.1:`port` (0: a free port) while it lives, as another
+// program would. port() is the port held, or 0 when it could not be bound.
+class HeldPort {
+ public:
+  explicit HeldPort(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    socklen_t len = sizeof(addr);
+    auto* sa = reinterpret_cast<sockaddr*>(&addr);
+    if (fd_.valid() && ::bind(fd_.get(), sa, sizeof(addr)) == 0 &&
+        ::listen(fd_.get(), 1) == 0 &&
+        ::getsockname(fd_.get(), sa, &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+
+  int port() const { return port_; }
+
+ private:
+  const base::UniqueFd fd_;
+  int port_ = 0;
+};
+
+// A port that nothing listens on: held for a moment, then released.
 int FreePort() {
-  int port = 0;
-  absl::StatusOr<internal::Fd> fd = internal::Listen("127.0.0.1", 0, &port);
-  EXPECT_TRUE(fd.ok());
+  const int port = HeldPort(0).port();
+  EXPECT_NE(port, 0);
   return port;
 }
 
@@ -126,17 +150,14 @@ TEST(InitWorldTest, EnvInitMethodWithoutVariablesIsSingleProcess) {
   o.timeout = absl::Seconds(30);
   // A single process opens no port: the default 29500, held here by
   // another "job", does not matter.
-  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(29500);
-  const bool holding =
-      ::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::listen(held, 1) == 0;
-  absl::StatusOr<World> w = InitWorld(o, {});
-  ::close(held);
-  if (!holding) std::printf("(port 29500 was busy already: not held here)\n");
+  absl::StatusOr<World> w;
+  {
+    const HeldPort held(29500);
+    if (held.port() == 0) {
+      std::printf("(port 29500 was busy already: not held here)\n");
+    }
+    w = InitWorld(o, {});
+  }
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->rank, 0);
   EXPECT_EQ(w->world_size, 1);
@@ -229,9 +250,9 @@ TEST(InitWorldTest, UnreachableMasterNamesAddressAndTimeout) {
 }
 
 TEST(InitWorldTest, BusyPortOnMasterIsClearError) {
-  int port = 0;
-  absl::StatusOr<internal::Fd> other = internal::Listen("127.0.0.1", 0, &port);
-  ASSERT_TRUE(other.ok());
+  const HeldPort other(0);
+  const int port = other.port();
+  ASSERT_NE(port, 0);
   InitOptions o;
   o.url = absl::StrCat("tcp://127.0.0.1:", port);
   o.bind_host = "127.0.0.1";

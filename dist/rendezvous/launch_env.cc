@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 #include "dist/rendezvous/slurm_nodelist.h"
 
 extern char** environ;
@@ -112,10 +113,9 @@ absl::StatusOr<absl::optional<Setting>> ReadInt(const EnvMap& env,
                                                 const char* name) {
   const std::string* text = Find(env, name);
   if (text == nullptr) return absl::optional<Setting>();
-  absl::StatusOr<int> value = ParseInt(name, *text);
-  if (!value.ok()) return value.status();
+  DTRAIN_ASSIGN_OR_RETURN(const int value, ParseInt(name, *text));
   return absl::optional<Setting>(
-      Setting{*value, absl::StrCat(name, "=", *value)});
+      Setting{value, absl::StrCat(name, "=", value)});
 }
 
 Setting FromArg(int value, absl::string_view name) {
@@ -156,22 +156,22 @@ absl::StatusOr<absl::optional<Setting>> SlurmLocalWorldSize(const EnvMap& env) {
        {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     const std::string* spec = Find(env, var);
     if (spec == nullptr || node_id_text == nullptr) continue;
-    absl::StatusOr<int> node_id = ParseInt("SLURM_NODEID", *node_id_text);
-    if (!node_id.ok()) return node_id.status();
+    DTRAIN_ASSIGN_OR_RETURN(const int node_id,
+                            ParseInt("SLURM_NODEID", *node_id_text));
     absl::StatusOr<std::vector<int>> counts = ExpandSlurmTasksPerNode(*spec);
     if (!counts.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(var, ": ", counts.status().message()));
     }
-    if (*node_id < 0 || static_cast<size_t>(*node_id) >= counts->size()) {
+    if (node_id < 0 || static_cast<size_t>(node_id) >= counts->size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("SLURM_NODEID=", *node_id, " is outside ", var, "='",
+          absl::StrCat("SLURM_NODEID=", node_id, " is outside ", var, "='",
                        *spec, "', which lists ", counts->size(), " nodes"));
     }
-    const int count = (*counts)[*node_id];
+    const int count = (*counts)[node_id];
     return absl::optional<Setting>(Setting{
         count, absl::StrCat("local world size ", count, " (", var, "='", *spec,
-                            "' at SLURM_NODEID=", *node_id, ")")});
+                            "' at SLURM_NODEID=", node_id, ")")});
   }
   return ReadInt(env, "SLURM_NTASKS_PER_NODE");
 }
@@ -264,13 +264,12 @@ absl::StatusOr<bool> ExplicitOrEnvMasterAddr(const EnvMap& env,
 // neither is set.
 absl::Status ExplicitOrEnvMasterPort(const EnvMap& env,
                                      const ExplicitArgs& args, LaunchEnv* out) {
-  absl::StatusOr<absl::optional<Setting>> port =
-      Pick(args.master_port, "master_port", env, "MASTER_PORT");
-  if (!port.ok()) return port.status();
-  if (!port->has_value()) return absl::OkStatus();
-  absl::Status s = CheckPort(**port);
-  if (!s.ok()) return s;
-  out->master_port = (*port)->value;
+  DTRAIN_ASSIGN_OR_RETURN(
+      const absl::optional<Setting> port,
+      Pick(args.master_port, "master_port", env, "MASTER_PORT"));
+  if (!port.has_value()) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(CheckPort(*port));
+  out->master_port = port->value;
   out->master_port_from =
       args.master_port.has_value() ? "explicit" : "MASTER_PORT";
   return absl::OkStatus();
@@ -346,34 +345,32 @@ std::string LaunchEnv::ToString() const {
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
                                             const ExplicitArgs& args) {
   const Launcher* launcher = DetectLauncher(env);
-  absl::StatusOr<absl::optional<Setting>> rank =
-      Pick(args.rank, "rank", env, launcher ? launcher->rank : nullptr);
-  if (!rank.ok()) return rank.status();
-  absl::StatusOr<absl::optional<Setting>> world_size =
-      Pick(args.world_size, "world_size", env,
-           launcher ? launcher->world_size : nullptr);
-  if (!world_size.ok()) return world_size.status();
+  DTRAIN_ASSIGN_OR_RETURN(
+      const absl::optional<Setting> rank,
+      Pick(args.rank, "rank", env, launcher ? launcher->rank : nullptr));
+  DTRAIN_ASSIGN_OR_RETURN(const absl::optional<Setting> world_size,
+                          Pick(args.world_size, "world_size", env,
+                               launcher ? launcher->world_size : nullptr));
 
   Settings s;
-  if (rank->has_value() && world_size->has_value()) {
-    s.rank = **rank;
-    s.world_size = **world_size;
-  } else if (rank->has_value()) {
+  if (rank.has_value() && world_size.has_value()) {
+    s.rank = *rank;
+    s.world_size = *world_size;
+  } else if (rank.has_value()) {
     return Incomplete(launcher, launcher ? launcher->world_size : "",
-                      "world_size", **rank);
-  } else if (world_size->has_value()) {
+                      "world_size", *rank);
+  } else if (world_size.has_value()) {
     return Incomplete(launcher, launcher ? launcher->rank : "", "rank",
-                      **world_size);
+                      *world_size);
   } else {
     // DetectLauncher found a marker variable, so this means no launcher.
     s.rank = Setting{0, "rank 0 (single process)"};
     s.world_size = Setting{1, "world size 1 (single process)"};
   }
 
-  absl::StatusOr<absl::optional<Setting>> local_rank =
-      Pick(args.local_rank, "local_rank", env,
-           launcher ? launcher->local_rank : nullptr);
-  if (!local_rank.ok()) return local_rank.status();
+  DTRAIN_ASSIGN_OR_RETURN(const absl::optional<Setting> local_rank,
+                          Pick(args.local_rank, "local_rank", env,
+                               launcher ? launcher->local_rank : nullptr));
   absl::StatusOr<absl::optional<Setting>> local_world_size =
       absl::optional<Setting>();
   if (args.local_world_size.has_value() || launcher == nullptr ||
@@ -384,11 +381,9 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     local_world_size = SlurmLocalWorldSize(env);
   }
   if (!local_world_size.ok()) return local_world_size.status();
-  absl::Status status =
-      ResolveLocal(*local_rank, *local_world_size, launcher, &s);
-  if (!status.ok()) return status;
-  status = Validate(s);
-  if (!status.ok()) return status;
+  DTRAIN_RETURN_IF_ERROR(
+      ResolveLocal(local_rank, *local_world_size, launcher, &s));
+  DTRAIN_RETURN_IF_ERROR(Validate(s));
 
   LaunchEnv out;
   Fill(s, &out);
@@ -398,15 +393,13 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     out.source = launcher->source;
   }  // else the default, kSingleProcess
 
-  absl::StatusOr<bool> have_addr = ExplicitOrEnvMasterAddr(env, args, &out);
-  if (!have_addr.ok()) return have_addr.status();
-  if (!*have_addr && launcher != nullptr &&
+  DTRAIN_ASSIGN_OR_RETURN(const bool have_addr,
+                          ExplicitOrEnvMasterAddr(env, args, &out));
+  if (!have_addr && launcher != nullptr &&
       launcher->source == LaunchSource::kSlurm) {
-    status = SlurmMasterAddr(env, &out);
-    if (!status.ok()) return status;
+    DTRAIN_RETURN_IF_ERROR(SlurmMasterAddr(env, &out));
   }
-  status = ExplicitOrEnvMasterPort(env, args, &out);
-  if (!status.ok()) return status;
+  DTRAIN_RETURN_IF_ERROR(ExplicitOrEnvMasterPort(env, args, &out));
   if (auto it = env.find("GLOO_SOCKET_IFNAME"); it != env.end()) {
     out.gloo_socket_ifname = it->second;
   }
@@ -428,10 +421,9 @@ absl::StatusOr<ExplicitArgs> MergeQueryArgs(const ExplicitArgs& args,
     *arg = query;
     return absl::OkStatus();
   };
-  absl::Status s = merge(&merged.rank, method.rank, "rank");
-  if (!s.ok()) return s;
-  s = merge(&merged.world_size, method.world_size, "world_size");
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(merge(&merged.rank, method.rank, "rank"));
+  DTRAIN_RETURN_IF_ERROR(
+      merge(&merged.world_size, method.world_size, "world_size"));
   return merged;
 }
 

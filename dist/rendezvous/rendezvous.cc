@@ -62,7 +62,7 @@ std::string PeerInfo::Describe() const {
 }
 
 absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
-    Store& store, const RendezvousOptions& options) {
+    store::Store& store, const RendezvousOptions& options) {
   const std::string who = absl::StrCat("[rank ", options.rank,
                                        "] rendezvous at ", store.Describe());
   if (options.world_size < 1) {

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::rendezvous {
 
@@ -50,7 +50,7 @@ struct RendezvousOptions {
 // kFailedPrecondition for disagreeing world sizes (reported on every rank),
 // kDeadlineExceeded naming the missing ranks, or the store's own error.
 absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
-    Store& store, const RendezvousOptions& options);
+    store::Store& store, const RendezvousOptions& options);
 
 }  // namespace dtrain::rendezvous
 

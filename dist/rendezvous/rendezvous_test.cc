@@ -8,14 +8,18 @@
 #include <thread>
 #include <vector>
 
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/tcp_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dtrain::rendezvous {
 namespace {
 
+using store::HashStore;
+using store::Store;
+using store::TcpStore;
+using store::TcpStoreOptions;
 using ::testing::HasSubstr;
 
 RendezvousOptions Options(int rank, int world_size,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 
 namespace dtrain::rendezvous {
 namespace {
@@ -151,13 +152,12 @@ absl::StatusOr<std::vector<Piece>> ParseHost(absl::string_view list,
         return NodeListError(list,
                              absl::StrCat("empty entry in '[", content, "]'"));
       }
-      absl::StatusOr<Range> range = ParseRange(list, entry);
-      if (!range.ok()) return range.status();
+      DTRAIN_ASSIGN_OR_RETURN(const Range range, ParseRange(list, entry));
       // Each term is below 10^18 and the sum so far at most max_hosts: no
       // overflow.
-      group_size += range->hi - range->lo + 1;
+      group_size += range.hi - range.lo + 1;
       if (group_size > max_hosts) return too_many();
-      piece.group.push_back(*range);
+      piece.group.push_back(range);
     }
     count *= group_size;  // both factors <= max_hosts: fits in 64 bits
     if (count > max_hosts) return too_many();
@@ -209,18 +209,17 @@ absl::Status TasksError(absl::string_view spec, absl::string_view why) {
 absl::StatusOr<std::vector<std::string>> ExpandSlurmNodeList(
     absl::string_view list, size_t max_hosts) {
   if (list.empty()) return NodeListError(list, "the list is empty");
-  absl::StatusOr<std::vector<absl::string_view>> hosts = SplitHosts(list);
-  if (!hosts.ok()) return hosts.status();
+  DTRAIN_ASSIGN_OR_RETURN(const std::vector<absl::string_view> hosts,
+                          SplitHosts(list));
 
   // Parse everything first so that the size limit is checked before any
   // name is built.
   std::vector<std::vector<Piece>> parsed;
   uint64_t total = 0;
-  for (absl::string_view host : *hosts) {
-    absl::StatusOr<std::vector<Piece>> pieces =
-        ParseHost(list, host, max_hosts, &total);
-    if (!pieces.ok()) return pieces.status();
-    parsed.push_back(*std::move(pieces));
+  for (absl::string_view host : hosts) {
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<Piece> pieces,
+                            ParseHost(list, host, max_hosts, &total));
+    parsed.push_back(std::move(pieces));
   }
   std::vector<std::string> names;
   names.reserve(total);

@@ -14,9 +14,10 @@ if ! command -v clang++ >/dev/null 2>&1; then
 fi
 out=${FUZZ_OUT:-/tmp/dtrain-fuzz}
 mkdir -p "$out/corpus"
-srcs=(dist/rendezvous/tcp_store_server_fuzzer.cc dist/rendezvous/tcp_store.cc
-      dist/rendezvous/tcp_store_server.cc dist/rendezvous/tcp_store_protocol.cc
-      dist/rendezvous/tcp_socket.cc dist/rendezvous/store_util.cc)
+srcs=(dist/store/tcp_store_server_fuzzer.cc dist/store/tcp_store.cc
+      dist/store/tcp_store_server.cc dist/store/tcp_store_protocol.cc
+      dist/store/tcp_socket.cc dist/store/store_util.cc base/byte_codec.cc
+      base/posix_io.cc)
 abseil=(-labsl_status -labsl_statusor -labsl_cord -labsl_cordz_info -labsl_cord_internal
         -labsl_cordz_functions -labsl_cordz_handle -labsl_str_format_internal -labsl_strings
         -labsl_strings_internal -labsl_int128 -labsl_throw_delegate -labsl_raw_hash_set -labsl_hash

@@ -24,9 +24,9 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
+#include "dist/backend/gloo/gloo_store.h"
 #include "dist/backend/work.h"
-#include "dist/rendezvous/gloo_store.h"
-#include "dist/rendezvous/prefix_store.h"
+#include "dist/store/prefix_store.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_bcube.h"
@@ -226,7 +226,7 @@ std::string DefaultHostname(bool* loopback_only) {
 class GlooBackend : public Backend {
  public:
   GlooBackend(const GlooBackendOptions& options,
-              std::shared_ptr<rendezvous::Store> store,
+              std::shared_ptr<store::Store> store,
               std::shared_ptr<gloo::Context> context,
               std::vector<std::pair<std::string, int>> peer_addresses)
       : rank_(options.rank),
@@ -479,7 +479,7 @@ class GlooBackend : public Backend {
   const int size_;
   const GlooAlgorithm algorithm_;
   const absl::Duration exit_timeout_;
-  const std::shared_ptr<rendezvous::Store> store_;  // This backend's namespace.
+  const std::shared_ptr<store::Store> store_;  // This backend's namespace.
   const std::shared_ptr<gloo::Context> context_;
   // The address each peer's end of its connection to us has, as Gloo prints it
   // in errors.
@@ -564,11 +564,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     auto context = std::make_shared<gloo::rendezvous::Context>(
         options.rank, options.world_size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    absl::StatusOr<std::shared_ptr<rendezvous::Store>> namespaced =
+    absl::StatusOr<std::shared_ptr<store::Store>> namespaced =
         internal::BackendNamespace(options.store, kName, options.rank);
     if (!namespaced.ok()) return namespaced.status();
-    std::shared_ptr<rendezvous::Store> store = *std::move(namespaced);
-    rendezvous::GlooStore gloo_store(store);
+    std::shared_ptr<store::Store> store = *std::move(namespaced);
+    GlooStore gloo_store(store);
     context->connectFullMesh(gloo_store, device);
     // Publish the address of our end of each connection, so that a peer's error
     // message ("closed by peer [10.0.0.3]:41234") can be turned into a rank.

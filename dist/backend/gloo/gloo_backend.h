@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend {
 
@@ -42,7 +42,7 @@ struct GlooBackendOptions {
   int rank = 0;
   int world_size = 1;
   // Where the ranks meet; the backend uses its own namespace inside it.
-  std::shared_ptr<rendezvous::Store> store;
+  std::shared_ptr<store::Store> store;
   // The network interface to use (what GLOO_SOCKET_IFNAME names). Empty:
   // `hostname`.
   std::string iface;

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/gloo/gloo_backend.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,10 +47,10 @@ std::string ReportPath(int rank) {
   // Short read: the parent closed the pipe without a port (its server failed).
   if (got != static_cast<ssize_t>(sizeof(port))) _exit(4);
   close(port_fd);
-  rendezvous::TcpStoreOptions so;
+  store::TcpStoreOptions so;
   so.host = "127.0.0.1";
   so.port = port;
-  auto store = rendezvous::TcpStore::Create(so);
+  auto store = store::TcpStore::Create(so);
   if (!store.ok()) _exit(4);
   GlooBackendOptions o;
   o.rank = rank;
@@ -101,11 +101,11 @@ TEST(GlooBackendFaultTest, KilledRankFailsTheOthersQuicklyWithANamedOperation) {
     pids.push_back(pid);
     port_fds.push_back(fds[1]);
   }
-  rendezvous::TcpStoreOptions so;
+  store::TcpStoreOptions so;
   so.host = so.bind_host = "127.0.0.1";
   so.port = 0;
   so.is_server = true;
-  auto server = rendezvous::TcpStore::Create(so);
+  auto server = store::TcpStore::Create(so);
   if (server.ok()) {
     const int port = (*server)->port();
     for (const int fd : port_fds) {

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dist/backend/backend_testing.h"
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,17 +32,16 @@ constexpr int64_t kCounts[] = {0, 1, 7, 1023};
 
 testing::BackendFactory Gloo(GlooAlgorithm algorithm = GlooAlgorithm::kAuto,
                              absl::Duration timeout = absl::Seconds(60)) {
-  return
-      [=](int rank, int world_size, std::shared_ptr<rendezvous::Store> store) {
-        GlooBackendOptions o;
-        o.rank = rank;
-        o.world_size = world_size;
-        o.store = std::move(store);
-        o.hostname = "127.0.0.1";
-        o.algorithm = algorithm;
-        o.timeout = timeout;
-        return CreateGlooBackend(o);
-      };
+  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    GlooBackendOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.store = std::move(store);
+    o.hostname = "127.0.0.1";
+    o.algorithm = algorithm;
+    o.timeout = timeout;
+    return CreateGlooBackend(o);
+  };
 }
 
 at::Tensor Index(int64_t n) { return at::arange(n, at::kLong); }
@@ -356,7 +355,7 @@ TEST(GlooBackendTest, RejectsSparseTensors) {
 // A second backend over the same store gets its own namespace (PyTorch's
 // process groups likewise).
 TEST(GlooBackendTest, BackendsCreatedOneAfterAnotherOverOneStoreDoNotClash) {
-  auto store = std::make_shared<rendezvous::HashStore>(absl::Seconds(30));
+  auto store = std::make_shared<store::HashStore>(absl::Seconds(30));
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int rank = 0; rank < 2; ++rank) {
@@ -384,7 +383,7 @@ TEST(GlooBackendTest, BcubeRejectsWorldSizesThatAreNotPowersOfTwo) {
   GlooBackendOptions o;
   o.rank = 0;
   o.world_size = 3;
-  o.store = std::make_shared<rendezvous::HashStore>();
+  o.store = std::make_shared<store::HashStore>();
   o.algorithm = GlooAlgorithm::kBcube;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(o);
   ASSERT_FALSE(b.ok());

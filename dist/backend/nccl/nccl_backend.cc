@@ -469,10 +469,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   DeviceGuard device(options.device);
 
   // Rank 0 creates the communicator's id; the others read it from the store.
-  absl::StatusOr<std::shared_ptr<rendezvous::Store>> namespaced =
+  absl::StatusOr<std::shared_ptr<store::Store>> namespaced =
       internal::BackendNamespace(options.store, kName, options.rank);
   if (!namespaced.ok()) return namespaced.status();
-  rendezvous::Store& store = **namespaced;
+  store::Store& store = **namespaced;
   ncclUniqueId id;
   if (options.rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);

@@ -23,14 +23,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend {
 
 struct NcclBackendOptions {
   int rank = 0;
   int world_size = 1;
-  std::shared_ptr<rendezvous::Store> store;
+  std::shared_ptr<store::Store> store;
   // The CUDA device this rank uses (usually its local rank).
   int device = 0;
   // Bounds creating the communicator and every collective.

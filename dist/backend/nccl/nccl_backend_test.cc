@@ -10,7 +10,7 @@
 #include <string>
 
 #include "dist/backend/backend_testing.h"
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "third_party/cuda_config.h"
@@ -24,7 +24,7 @@ NcclBackendOptions Options(int rank, int world_size) {
   NcclBackendOptions o;
   o.rank = rank;
   o.world_size = world_size;
-  o.store = std::make_shared<rendezvous::HashStore>();
+  o.store = std::make_shared<store::HashStore>();
   o.device = rank;
   o.timeout = absl::Seconds(60);
   return o;
@@ -72,7 +72,7 @@ TEST(NcclBackendTest, AllReduceBroadcastAllGatherOnGpus) {
   const int w = static_cast<int>(torch::cuda::device_count());
   testing::RunRanks(
       w,
-      [](int rank, int world_size, std::shared_ptr<rendezvous::Store> store) {
+      [](int rank, int world_size, std::shared_ptr<store::Store> store) {
         NcclBackendOptions o;
         o.rank = rank;
         o.world_size = world_size;

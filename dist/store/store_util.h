@@ -1,8 +1,8 @@
 // Helpers shared by the Store implementations: counter arithmetic on decimal
 // text and the wording of timeout errors, so that every store behaves and
 // reports alike.
-#ifndef DTRAIN_DIST_RENDEZVOUS_STORE_UTIL_H_
-#define DTRAIN_DIST_RENDEZVOUS_STORE_UTIL_H_
+#ifndef DTRAIN_DIST_STORE_STORE_UTIL_H_
+#define DTRAIN_DIST_STORE_STORE_UTIL_H_
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
-namespace dtrain::rendezvous::internal {
+namespace dtrain::store::internal {
 
 // The new counter text after adding `delta` to `current` (absent counts as 0),
 // or kInvalidArgument naming `key` when `current` is not a decimal integer or
@@ -27,6 +27,6 @@ absl::Status KeysTimeoutError(absl::string_view op,
                               absl::Span<const std::string> missing,
                               absl::string_view where, absl::Duration waited);
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_STORE_UTIL_H_
+#endif  // DTRAIN_DIST_STORE_STORE_UTIL_H_

@@ -1,13 +1,13 @@
-#include "dist/rendezvous/hash_store.h"
+#include "dist/store/hash_store.h"
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_util.h"
+#include "dist/store/store_util.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
   {
@@ -113,4 +113,4 @@ absl::StatusOr<int64_t> HashStore::NumKeys() {
   return static_cast<int64_t>(data_.size());
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

@@ -1,8 +1,9 @@
 // Small POSIX socket helpers for the TcpStore server and client: listening,
 // connecting with a deadline, and whole-buffer I/O with deadlines. Every error
-// names the address and the system's reason.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
+// names the address and the system's reason. Sockets are owned by
+// base::UniqueFd.
+#ifndef DTRAIN_DIST_STORE_TCP_SOCKET_H_
+#define DTRAIN_DIST_STORE_TCP_SOCKET_H_
 
 #include <string>
 
@@ -10,24 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/posix_io.h"
 
-namespace dtrain::rendezvous::internal {
-
-// An owned file descriptor, closed on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.Release()) {}
-  Fd& operator=(Fd&& other) noexcept;
-  ~Fd();
-  int get() const { return fd_; }
-  int Release();
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+namespace dtrain::store::internal {
 
 // "host:port", bracketing IPv6 literals.
 std::string JoinHostPort(absl::string_view host, int port);
@@ -35,12 +21,13 @@ std::string JoinHostPort(absl::string_view host, int port);
 // Binds and listens on host:port (empty host: every interface, IPv6 and IPv4;
 // port 0: any free port). Returns the socket; `*bound_port` receives the real
 // port.
-absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port);
+absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
+                                      int* bound_port);
 
 // One connection attempt to host:port, giving up at `deadline`. kUnavailable on
 // refusal or timeout.
-absl::StatusOr<Fd> ConnectOnce(absl::string_view host, int port,
-                               absl::Time deadline);
+absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
+                                           absl::Time deadline);
 
 // Sends or receives exactly `size` bytes on a blocking-mode socket, waiting at
 // most until `deadline`. kDeadlineExceeded on timeout, kUnavailable when the
@@ -52,6 +39,6 @@ absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline);
 void SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_SOCKET_H_
+#endif  // DTRAIN_DIST_STORE_TCP_SOCKET_H_

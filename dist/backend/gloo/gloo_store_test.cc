@@ -2,16 +2,16 @@
 // an allreduce; store failures surface as gloo exceptions that carry the
 // store's message.
 
-#include "dist/rendezvous/gloo_store.h"
+#include "dist/backend/gloo/gloo_store.h"
 
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/prefix_store.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
+#include "dist/store/tcp_store.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
@@ -19,8 +19,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::backend {
 namespace {
+
+using store::HashStore;
+using store::PrefixStore;
+using store::Store;
+using store::TcpStore;
+using store::TcpStoreOptions;
 
 // Each rank gets its own store handle from `make_store`, connects Gloo and sums
 // rank+1.
@@ -92,4 +98,4 @@ TEST(GlooStoreTest, TimeoutBecomesGlooExceptionWithStoreMessage) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::backend

@@ -5,24 +5,24 @@
 // Gloo's interface reports failures by exception: store errors become
 // gloo::IoException carrying the store's message (which names the keys, the
 // store and the time waited). Thread-safe as the store.
-#ifndef DTRAIN_DIST_RENDEZVOUS_GLOO_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_GLOO_STORE_H_
+#ifndef DTRAIN_DIST_BACKEND_GLOO_GLOO_STORE_H_
+#define DTRAIN_DIST_BACKEND_GLOO_GLOO_STORE_H_
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 #include "gloo/rendezvous/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::backend {
 
 class GlooStore : public ::gloo::rendezvous::Store {
  public:
   // Keeps `store` alive. Gloo's get() and wait() without a timeout use the
   // store's default timeout.
-  explicit GlooStore(std::shared_ptr<dtrain::rendezvous::Store> store)
+  explicit GlooStore(std::shared_ptr<store::Store> store)
       : store_(std::move(store)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -32,9 +32,9 @@ class GlooStore : public ::gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  std::shared_ptr<dtrain::rendezvous::Store> store_;
+  std::shared_ptr<store::Store> store_;
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::backend
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_GLOO_STORE_H_
+#endif  // DTRAIN_DIST_BACKEND_GLOO_GLOO_STORE_H_

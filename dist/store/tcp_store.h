@@ -9,20 +9,29 @@
 // connection is dropped and the call fails with kUnavailable naming the server;
 // the next call reconnects. Thread-safe. See docs/FORMATS.md for the
 // wire format.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "dist/rendezvous/store.h"
-#include "dist/rendezvous/tcp_socket.h"
-#include "dist/rendezvous/tcp_store_protocol.h"
-#include "dist/rendezvous/tcp_store_server.h"
+#include "absl/status/statusor.h"
+#include "base/posix_io.h"
+#include "dist/store/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
+
+// Private to this package (tcp_socket.h, tcp_store_protocol.h,
+// tcp_store_server.h): declared here only for TcpStore's members.
+namespace internal {
+class TcpStoreServer;
+}  // namespace internal
+namespace protocol {
+enum class Request : uint8_t;
+}  // namespace protocol
 
 struct TcpStoreOptions {
   // The server's address, as clients reach it.
@@ -69,12 +78,11 @@ class TcpStore : public Store {
 
   // The server's port (the real one when the server was started on port 0).
   int port() const { return options_.port; }
-  // The server this process hosts, or null.
-  const TcpStoreServer* server() const { return server_.get(); }
+  // The server this process hosts, or null (for this package's tests).
+  const internal::TcpStoreServer* server() const { return server_.get(); }
 
  private:
-  explicit TcpStore(const TcpStoreOptions& options)
-      : Store(options.timeout), options_(options) {}
+  explicit TcpStore(const TcpStoreOptions& options);
 
   // Sends one request and returns the kOk reply's payload, or the error the
   // reply or the connection gave. `wait` is how long the server may
@@ -82,16 +90,16 @@ class TcpStore : public Store {
   absl::StatusOr<std::string> Call(protocol::Request type,
                                    absl::string_view payload,
                                    absl::string_view what, absl::Duration wait);
-  absl::StatusOr<internal::Fd> Connect(absl::Duration timeout) const;
+  absl::StatusOr<base::UniqueFd> Connect(absl::Duration timeout) const;
 
   TcpStoreOptions options_;
-  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<internal::TcpStoreServer> server_;
   // std::mutex rather than Abseil's, so that ThreadSanitizer builds see the
   // synchronisation (Debian's Abseil is not instrumented).
   std::mutex mu_;
-  std::vector<internal::Fd> idle_;  // Guarded by mu_.
+  std::vector<base::UniqueFd> idle_;  // Guarded by mu_.
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_H_

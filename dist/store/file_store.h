@@ -48,8 +48,8 @@
 //   that extends past the end of the file is one cut short.
 //   Open and close records have an empty key; their value is "host:pid", to
 //   tell who left a file behind.
-#ifndef DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
+#ifndef DTRAIN_DIST_STORE_FILE_STORE_H_
+#define DTRAIN_DIST_STORE_FILE_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -58,9 +58,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "dist/rendezvous/store.h"
+#include "base/posix_io.h"
+#include "dist/store/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 class FileStore : public Store {
  public:
@@ -111,7 +112,8 @@ class FileStore : public Store {
  private:
   enum class Op : uint8_t { kSet = 1, kDelete = 2, kOpen = 3, kClose = 4 };
 
-  FileStore(std::string path, int num_ranks, int fd, absl::Duration timeout);
+  FileStore(std::string path, int num_ranks, base::UniqueFd fd,
+            absl::Duration timeout);
 
   // Under the file lock: checks that the path still names this handle's file,
   // writes or checks the header, catches up and appends the "open" record.
@@ -147,7 +149,7 @@ class FileStore : public Store {
   // synchronisation (Debian's Abseil is not instrumented). Guards every member
   // below.
   std::mutex mu_;
-  int fd_;  // -1 once closed
+  base::UniqueFd fd_;  // invalid once closed
   // Offset of the first record this handle has not read; always at a record
   // boundary, so it equals the end of the log right after a refresh.
   int64_t pos_ = 0;
@@ -156,6 +158,6 @@ class FileStore : public Store {
   int64_t closed_ = 0;  // "close" records seen
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_FILE_STORE_H_
+#endif  // DTRAIN_DIST_STORE_FILE_STORE_H_

@@ -13,8 +13,8 @@
 //
 // Thread safety: Start/port/destructor from one thread; the serving happens on
 // the internal thread.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -23,10 +23,11 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "dist/rendezvous/tcp_socket.h"
-#include "dist/rendezvous/tcp_store_protocol.h"
+#include "base/posix_io.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store::internal {
 
 struct TcpStoreServerOptions {
   // Address to bind; empty means every interface (IPv6 and IPv4).
@@ -57,12 +58,12 @@ class TcpStoreServer {
   TcpStoreServer() = default;
 
   int port_ = 0;
-  internal::Fd wake_write_;
+  base::UniqueFd wake_write_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
   std::atomic<int64_t> protocol_errors_{0};
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store::internal
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_SERVER_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_SERVER_H_

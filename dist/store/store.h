@@ -7,25 +7,33 @@
 // process), PrefixStore (a namespace over another).
 //
 // Contract shared by every implementation:
-// - Thread safety: every method may be called concurrently from any number of
-// threads.
-// - Blocking: Get and Wait block until the keys exist or the timeout passes;
-// every other call returns
-//   as soon as the store has answered. A timeout gives kDeadlineExceeded,
-//   naming the keys, the store and the time waited. A store that cannot be
-//   reached any more gives kUnavailable.
-// - Add keeps counters as decimal text: Get on a counter returns e.g. "3"; Add
-// on a key whose value is
-//   not an integer gives kInvalidArgument.
-// - CompareSet(key, expected, desired): if the key is absent and `expected` is
-// empty, or the key holds
-//   exactly `expected`, the key becomes `desired`. Returns the value the key
-//   holds afterwards (the current value when the swap did not happen; empty
-//   when the key is absent). Same as PyTorch's c10d Store::compareSet.
+// - Thread safety: every method may be called concurrently from any number
+//   of threads.
+// - Blocking: Get and Wait block until the keys exist or the timeout
+//   passes; every other call returns as soon as the store has answered. A
+//   timeout gives kDeadlineExceeded, naming the keys, the store and the
+//   time waited. A store that cannot be reached any more gives
+//   kUnavailable.
+// - Add keeps counters as decimal text: Get on a counter returns e.g. "3";
+//   Add on a key whose value is not an integer gives kInvalidArgument.
+// - CompareSet(key, expected, desired): if the key is absent and
+//   `expected` is empty, or the key holds exactly `expected`, the key
+//   becomes `desired`. Returns the value the key holds afterwards (the
+//   current value when the swap did not happen; empty when the key is
+//   absent). Same as PyTorch's c10d Store::compareSet.
 // - NumKeys counts every key in the underlying store, including other
-// namespaces' keys.
-#ifndef DTRAIN_DIST_RENDEZVOUS_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_STORE_H_
+//   namespaces' keys.
+//
+// Example: rank 0 publishes a value, every rank reads it and counts itself
+// in (inside a function that returns absl::Status; see
+// base/status_macros.h):
+//
+//   Store& store = *world.store;  // from rendezvous::InitWorld
+//   if (rank == 0) DTRAIN_RETURN_IF_ERROR(store.Set("job/id", id));
+//   DTRAIN_ASSIGN_OR_RETURN(std::string job_id, store.Get("job/id"));
+//   DTRAIN_ASSIGN_OR_RETURN(int64_t arrived, store.Add("job/arrived", 1));
+#ifndef DTRAIN_DIST_STORE_STORE_H_
+#define DTRAIN_DIST_STORE_STORE_H_
 
 #include <cstdint>
 #include <string>
@@ -37,7 +45,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 // Used by the overloads without a timeout unless a store is given another one.
 inline constexpr absl::Duration kDefaultStoreTimeout = absl::Seconds(300);
@@ -93,6 +101,6 @@ class Store {
   const absl::Duration timeout_;
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_STORE_H_
+#endif  // DTRAIN_DIST_STORE_STORE_H_

@@ -1,13 +1,11 @@
-#include "dist/rendezvous/file_store.h"
+#include "dist/store/file_store.h"
 
 #include <fcntl.h>
 #include <limits.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <mutex>
 #include <optional>
@@ -17,9 +15,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_util.h"
+#include "base/byte_codec.h"
+#include "base/crc32.h"
+#include "base/posix_io.h"
+#include "base/status_macros.h"
+#include "dist/store/store_util.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 constexpr absl::string_view kMagic = "dtrain-file-store-v1\n";
@@ -44,82 +46,14 @@ constexpr absl::Duration kMaxPause = absl::Milliseconds(10);
 // safe to use from other static initializers.
 std::mutex g_process_mu;
 
-// CRC-32 as in zlib and PNG (reflected, polynomial 0xEDB88320).
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
-
-uint32_t Crc32(absl::string_view data) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (const char ch : data) {
-    c = kCrcTable[(c ^ static_cast<uint8_t>(ch)) & 0xFF] ^ (c >> 8);
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
-void PutU32(uint32_t v, char* out) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-}
-
-uint32_t GetU32(const char* in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) {
-    v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
-  }
-  return v;
-}
-
-std::string ErrnoText(int error_number) {
-  char buf[256];
-  // GNU strerror_r: returns the message, in `buf` or a static string.
-  return strerror_r(error_number, buf, sizeof(buf));
-}
-
 std::string Url(absl::string_view path) {
   return absl::StrCat("file://", path);
 }
 
 absl::Status ErrnoError(absl::string_view path, absl::string_view what,
                         int error_number) {
-  return absl::Status(absl::ErrnoToStatusCode(error_number),
-                      absl::StrCat("file store ", Url(path), ": ", what, ": ",
-                                   ErrnoText(error_number)));
-}
-
-// Reads exactly `size` bytes at `offset`; *got < size only at end of file.
-int PreadFull(int fd, char* buf, int64_t size, int64_t offset, int64_t* got) {
-  *got = 0;
-  while (*got < size) {
-    const ssize_t n = pread(fd, buf + *got, size - *got, offset + *got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) break;
-    *got += n;
-  }
-  return 0;
-}
-
-int PwriteFull(int fd, const char* buf, int64_t size, int64_t offset) {
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = pwrite(fd, buf + done, size - done, offset + done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return ENOSPC;
-    done += n;
-  }
-  return 0;
+  return base::ErrnoStatus(error_number,
+                           absl::StrCat("file store ", Url(path), ": ", what));
 }
 
 // Exclusive lock on the whole file, including bytes appended later.
@@ -129,10 +63,9 @@ int SetFileLock(int fd, short type) {
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 0;
-  while (fcntl(fd, F_SETLKW, &fl) != 0) {
-    if (errno != EINTR) return errno;
-  }
-  return 0;
+  return base::RetryOnEintr([&] { return fcntl(fd, F_SETLKW, &fl); }) == 0
+             ? 0
+             : errno;
 }
 
 // The process-wide turn plus the fcntl lock, for one operation. fcntl (POSIX)
@@ -159,9 +92,10 @@ class FileLock {
   int error_;
 };
 
-void CloseFd(int fd) {
+// Closes under the process-wide turn (see g_process_mu).
+void CloseFd(base::UniqueFd& fd) {
   std::lock_guard<std::mutex> lock(g_process_mu);
-  close(fd);
+  fd.Reset();
 }
 
 // "host:pid", the value of open and close records.
@@ -228,14 +162,16 @@ absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
   }
 
   for (int attempt = 1;; ++attempt) {
-    const int fd = open(abs_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    base::UniqueFd fd(base::RetryOnEintr([&] {
+      return open(abs_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    }));
+    if (!fd.valid()) {
       const int err = errno;
       if (err == EACCES || err == EPERM || err == EROFS) {
         return absl::PermissionDeniedError(
             absl::StrCat("file store ", Url(abs_path),
                          ": cannot open the file for reading and writing: ",
-                         ErrnoText(err)));
+                         base::ErrnoText(err)));
       }
       if (err == EISDIR) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -244,7 +180,7 @@ absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
       return ErrnoError(abs_path, "cannot open the file", err);
     }
     std::shared_ptr<FileStore> store(
-        new FileStore(abs_path, num_ranks, fd, timeout));
+        new FileStore(abs_path, num_ranks, std::move(fd), timeout));
     absl::Status joined;
     {
       std::lock_guard<std::mutex> lock(store->mu_);
@@ -252,7 +188,6 @@ absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
       if (!joined.ok()) {
         // Not counted as open: the destructor must not append a close record.
         CloseFd(store->fd_);
-        store->fd_ = -1;
       }
     }
     if (joined.ok()) return store;
@@ -265,18 +200,20 @@ absl::StatusOr<std::shared_ptr<FileStore>> FileStore::Open(
   }
 }
 
-FileStore::FileStore(std::string path, int num_ranks, int fd,
+FileStore::FileStore(std::string path, int num_ranks, base::UniqueFd fd,
                      absl::Duration timeout)
-    : Store(timeout), path_(std::move(path)), num_ranks_(num_ranks), fd_(fd) {}
+    : Store(timeout),
+      path_(std::move(path)),
+      num_ranks_(num_ranks),
+      fd_(std::move(fd)) {}
 
 FileStore::~FileStore() { Close().IgnoreError(); }
 
 absl::Status FileStore::Close() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ < 0) return absl::OkStatus();
+  if (!fd_.valid()) return absl::OkStatus();
   const absl::Status s = WithLog([&]() {
-    absl::Status appended = AppendLocked(Op::kClose, "", Identity());
-    if (!appended.ok()) return appended;
+    DTRAIN_RETURN_IF_ERROR(AppendLocked(Op::kClose, "", Identity()));
     const bool last = opened_ <= closed_ && closed_ >= num_ranks_;
     // Deleted under the lock: an Open waiting for it then finds the path gone
     // (JoinLocked) and creates a new file instead of joining a deleted one.
@@ -290,7 +227,6 @@ absl::Status FileStore::Close() {
     return absl::OkStatus();
   });
   CloseFd(fd_);
-  fd_ = -1;
   return s;
 }
 
@@ -307,10 +243,10 @@ absl::Status FileStore::DataLoss(int64_t offset, absl::string_view what) const {
 }
 
 absl::Status FileStore::JoinLocked() {
-  FileLock lock(fd_);
+  FileLock lock(fd_.get());
   if (lock.error() != 0) return IoError("cannot lock the file", lock.error());
   struct stat mine, at_path;
-  if (fstat(fd_, &mine) != 0) return IoError("fstat", errno);
+  if (fstat(fd_.get(), &mine) != 0) return IoError("fstat", errno);
   const bool gone = stat(path_.c_str(), &at_path) != 0;
   if (gone && errno != ENOENT) return IoError("stat", errno);
   if (gone || mine.st_dev != at_path.st_dev || mine.st_ino != at_path.st_ino) {
@@ -318,8 +254,7 @@ absl::Status FileStore::JoinLocked() {
   }
   const int64_t magic_size = static_cast<int64_t>(kMagic.size());
   std::string head(std::min<int64_t>(mine.st_size, magic_size), '\0');
-  absl::Status read = ReadAtLocked(0, head.data(), head.size());
-  if (!read.ok()) return read;
+  DTRAIN_RETURN_IF_ERROR(ReadAtLocked(0, head.data(), head.size()));
   if (head.size() < kMagic.size() ? !absl::StartsWith(kMagic, head)
                                   : head != kMagic) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -331,21 +266,20 @@ absl::Status FileStore::JoinLocked() {
   }
   if (head.size() < kMagic.size()) {
     // New (empty) file, or a header cut short by a creator that died.
-    const int err = PwriteFull(fd_, kMagic.data(), magic_size, 0);
+    const int err = base::PwriteFull(fd_.get(), kMagic, 0);
     if (err != 0) return IoError("cannot write the header", err);
   }
   pos_ = magic_size;
-  absl::Status refreshed = RefreshLocked();
-  if (!refreshed.ok()) return refreshed;
+  DTRAIN_RETURN_IF_ERROR(RefreshLocked());
   return AppendLocked(Op::kOpen, "", Identity());
 }
 
 absl::Status FileStore::WithLog(absl::FunctionRef<absl::Status()> fn) {
-  if (fd_ < 0) {
+  if (!fd_.valid()) {
     return absl::FailedPreconditionError(
         absl::StrCat("file store ", Describe(), ": used after Close()"));
   }
-  FileLock lock(fd_);
+  FileLock lock(fd_.get());
   if (lock.error() != 0) return IoError("cannot lock the file", lock.error());
   absl::Status s = CheckStillAtPathLocked();
   if (s.ok()) s = RefreshLocked();
@@ -379,7 +313,7 @@ absl::Status FileStore::CheckStillAtPathLocked() {
   // A handle on a file that is no longer at the path would wait forever for
   // keys nobody can write any more.
   struct stat mine, at_path;
-  if (fstat(fd_, &mine) != 0) return IoError("fstat", errno);
+  if (fstat(fd_.get(), &mine) != 0) return IoError("fstat", errno);
   if (stat(path_.c_str(), &at_path) != 0) {
     if (errno == ENOENT) {
       return absl::UnavailableError(
@@ -397,11 +331,11 @@ absl::Status FileStore::CheckStillAtPathLocked() {
 }
 
 absl::Status FileStore::ReadAtLocked(int64_t offset, char* buf, int64_t size) {
-  int64_t got = 0;
-  const int err = PreadFull(fd_, buf, size, offset, &got);
+  size_t got = 0;
+  const int err = base::PreadFull(fd_.get(), buf, size, offset, &got);
   if (err != 0) return IoError("cannot read", err);
-  if (got < size) {
-    return DataLoss(offset + got,
+  if (static_cast<int64_t>(got) < size) {
+    return DataLoss(offset + static_cast<int64_t>(got),
                     "the file ended early; another program truncated it");
   }
   return absl::OkStatus();
@@ -409,7 +343,7 @@ absl::Status FileStore::ReadAtLocked(int64_t offset, char* buf, int64_t size) {
 
 absl::Status FileStore::RefreshLocked() {
   struct stat st;
-  if (fstat(fd_, &st) != 0) return IoError("fstat", errno);
+  if (fstat(fd_.get(), &st) != 0) return IoError("fstat", errno);
   const int64_t size = st.st_size;
   if (size < pos_) {
     return DataLoss(size, absl::StrCat("the file shrank below the ", pos_,
@@ -422,15 +356,14 @@ absl::Status FileStore::RefreshLocked() {
     bool cut_short = left < kRecordHeaderBytes;
     if (!cut_short) {
       char header[kRecordHeaderBytes];
-      absl::Status s = ReadAtLocked(pos_, header, kRecordHeaderBytes);
-      if (!s.ok()) return s;
-      if (Crc32(absl::string_view(header, kLengthsBytes)) !=
-          GetU32(header + kLengthsBytes)) {
+      DTRAIN_RETURN_IF_ERROR(ReadAtLocked(pos_, header, kRecordHeaderBytes));
+      if (base::Crc32(absl::string_view(header, kLengthsBytes)) !=
+          base::GetLittleEndian(header + kLengthsBytes, 4)) {
         return DataLoss(pos_, "record header checksum mismatch");
       }
       const uint8_t op = static_cast<uint8_t>(header[0]);
-      const int64_t key_size = GetU32(header + 1);
-      const int64_t value_size = GetU32(header + 5);
+      const int64_t key_size = base::GetLittleEndian(header + 1, 4);
+      const int64_t value_size = base::GetLittleEndian(header + 5, 4);
       // Checked before anything is allocated: a damaged length must not turn
       // into a huge allocation.
       if (op < static_cast<uint8_t>(Op::kSet) ||
@@ -454,10 +387,10 @@ absl::Status FileStore::RefreshLocked() {
       cut_short = total > left;
       if (!cut_short) {
         record.resize(total);
-        s = ReadAtLocked(pos_, record.data(), total);
-        if (!s.ok()) return s;
+        DTRAIN_RETURN_IF_ERROR(ReadAtLocked(pos_, record.data(), total));
         const absl::string_view body(record.data(), total - kCrcBytes);
-        if (Crc32(body) != GetU32(record.data() + total - kCrcBytes)) {
+        if (base::Crc32(body) !=
+            base::GetLittleEndian(record.data() + total - kCrcBytes, 4)) {
           return DataLoss(pos_, "checksum mismatch");
         }
         ApplyLocked(static_cast<Op>(op),
@@ -471,7 +404,7 @@ absl::Status FileStore::RefreshLocked() {
       // the end was left by a writer that died mid-write or ran out of disk;
       // nobody has read it (readers stop before it). Remove it so that the
       // next record starts at a record boundary.
-      if (ftruncate(fd_, pos_) != 0) {
+      if (ftruncate(fd_.get(), pos_) != 0) {
         return IoError("cannot remove an unfinished record at the end", errno);
       }
       break;
@@ -482,21 +415,19 @@ absl::Status FileStore::RefreshLocked() {
 
 absl::Status FileStore::AppendLocked(Op op, absl::string_view key,
                                      absl::string_view value) {
-  const int64_t body_size = kRecordHeaderBytes + key.size() + value.size();
-  std::string record(body_size + kCrcBytes, '\0');
-  char* p = record.data();
-  p[0] = static_cast<char>(op);
-  PutU32(static_cast<uint32_t>(key.size()), p + 1);
-  PutU32(static_cast<uint32_t>(value.size()), p + 5);
-  PutU32(Crc32(absl::string_view(p, kLengthsBytes)), p + kLengthsBytes);
-  std::copy(key.begin(), key.end(), p + kRecordHeaderBytes);
-  std::copy(value.begin(), value.end(), p + kRecordHeaderBytes + key.size());
-  PutU32(Crc32(absl::string_view(p, body_size)), p + body_size);
-  const int err = PwriteFull(fd_, record.data(), record.size(), pos_);
+  std::string record;
+  record.reserve(kRecordHeaderBytes + key.size() + value.size() + kCrcBytes);
+  base::ByteWriter w(&record);
+  w.U8(static_cast<uint8_t>(op))
+      .U32(static_cast<uint32_t>(key.size()))
+      .U32(static_cast<uint32_t>(value.size()));
+  w.U32(base::Crc32(record)).Raw(key).Raw(value);
+  w.U32(base::Crc32(record));
+  const int err = base::PwriteFull(fd_.get(), record, pos_);
   if (err != 0) {
     // Best effort: leave no partial record behind (the next handle to take
     // the lock would remove it anyway).
-    [[maybe_unused]] const int ignored = ftruncate(fd_, pos_);
+    [[maybe_unused]] const int ignored = ftruncate(fd_.get(), pos_);
     return IoError(
         absl::StrCat("cannot append a record of ", record.size(), " bytes"),
         err);
@@ -525,8 +456,7 @@ void FileStore::ApplyLocked(Op op, absl::string_view key,
 }
 
 absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
-  absl::Status s = CheckSizes(key, value);
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, value));
   std::lock_guard<std::mutex> lock(mu_);
   return WithLog([&]() { return AppendLocked(Op::kSet, key, value); });
 }
@@ -549,11 +479,10 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
 }
 
 absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
-  absl::Status s = CheckSizes(key, "");
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, ""));
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<int64_t> sum;
-  s = WithLog([&]() {
+  const absl::Status s = WithLog([&]() {
     auto it = data_.find(key);
     sum = internal::AddToCounter(key, it == data_.end() ? nullptr : &it->second,
                                  delta);
@@ -567,11 +496,10 @@ absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
-  absl::Status s = CheckSizes(key, desired);
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckSizes(key, desired));
   std::lock_guard<std::mutex> lock(mu_);
   std::string result;
-  s = WithLog([&]() {
+  const absl::Status s = WithLog([&]() {
     auto it = data_.find(key);
     const bool swap =
         it == data_.end() ? expected.empty() : it->second == expected;
@@ -638,4 +566,4 @@ absl::StatusOr<int64_t> FileStore::NumKeys() {
   return n;
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

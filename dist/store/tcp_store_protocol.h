@@ -1,17 +1,19 @@
 // The TcpStore wire protocol: framing, request and reply types, and the
-// encoding of their fields. docs/FORMATS.md describes it for people;
-// this file is the single source for the code. Both the server and the client
+// encoding of their fields (base/byte_codec.h's little-endian coding).
+// docs/FORMATS.md describes it for people; this file is the single source for
+// the code. Both the server and the client
 // use these helpers, so they cannot disagree on the format.
-#ifndef DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
-#define DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+#ifndef DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
+#define DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "base/byte_codec.h"
 
-namespace dtrain::rendezvous::protocol {
+namespace dtrain::store::protocol {
 
 // Every frame starts with this 12-byte header, integers little-endian:
 //   u32 magic | u8 version | u8 type | u16 reserved (0) | u32 payload length
@@ -69,26 +71,27 @@ class Writer {
 };
 
 // Reads a payload field by field. Every read checks bounds; after the first
-// failure all reads fail, so a caller may read every field and check ok() once.
+// failure all reads fail (returning 0 or empty), so a caller may read every
+// field and check ok() once.
 class Reader {
  public:
-  explicit Reader(absl::string_view data) : data_(data) {}
+  explicit Reader(absl::string_view data) : reader_(data) {}
   uint8_t U8();
   uint32_t U32();
   int64_t I64();
   absl::string_view Bytes();
   bool ok() const { return ok_; }
   // True when every byte was consumed and no read failed.
-  bool Done() const { return ok_ && pos_ == data_.size(); }
+  bool Done() const { return ok_ && reader_.remaining() == 0; }
 
  private:
-  bool Take(size_t n, const char** p);
+  // Records the outcome of one read; false once any read failed.
+  bool Read(const absl::Status& status);
 
-  absl::string_view data_;
-  size_t pos_ = 0;
+  base::ByteReader reader_;
   bool ok_ = true;
 };
 
-}  // namespace dtrain::rendezvous::protocol
+}  // namespace dtrain::store::protocol
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_TCP_STORE_PROTOCOL_H_
+#endif  // DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_

@@ -1,17 +1,17 @@
 // An in-memory Store for the threads of one process: tests run N ranks as
 // threads over one HashStore. Thread-safe; handles are shared through
 // std::shared_ptr.
-#ifndef DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
+#ifndef DTRAIN_DIST_STORE_HASH_STORE_H_
+#define DTRAIN_DIST_STORE_HASH_STORE_H_
 
 #include <condition_variable>
 #include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 class HashStore : public Store {
  public:
@@ -45,6 +45,6 @@ class HashStore : public Store {
   absl::flat_hash_map<std::string, std::string> data_;  // Guarded by mu_.
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_HASH_STORE_H_
+#endif  // DTRAIN_DIST_STORE_HASH_STORE_H_

@@ -14,13 +14,13 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "dist/rendezvous/tcp_socket.h"
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store.h"
 
 namespace {
 
-using dtrain::rendezvous::TcpStore;
-using dtrain::rendezvous::TcpStoreOptions;
+using dtrain::store::TcpStore;
+using dtrain::store::TcpStoreOptions;
 
 std::shared_ptr<TcpStore>& Server() {
   static auto* server = [] {
@@ -38,7 +38,7 @@ std::shared_ptr<TcpStore>& Server() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace internal = dtrain::rendezvous::internal;
+  namespace internal = dtrain::store::internal;
   std::shared_ptr<TcpStore>& store = Server();
   {
     auto fd = internal::ConnectOnce("127.0.0.1", store->port(),

@@ -1,4 +1,4 @@
-#include "dist/rendezvous/tcp_socket.h"
+#include "dist/store/tcp_socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -6,17 +6,16 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
-namespace dtrain::rendezvous::internal {
+namespace dtrain::store::internal {
 namespace {
 
 int RemainingMs(absl::Time deadline) {
@@ -30,15 +29,13 @@ int RemainingMs(absl::Time deadline) {
 // Waits for `events` on fd until the deadline: OK, kDeadlineExceeded, or
 // kUnavailable on error.
 absl::Status PollFor(int fd, short events, absl::Time deadline) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, RemainingMs(deadline));
-    if (n > 0) return absl::OkStatus();
-    if (n == 0) return absl::DeadlineExceededError("timed out");
-    if (errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("poll: ", strerror(errno)));
-    }
-  }
+  pollfd p{fd, events, 0};
+  // Each retry waits only for what is left of the deadline.
+  const int n =
+      base::RetryOnEintr([&] { return ::poll(&p, 1, RemainingMs(deadline)); });
+  if (n > 0) return absl::OkStatus();
+  if (n == 0) return absl::DeadlineExceededError("timed out");
+  return absl::UnavailableError(absl::StrCat("poll: ", base::ErrnoText(errno)));
 }
 
 struct AddrInfoDeleter {
@@ -65,24 +62,6 @@ absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(
 
 }  // namespace
 
-Fd& Fd::operator=(Fd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.Release();
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-int Fd::Release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
 std::string JoinHostPort(absl::string_view host, int port) {
   if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
@@ -97,16 +76,16 @@ void SetNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
+absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
+                                      int* bound_port) {
   const std::string where = host.empty()
                                 ? absl::StrCat("every interface, port ", port)
                                 : JoinHostPort(host, port);
-  auto addrs = Resolve(host, port, /*passive=*/true);
-  if (!addrs.ok()) return addrs.status();
+  DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/true));
   // With no host, try the IPv6 wildcard first (dual-stack, accepts IPv4 too),
   // then the rest (the IPv4 wildcard, for kernels without IPv6).
   std::vector<addrinfo*> order;
-  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     if (host.empty() && a->ai_family == AF_INET6)
       order.insert(order.begin(), a);
     else
@@ -114,10 +93,10 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
   }
   std::string last_error = "no usable address";
   for (addrinfo* a : order) {
-    Fd fd(
+    base::UniqueFd fd(
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
-      last_error = strerror(errno);
+      last_error = base::ErrnoText(errno);
       continue;
     }
     int one = 1;
@@ -133,11 +112,11 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
             ": the port is already in use (by another program, or a previous "
             "run that is still shutting down)"));
       }
-      last_error = strerror(errno);
+      last_error = base::ErrnoText(errno);
       continue;
     }
     if (::listen(fd.get(), 1024) != 0) {
-      last_error = strerror(errno);
+      last_error = base::ErrnoText(errno);
       continue;
     }
     sockaddr_storage ss{};
@@ -152,22 +131,21 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
       absl::StrCat("cannot listen on ", where, ": ", last_error));
 }
 
-absl::StatusOr<Fd> ConnectOnce(absl::string_view host, int port,
-                               absl::Time deadline) {
-  auto addrs = Resolve(host, port, /*passive=*/false);
-  if (!addrs.ok()) return addrs.status();
+absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
+                                           absl::Time deadline) {
+  DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/false));
   std::string last_error = "no usable address";
-  for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
-    Fd fd(
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+    base::UniqueFd fd(
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
-      last_error = strerror(errno);
+      last_error = base::ErrnoText(errno);
       continue;
     }
     SetNonBlocking(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {
-        last_error = strerror(errno);
+        last_error = base::ErrnoText(errno);
         continue;
       }
       absl::Status s = PollFor(fd.get(), POLLOUT, deadline);
@@ -181,7 +159,7 @@ absl::StatusOr<Fd> ConnectOnce(absl::string_view host, int port,
       socklen_t len = sizeof(err);
       ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
-        last_error = strerror(err);
+        last_error = base::ErrnoText(err);
         continue;
       }
     }
@@ -197,14 +175,15 @@ absl::Status SendAll(int fd, const char* data, size_t size,
                      absl::Time deadline) {
   size_t done = 0;
   while (done < size) {
-    absl::Status s = PollFor(fd, POLLOUT, deadline);
-    if (!s.ok()) return s;
-    const ssize_t n =
-        ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    DTRAIN_RETURN_IF_ERROR(PollFor(fd, POLLOUT, deadline));
+    const ssize_t n = base::RetryOnEintr([&] {
+      return ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    });
     if (n > 0) {
       done += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR && errno != EAGAIN) {
-      return absl::UnavailableError(absl::StrCat("send: ", strerror(errno)));
+    } else if (n < 0 && errno != EAGAIN) {
+      return absl::UnavailableError(
+          absl::StrCat("send: ", base::ErrnoText(errno)));
     }
   }
   return absl::OkStatus();
@@ -213,18 +192,19 @@ absl::Status SendAll(int fd, const char* data, size_t size,
 absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline) {
   size_t done = 0;
   while (done < size) {
-    absl::Status s = PollFor(fd, POLLIN, deadline);
-    if (!s.ok()) return s;
-    const ssize_t n = ::recv(fd, data + done, size - done, MSG_DONTWAIT);
+    DTRAIN_RETURN_IF_ERROR(PollFor(fd, POLLIN, deadline));
+    const ssize_t n = base::RetryOnEintr(
+        [&] { return ::recv(fd, data + done, size - done, MSG_DONTWAIT); });
     if (n > 0) {
       done += static_cast<size_t>(n);
     } else if (n == 0) {
       return absl::UnavailableError("the server closed the connection");
-    } else if (errno != EINTR && errno != EAGAIN) {
-      return absl::UnavailableError(absl::StrCat("recv: ", strerror(errno)));
+    } else if (errno != EAGAIN) {
+      return absl::UnavailableError(
+          absl::StrCat("recv: ", base::ErrnoText(errno)));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal

@@ -3,12 +3,12 @@
 
 #include <memory>
 
-#include "dist/rendezvous/hash_store.h"
-#include "dist/rendezvous/prefix_store.h"
-#include "dist/rendezvous/store_conformance.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
+#include "dist/store/store_conformance.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using testing::StoreConformanceTest;
@@ -66,4 +66,4 @@ TEST(PrefixStoreTest, TimeoutNamesFullKey) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

@@ -2,7 +2,7 @@
 // on one file, and what only a file brings: ranks in separate processes, the
 // file's lifetime, ranks killed mid-write, damaged and foreign files.
 
-#include "dist/rendezvous/file_store.h"
+#include "dist/store/file_store.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,14 +24,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_conformance.h"
+#include "dist/store/store_conformance.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using ::testing::HasSubstr;
@@ -42,6 +43,9 @@ using testing::StoreFactory;
 // that the tests check the documentation too.
 constexpr absl::string_view kHeader = "dtrain-file-store-v1\n";
 constexpr uint8_t kSetOp = 1;
+constexpr uint8_t kDeleteOp = 2;
+constexpr uint8_t kOpenOp = 3;
+constexpr uint8_t kCloseOp = 4;
 
 uint32_t Crc32(absl::string_view data) {
   uint32_t c = 0xFFFFFFFFu;
@@ -573,6 +577,36 @@ TEST(FileStoreTest, HugeLengthsAreRejectedBeforeAllocating) {
   EXPECT_THAT(store.status().message(), HasSubstr("exceed"));
 }
 
+// What a handle writes is the documented format byte for byte, checksums
+// included, so logs written by other builds of the store stay readable.
+TEST(FileStoreTest, WritesTheDocumentedFormat) {
+  // One record spelled out: zlib's CRC-32 (Python's zlib.crc32 gives the same
+  // bytes) of the 9 bytes of op and lengths, then of everything before.
+  EXPECT_EQ(absl::BytesToHexString(Record(kSetOp, "key", "value")),
+            "010300000005000000"
+            "3cf72348"
+            "6b657976616c7565"
+            "e0eaa2d8");
+  const std::string path = FreshPath("format");
+  // Two ranks, one closed: the file stays for the other.
+  std::shared_ptr<FileStore> store = OpenOrFail(path, 2);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Set("key", "value").ok());
+  ASSERT_EQ(*store->Add("n", 5), 5);
+  ASSERT_EQ(*store->CompareSet("n", "5", "six"), "six");
+  ASSERT_TRUE(*store->Delete("key"));
+  ASSERT_TRUE(store->Close().ok());
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const std::string me = absl::StrCat(host, ":", getpid());
+  EXPECT_EQ(
+      absl::BytesToHexString(ReadFile(path)),
+      absl::BytesToHexString(absl::StrCat(
+          kHeader, Record(kOpenOp, "", me), Record(kSetOp, "key", "value"),
+          Record(kSetOp, "n", "5"), Record(kSetOp, "n", "six"),
+          Record(kDeleteOp, "key", ""), Record(kCloseOp, "", me))));
+}
+
 TEST(FileStoreTest, RecordsWrittenByTheDocumentedFormatAreRead) {
   const std::string path = FreshPath("by_hand");
   const std::string value("by\0hand", 7);
@@ -612,4 +646,4 @@ TEST(FileStoreTest, OversizedKeyIsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

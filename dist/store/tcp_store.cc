@@ -1,12 +1,16 @@
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_store.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
+#include "dist/store/tcp_store_server.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using protocol::Reader;
@@ -38,21 +42,22 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
   }
   std::shared_ptr<TcpStore> store(new TcpStore(options));
   if (options.is_server) {
-    TcpStoreServerOptions server_options;
+    internal::TcpStoreServerOptions server_options;
     server_options.host = options.bind_host;
     server_options.port = options.port;
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        TcpStoreServer::Start(server_options);
-    if (!server.ok()) return server.status();
-    store->server_ = std::move(*server);
+    DTRAIN_ASSIGN_OR_RETURN(store->server_,
+                            internal::TcpStoreServer::Start(server_options));
     store->options_.port = store->server_->port();
   }
-  absl::StatusOr<internal::Fd> fd = store->Connect(options.connect_timeout);
-  if (!fd.ok()) return fd.status();
+  DTRAIN_ASSIGN_OR_RETURN(base::UniqueFd fd,
+                          store->Connect(options.connect_timeout));
   std::lock_guard<std::mutex> lock(store->mu_);
-  store->idle_.push_back(std::move(*fd));
+  store->idle_.push_back(std::move(fd));
   return store;
 }
+
+TcpStore::TcpStore(const TcpStoreOptions& options)
+    : Store(options.timeout), options_(options) {}
 
 TcpStore::~TcpStore() {
   {
@@ -67,7 +72,7 @@ std::string TcpStore::Describe() const {
                       internal::JoinHostPort(options_.host, options_.port));
 }
 
-absl::StatusOr<internal::Fd> TcpStore::Connect(absl::Duration timeout) const {
+absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   absl::Duration backoff = absl::Milliseconds(10);
@@ -79,7 +84,7 @@ absl::StatusOr<internal::Fd> TcpStore::Connect(absl::Duration timeout) const {
     // does not eat the budget.
     const absl::Time attempt_deadline =
         std::min(deadline, absl::Now() + absl::Seconds(5));
-    absl::StatusOr<internal::Fd> fd =
+    absl::StatusOr<base::UniqueFd> fd =
         internal::ConnectOnce(options_.host, options_.port, attempt_deadline);
     if (fd.ok()) {
       // Check that what answers is a store server that speaks our protocol.
@@ -127,7 +132,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
                                            absl::string_view payload,
                                            absl::string_view what,
                                            absl::Duration wait) {
-  internal::Fd fd;
+  base::UniqueFd fd;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
@@ -136,9 +141,7 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
     }
   }
   if (!fd.valid()) {
-    absl::StatusOr<internal::Fd> fresh = Connect(options_.connect_timeout);
-    if (!fresh.ok()) return fresh.status();
-    fd = std::move(*fresh);
+    DTRAIN_ASSIGN_OR_RETURN(fd, Connect(options_.connect_timeout));
   }
   std::string frame;
   protocol::AppendFrame(static_cast<uint8_t>(type), payload, &frame);
@@ -195,23 +198,23 @@ absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
 
 absl::StatusOr<std::string> TcpStore::Get(absl::string_view key,
                                           absl::Duration timeout) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kGet,
            Writer().I64(absl::ToInt64Milliseconds(timeout)).Bytes(key).data(),
-           absl::StrCat("get ", Quote(key)), timeout);
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("get ", Quote(key)), timeout));
+  Reader r(reply);
   std::string value(r.Bytes());
   if (!r.Done()) return absl::DataLossError("malformed get reply");
   return value;
 }
 
 absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kAdd, Writer().Bytes(key).I64(delta).data(),
-           absl::StrCat("add to ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("add to ", Quote(key)), timeout()));
+  Reader r(reply);
   const int64_t value = r.I64();
   if (!r.Done()) return absl::DataLossError("malformed add reply");
   return value;
@@ -220,12 +223,12 @@ absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
                                                  absl::string_view expected,
                                                  absl::string_view desired) {
-  absl::StatusOr<std::string> reply =
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
       Call(Request::kCompareSet,
            Writer().Bytes(key).Bytes(expected).Bytes(desired).data(),
-           absl::StrCat("compare-set ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+           absl::StrCat("compare-set ", Quote(key)), timeout()));
+  Reader r(reply);
   std::string value(r.Bytes());
   if (!r.Done()) return absl::DataLossError("malformed compare-set reply");
   return value;
@@ -233,10 +236,10 @@ absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
 
 absl::StatusOr<bool> TcpStore::Check(absl::Span<const std::string> keys) {
   Writer w;
-  absl::StatusOr<std::string> reply =
-      Call(Request::kCheck, KeyList(w, keys).data(), "check", timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string reply,
+      Call(Request::kCheck, KeyList(w, keys).data(), "check", timeout()));
+  Reader r(reply);
   const bool present = r.U8() != 0;
   if (!r.Done()) return absl::DataLossError("malformed check reply");
   return present;
@@ -251,24 +254,22 @@ absl::Status TcpStore::Wait(absl::Span<const std::string> keys,
 }
 
 absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
-  absl::StatusOr<std::string> reply =
-      Call(Request::kDelete, Writer().Bytes(key).data(),
-           absl::StrCat("delete ", Quote(key)), timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(const std::string reply,
+                          Call(Request::kDelete, Writer().Bytes(key).data(),
+                               absl::StrCat("delete ", Quote(key)), timeout()));
+  Reader r(reply);
   const bool existed = r.U8() != 0;
   if (!r.Done()) return absl::DataLossError("malformed delete reply");
   return existed;
 }
 
 absl::StatusOr<int64_t> TcpStore::NumKeys() {
-  absl::StatusOr<std::string> reply =
-      Call(Request::kNumKeys, "", "num-keys", timeout());
-  if (!reply.ok()) return reply.status();
-  Reader r(*reply);
+  DTRAIN_ASSIGN_OR_RETURN(const std::string reply,
+                          Call(Request::kNumKeys, "", "num-keys", timeout()));
+  Reader r(reply);
   const int64_t n = r.I64();
   if (!r.Done()) return absl::DataLossError("malformed num-keys reply");
   return n;
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

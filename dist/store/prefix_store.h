@@ -1,15 +1,15 @@
 // A Store that prefixes every key with "<prefix>/" before handing it to another
 // store, so that several groups (or several uses of one group) share a store
 // without clashing. Thread-safe as the store it wraps; keeps that store alive.
-#ifndef DTRAIN_DIST_RENDEZVOUS_PREFIX_STORE_H_
-#define DTRAIN_DIST_RENDEZVOUS_PREFIX_STORE_H_
+#ifndef DTRAIN_DIST_STORE_PREFIX_STORE_H_
+#define DTRAIN_DIST_STORE_PREFIX_STORE_H_
 
 #include <memory>
 #include <string>
 
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 class PrefixStore : public Store {
  public:
@@ -43,6 +43,6 @@ class PrefixStore : public Store {
   const std::shared_ptr<Store> base_;
 };
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_PREFIX_STORE_H_
+#endif  // DTRAIN_DIST_STORE_PREFIX_STORE_H_

@@ -1,10 +1,10 @@
-#include "dist/rendezvous/store_util.h"
+#include "dist/store/store_util.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace dtrain::rendezvous::internal {
+namespace dtrain::store::internal {
 
 absl::StatusOr<int64_t> AddToCounter(absl::string_view key,
                                      const std::string* current,
@@ -34,4 +34,4 @@ absl::Status KeysTimeoutError(absl::string_view op,
       " (missing: ", absl::StrJoin(missing, ", "), ")"));
 }
 
-}  // namespace dtrain::rendezvous::internal
+}  // namespace dtrain::store::internal

@@ -1,4 +1,4 @@
-#include "dist/rendezvous/tcp_store_server.h"
+#include "dist/store/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <list>
 #include <vector>
 
@@ -15,9 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_util.h"
+#include "base/posix_io.h"
+#include "dist/store/store_util.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store::internal {
 
 using protocol::Reader;
 using protocol::Reply;
@@ -26,7 +26,7 @@ using protocol::Writer;
 
 class TcpStoreServer::Loop {
  public:
-  Loop(internal::Fd listen, internal::Fd wake_read, std::string where,
+  Loop(base::UniqueFd listen, base::UniqueFd wake_read, std::string where,
        const TcpStoreServerOptions& options, std::atomic<int64_t>* errors)
       : listen_(std::move(listen)),
         wake_read_(std::move(wake_read)),
@@ -38,7 +38,7 @@ class TcpStoreServer::Loop {
 
  private:
   struct Client {
-    internal::Fd fd;
+    base::UniqueFd fd;
     std::string in;
     std::string out;
     bool blocked = false;  // a Get/Wait is pending: later frames wait
@@ -65,8 +65,8 @@ class TcpStoreServer::Loop {
   void ExpireWaiters(absl::Time now);
   int PollTimeoutMs(absl::Time now) const;
 
-  internal::Fd listen_;
-  internal::Fd wake_read_;
+  base::UniqueFd listen_;
+  base::UniqueFd wake_read_;
   const std::string where_;
   const TcpStoreServerOptions options_;
   std::atomic<int64_t>* protocol_errors_;
@@ -83,27 +83,26 @@ class TcpStoreServer::Loop {
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
     const TcpStoreServerOptions& options) {
   int port = 0;
-  absl::StatusOr<internal::Fd> listen =
-      internal::Listen(options.host, options.port, &port);
+  absl::StatusOr<base::UniqueFd> listen =
+      Listen(options.host, options.port, &port);
   if (!listen.ok()) {
     return absl::Status(
         listen.status().code(),
         absl::StrCat("store server: ", listen.status().message()));
   }
-  internal::SetNonBlocking(listen->get());
+  SetNonBlocking(listen->get());
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     return absl::InternalError(
-        absl::StrCat("store server: pipe: ", strerror(errno)));
+        absl::StrCat("store server: pipe: ", base::ErrnoText(errno)));
   }
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->port_ = port;
-  server->wake_write_ = internal::Fd(pipe_fds[1]);
+  server->wake_write_ = base::UniqueFd(pipe_fds[1]);
   const std::string where = absl::StrCat(
-      "tcp://",
-      internal::JoinHostPort(options.host.empty() ? "*" : options.host, port));
+      "tcp://", JoinHostPort(options.host.empty() ? "*" : options.host, port));
   server->loop_ =
-      std::make_unique<Loop>(std::move(*listen), internal::Fd(pipe_fds[0]),
+      std::make_unique<Loop>(std::move(*listen), base::UniqueFd(pipe_fds[0]),
                              where, options, &server->protocol_errors_);
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->Run(); });
   return server;
@@ -156,8 +155,7 @@ void TcpStoreServer::Loop::Run() {
         if (c.out.empty() && !c.in.empty()) resume_.push_back(id);
       }
       if (c.blocked && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
-        c.fd =
-            internal::Fd();  // Gone while waiting: its waiter is dropped below.
+        c.fd.Reset();  // Gone while waiting: its waiter is dropped below.
       } else if (rev & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) {
         ReadFrom(id, c);
       }
@@ -191,9 +189,9 @@ void TcpStoreServer::Loop::Accept() {
     if (fd < 0)
       return;  // EAGAIN (no more), or a transient error: retry at the next
                // poll.
-    internal::Fd owned(fd);
+    base::UniqueFd owned(fd);
     if (static_cast<int>(clients_.size()) >= options_.max_clients) continue;
-    internal::SetNoDelay(fd);
+    SetNoDelay(fd);
     Client& c = clients_[next_id_++];
     c.fd = std::move(owned);
   }
@@ -211,7 +209,7 @@ void TcpStoreServer::Loop::ReadFrom(int id, Client& c) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     // Peer closed or the connection failed: forget the client.
-    c.fd = internal::Fd();
+    c.fd.Reset();
     return;
   }
 }
@@ -225,7 +223,7 @@ void TcpStoreServer::Loop::WriteTo(Client& c) {
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       return;
     } else {
-      c.fd = internal::Fd();
+      c.fd.Reset();
       return;
     }
   }
@@ -330,8 +328,8 @@ void TcpStoreServer::Loop::Handle(int id, Client& c, uint8_t type,
       const int64_t delta = r.I64();
       if (!r.Done()) return malformed("add");
       auto it = data_.find(key);
-      absl::StatusOr<int64_t> sum = internal::AddToCounter(
-          key, it == data_.end() ? nullptr : &it->second, delta);
+      absl::StatusOr<int64_t> sum =
+          AddToCounter(key, it == data_.end() ? nullptr : &it->second, delta);
       if (!sum.ok())
         return SendError(c, Reply::kInvalid, sum.status().message());
       data_[key] = std::to_string(*sum);
@@ -426,8 +424,8 @@ void TcpStoreServer::Loop::ExpireWaiters(absl::Time now) {
     for (const std::string& k : w.keys) {
       if (!data_.contains(k)) missing.push_back(k);
     }
-    const absl::Status s = internal::KeysTimeoutError(
-        w.is_get ? "get" : "wait", w.keys, missing, where_, w.timeout);
+    const absl::Status s = KeysTimeoutError(w.is_get ? "get" : "wait", w.keys,
+                                            missing, where_, w.timeout);
     it->second.blocked = false;
     SendError(it->second, Reply::kDeadline, s.message());
     if (!it->second.in.empty()) resume_.push_back(w.client_id);
@@ -443,4 +441,4 @@ int TcpStoreServer::Loop::PollTimeoutMs(absl::Time now) const {
       std::min<int64_t>(absl::ToInt64Milliseconds(next - now) + 1, 1 << 30));
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store::internal

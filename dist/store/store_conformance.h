@@ -1,21 +1,35 @@
 // A GoogleTest suite that checks the Store contract (store.h) on any
-// implementation. Each store's test instantiates it with a factory:
+// implementation. Each store's test links it (target :store_conformance)
+// and instantiates it with a factory for that store:
 //
-//   INSTANTIATE_TEST_SUITE_P(HashStore, StoreConformanceTest,
-//                            ::testing::Values(StoreFactory{"HashStore",
-//                            ...}));
-#ifndef DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
-#define DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
+//   StoreFactory HashStoreFactory() {
+//     StoreFactory f;
+//     f.name = "HashStore";
+//     f.open = [](absl::Duration timeout) {
+//       return std::make_shared<HashStore>(timeout);
+//     };
+//     // Threads share the one in-memory store: a client is the first
+//     // handle, not owned.
+//     f.connect = [](Store& first, absl::Duration) {
+//       return std::shared_ptr<Store>(&first, [](Store*) {});
+//     };
+//     return f;
+//   }
+//
+//   INSTANTIATE_TEST_SUITE_P(InMemory, StoreConformanceTest,
+//                            ::testing::Values(HashStoreFactory()));
+#ifndef DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
+#define DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_
 
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 
-#include "dist/rendezvous/store.h"
+#include "dist/store/store.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous::testing {
+namespace dtrain::store::testing {
 
 // Makes handles onto one shared store. The fixture calls `open` once per test
 // to create the store (the returned handle is the first client), then `connect`
@@ -46,6 +60,6 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
   std::shared_ptr<Store> first_;
 };
 
-}  // namespace dtrain::rendezvous::testing
+}  // namespace dtrain::store::testing
 
-#endif  // DTRAIN_DIST_RENDEZVOUS_STORE_CONFORMANCE_H_
+#endif  // DTRAIN_DIST_STORE_STORE_CONFORMANCE_H_

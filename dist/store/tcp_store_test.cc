@@ -2,7 +2,7 @@
 // can get wrong: ports, unreachable servers, lost servers, hostile clients,
 // many ranks and real processes.
 
-#include "dist/rendezvous/tcp_store.h"
+#include "dist/store/tcp_store.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,12 +19,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dist/rendezvous/store_conformance.h"
-#include "dist/rendezvous/tcp_socket.h"
+#include "dist/store/store_conformance.h"
+#include "dist/store/tcp_socket.h"
+#include "dist/store/tcp_store_protocol.h"
+#include "dist/store/tcp_store_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 namespace {
 
 using ::testing::HasSubstr;
@@ -69,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Loopback, StoreConformanceTest,
 // A port that nothing listens on: bind port 0, read it back, close.
 int FreePort() {
   int port = 0;
-  absl::StatusOr<internal::Fd> fd = internal::Listen("127.0.0.1", 0, &port);
+  absl::StatusOr<base::UniqueFd> fd = internal::Listen("127.0.0.1", 0, &port);
   EXPECT_TRUE(fd.ok());
   return port;
 }
@@ -144,16 +146,15 @@ TEST(TcpStoreTest, ClientStartedBeforeServerConnectsWhenItComes) {
 
 TEST(TcpStoreTest, NonStoreListenerIsRejected) {
   int port = 0;
-  absl::StatusOr<internal::Fd> listener =
+  absl::StatusOr<base::UniqueFd> listener =
       internal::Listen("127.0.0.1", 0, &port);
   ASSERT_TRUE(listener.ok());
   std::thread impostor([&] {
-    const int fd = ::accept(listener->get(), nullptr, nullptr);
-    if (fd < 0) return;
+    const base::UniqueFd fd(::accept(listener->get(), nullptr, nullptr));
+    if (!fd.valid()) return;
     const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
-    (void)!::write(fd, junk, sizeof(junk) - 1);
+    (void)!::write(fd.get(), junk, sizeof(junk) - 1);
     absl::SleepFor(absl::Milliseconds(200));
-    ::close(fd);
   });
   auto client = ConnectClient(port, absl::Seconds(5));
   impostor.join();
@@ -183,7 +184,7 @@ TEST(TcpStoreTest, LostServerFailsPendingGetWithUnavailable) {
 // Sends raw bytes on a fresh connection and reads whatever comes back until the
 // server closes or goes quiet.
 void SendRaw(int port, const std::string& bytes, bool half_close) {
-  absl::StatusOr<internal::Fd> fd =
+  absl::StatusOr<base::UniqueFd> fd =
       internal::ConnectOnce("127.0.0.1", port, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(fd.ok()) << fd.status();
   (void)internal::SendAll(fd->get(), bytes.data(), bytes.size(),
@@ -239,7 +240,7 @@ TEST(TcpStoreServerTest, HostileClientsDoNotDisturbWellBehavedOnes) {
 TEST(TcpStoreServerTest, UnknownRequestKeepsConnectionUsable) {
   auto store = StartServer();
   ASSERT_NE(store, nullptr);
-  absl::StatusOr<internal::Fd> fd = internal::ConnectOnce(
+  absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
       "127.0.0.1", store->port(), absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(fd.ok());
   const std::string bytes = Frame(99, "") + Frame(1, "");
@@ -362,4 +363,4 @@ TEST(TcpStoreTest, RealProcessesShareTheStore) {
 }
 
 }  // namespace
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

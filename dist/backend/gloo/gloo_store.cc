@@ -1,9 +1,9 @@
-#include "dist/rendezvous/gloo_store.h"
+#include "dist/backend/gloo/gloo_store.h"
 
 #include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::backend {
 namespace {
 
 [[noreturn]] void Throw(const absl::Status& status) {
@@ -36,4 +36,4 @@ void GlooStore::wait(const std::vector<std::string>& keys,
   if (!s.ok()) Throw(s);
 }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::backend

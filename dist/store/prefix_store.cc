@@ -1,11 +1,11 @@
-#include "dist/rendezvous/prefix_store.h"
+#include "dist/store/prefix_store.h"
 
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 
-namespace dtrain::rendezvous {
+namespace dtrain::store {
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : Store(base->timeout()),
@@ -60,4 +60,4 @@ absl::StatusOr<int64_t> PrefixStore::NumKeys() { return base_->NumKeys(); }
 
 std::string PrefixStore::Describe() const { return base_->Describe(); }
 
-}  // namespace dtrain::rendezvous
+}  // namespace dtrain::store

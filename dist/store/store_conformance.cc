@@ -1,4 +1,4 @@
-#include "dist/rendezvous/store_conformance.h"
+#include "dist/store/store_conformance.h"
 
 #include <atomic>
 #include <string>
@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 
-namespace dtrain::rendezvous::testing {
+namespace dtrain::store::testing {
 namespace {
 
 using ::testing::HasSubstr;
@@ -175,4 +175,4 @@ TEST_P(StoreConformanceTest, OneHandleSharedByThreads) {
   for (auto& t : threads) t.join();
 }
 
-}  // namespace dtrain::rendezvous::testing
+}  // namespace dtrain::store::testing
