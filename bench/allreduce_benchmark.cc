@@ -19,8 +19,6 @@
 #include "benchmark/benchmark.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/backend/gloo/gloo_store.h"
-#include "dist/store/hash_store.h"
-#include "dist/store/prefix_store.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/rendezvous/context.h"

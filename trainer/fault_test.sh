@@ -105,7 +105,7 @@ wait "${pids[0]}"
 rc=$?
 pids=()
 [[ $rc -ne 0 ]] || fail "world_size: rank 0 exited 0"
-cat "$tmp/ws0.out" "$tmp/world_size.out" | grep -q "disagree on the world size" \
+grep -q "disagree on the world size" "$tmp/ws0.out" "$tmp/world_size.out" \
   || fail "world_size: neither rank names the disagreement: $(tail -1 "$tmp/ws0.out")"
 echo "world_size (rank 0): $(tail -1 "$tmp/ws0.out")"
 

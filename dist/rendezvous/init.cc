@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/rank_status.h"
 #include "base/status_macros.h"
 #include "dist/store/file_store.h"
 #include "dist/store/hash_store.h"
@@ -19,11 +20,6 @@ using store::PrefixStore;
 using store::Store;
 using store::TcpStore;
 using store::TcpStoreOptions;
-
-absl::Status WithRank(int rank, const absl::Status& s) {
-  return absl::Status(s.code(),
-                      absl::StrCat("[rank ", rank, "] ", s.message()));
-}
 
 // env:// ranks meet at the master address, and MPI launchers do not set one:
 // with several ranks, the default 127.0.0.1 is right on one node only, and
@@ -80,12 +76,12 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   DTRAIN_ASSIGN_OR_RETURN(const LaunchEnv launch, DiscoverLaunchEnv(env, args));
   if (method.scheme == InitMethod::kEnv) {
     absl::Status status = CheckEnvMasterAddr(launch);
-    if (!status.ok()) return WithRank(launch.rank, status);
+    if (!status.ok()) return base::WithRank(launch.rank, status);
   }
 
   absl::StatusOr<std::shared_ptr<Store>> base =
       OpenStore(options, method, launch);
-  if (!base.ok()) return WithRank(launch.rank, base.status());
+  if (!base.ok()) return base::WithRank(launch.rank, base.status());
 
   RendezvousOptions rdzv;
   rdzv.rank = launch.rank;
