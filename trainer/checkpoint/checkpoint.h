@@ -26,28 +26,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "data/distributed_sampler.h"
+#include "trainer/checkpoint/training_state.h"
 
 namespace dtrain::trainer {
-
-// Everything besides tensors that a resumed run needs.
-struct TrainingState {
-  int64_t epoch = 0;           // the epoch to continue at
-  data::SamplerState sampler;  // the position inside that epoch
-  int64_t global_step = 0;     // optimizer steps taken so far
-  double best_top1 = 0;        // best validation top-1 so far (percent)
-  // E.g. "convnet"; DecodeCheckpoint can reject a checkpoint of another model.
-  std::string model_name;
-  std::string optimizer_name;  // "sgd" | "adadelta"
-  uint64_t seed = 0;
-  // Free-form JSON of the run's configuration, stored for people; not checked.
-  std::string config_json;
-
-  friend bool operator==(const TrainingState& a, const TrainingState& b);
-  friend bool operator!=(const TrainingState& a, const TrainingState& b) {
-    return !(a == b);
-  }
-};
 
 // Size of the header that precedes the payload.
 inline constexpr size_t kCheckpointHeaderSize = 24;

@@ -1,0 +1,260 @@
+#include "trainer/checkpoint/payload.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/torch_compat.h"
+#include "trainer/checkpoint/tensor_codec.h"
+
+namespace dtrain::trainer::internal {
+namespace {
+
+constexpr absl::string_view kModelSection = "MODL";
+constexpr absl::string_view kOptimizerSection = "OPTM";
+constexpr absl::string_view kStateSection = "STAT";
+
+// MODL entries.
+constexpr uint8_t kParameterKind = 0;
+constexpr uint8_t kBufferKind = 1;
+
+// Smallest encodings, to cap counts by the bytes left: a MODL entry is a
+// name length, a kind and a tensor; a parameter of an optimizer group at
+// least its has-state byte.
+constexpr size_t kMinModelEntrySize = 4 + 1 + kMinTensorSize;
+constexpr size_t kMinGroupParameterSize = 1;
+
+}  // namespace
+
+NamedTensors Collect(
+    const torch::OrderedDict<std::string, torch::Tensor>& items) {
+  NamedTensors out;
+  for (const auto& item : items) {
+    if (!item.value().defined()) continue;
+    out.names.push_back(item.key());
+    out.tensors.push_back(item.value());
+  }
+  return out;
+}
+
+namespace {
+
+// --- Writing ----------------------------------------------------------------
+
+// A section: its tag, a uint64 length, and what `write` appends.
+template <typename F>
+absl::Status WriteSection(absl::string_view tag, base::ByteWriter& w,
+                          F&& write) {
+  w.Raw(tag);
+  const size_t length_at = w.position();
+  w.U64(0);
+  DTRAIN_RETURN_IF_ERROR(write());
+  w.PatchU64(length_at, w.position() - length_at - 8);
+  return absl::OkStatus();
+}
+
+absl::Status WriteModel(const torch::nn::Module& model, base::ByteWriter& w) {
+  const NamedTensors parameters = Collect(model.named_parameters());
+  const NamedTensors buffers = Collect(model.named_buffers());
+  DTRAIN_RETURN_IF_ERROR(w.Count(parameters.names.size() + buffers.names.size(),
+                                 "parameters and buffers"));
+  for (const uint8_t kind : {kParameterKind, kBufferKind}) {
+    const NamedTensors& named = kind == kParameterKind ? parameters : buffers;
+    for (size_t i = 0; i < named.names.size(); ++i) {
+      const std::string what = absl::StrCat(
+          kind == kParameterKind ? "parameter " : "buffer ", named.names[i]);
+      DTRAIN_RETURN_IF_ERROR(w.String(named.names[i], what));
+      w.U8(kind);
+      DTRAIN_RETURN_IF_ERROR(WriteTensor(named.tensors[i], what, w));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteOptimizer(const torch::optim::Optimizer& optimizer,
+                            base::ByteWriter& w) {
+  const OptimizerCodec* codec = CodecFor(optimizer);
+  if (codec == nullptr) {
+    return w.Error(absl::StrCat("checkpoints support ", SupportedOptimizers(),
+                                ", not this optimizer"));
+  }
+  w.U8(codec->kind());
+  const std::vector<torch::optim::OptimizerParamGroup>& groups =
+      optimizer.param_groups();
+  DTRAIN_RETURN_IF_ERROR(w.Count(groups.size(), "optimizer groups"));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const torch::optim::OptimizerParamGroup& group = groups[g];
+    DTRAIN_RETURN_IF_ERROR(codec->WriteOptions(
+        group.has_options() ? group.options() : optimizer.defaults(), g, w));
+    const std::vector<torch::Tensor>& params = group.params();
+    DTRAIN_RETURN_IF_ERROR(w.Count(
+        params.size(), absl::StrCat("parameters in optimizer group ", g)));
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto it =
+          optimizer.state().find(torch_compat::OptimizerStateKeyOf(params[i]));
+      DTRAIN_RETURN_IF_ERROR(codec->WriteState(
+          it == optimizer.state().end() ? nullptr : it->second.get(),
+          absl::StrCat("optimizer group ", g, " parameter ", i), w));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTrainingState(const TrainingState& state,
+                                base::ByteWriter& w) {
+  w.I64(state.epoch);
+  DTRAIN_RETURN_IF_ERROR(
+      w.String(state.sampler.Serialize(), "the sampler state"));
+  w.I64(state.global_step);
+  w.F64(state.best_top1);
+  DTRAIN_RETURN_IF_ERROR(w.String(state.model_name, "model_name"));
+  DTRAIN_RETURN_IF_ERROR(w.String(state.optimizer_name, "optimizer_name"));
+  w.U64(state.seed);
+  DTRAIN_RETURN_IF_ERROR(w.String(state.config_json, "config_json"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WritePayload(const torch::nn::Module& model,
+                          const torch::optim::Optimizer& optimizer,
+                          const TrainingState& state, base::ByteWriter& w) {
+  DTRAIN_RETURN_IF_ERROR(
+      WriteSection(kModelSection, w, [&] { return WriteModel(model, w); }));
+  DTRAIN_RETURN_IF_ERROR(WriteSection(
+      kOptimizerSection, w, [&] { return WriteOptimizer(optimizer, w); }));
+  return WriteSection(kStateSection, w,
+                      [&] { return WriteTrainingState(state, w); });
+}
+
+namespace {
+
+// --- Reading ----------------------------------------------------------------
+
+// The sections, in order: MODL, OPTM, STAT.
+absl::Status ReadSection(base::ByteReader& payload, absl::string_view tag,
+                         base::ByteReader* section) {
+  const size_t at = payload.offset();
+  absl::string_view found;
+  DTRAIN_RETURN_IF_ERROR(
+      payload.Raw(tag.size(), absl::StrCat("section ", tag), &found));
+  if (found != tag) {
+    return Malformed(absl::StrCat("expected section ", tag, " at offset ", at,
+                                  ", found ", Quoted(found)));
+  }
+  uint64_t length = 0;
+  DTRAIN_RETURN_IF_ERROR(
+      payload.U64(absl::StrCat("length of section ", tag), &length));
+  const size_t base = payload.offset();
+  absl::string_view body;
+  DTRAIN_RETURN_IF_ERROR(
+      payload.Raw(length, absl::StrCat("section ", tag), &body));
+  *section = base::ByteReader(body, base, kMalformed);
+  return absl::OkStatus();
+}
+
+absl::Status ReadModel(base::ByteReader& r, NamedTensors* parameters,
+                       NamedTensors* buffers) {
+  size_t count = 0;
+  DTRAIN_RETURN_IF_ERROR(
+      r.Count("model tensor count", kMinModelEntrySize, &count));
+  for (size_t i = 0; i < count; ++i) {
+    std::string name;
+    DTRAIN_RETURN_IF_ERROR(
+        r.String(absl::StrCat("name of model tensor ", i), &name));
+    const size_t at = r.offset();
+    uint8_t kind = 0;
+    DTRAIN_RETURN_IF_ERROR(
+        r.U8(absl::StrCat("kind of model tensor ", i), &kind));
+    if (kind != kParameterKind && kind != kBufferKind) {
+      return Malformed(absl::StrCat("model tensor ", i, " (", Quoted(name),
+                                    ") at offset ", at, " has unknown kind ",
+                                    kind));
+    }
+    NamedTensors* out = kind == kParameterKind ? parameters : buffers;
+    at::Tensor tensor;
+    DTRAIN_RETURN_IF_ERROR(ReadTensor(
+        r,
+        absl::StrCat(kind == kParameterKind ? "parameter " : "buffer ",
+                     Quoted(name)),
+        &tensor));
+    out->names.push_back(std::move(name));
+    out->tensors.push_back(std::move(tensor));
+  }
+  return r.ExpectEnd("section MODL");
+}
+
+absl::Status ReadOptimizer(base::ByteReader& r, SavedOptimizer* out) {
+  const size_t at = r.offset();
+  uint8_t kind = 0;
+  DTRAIN_RETURN_IF_ERROR(r.U8("optimizer kind", &kind));
+  out->codec = CodecOfKind(kind);
+  if (out->codec == nullptr) {
+    return Malformed(
+        absl::StrCat("unknown optimizer kind ", kind, " at offset ", at));
+  }
+  // Options, then a parameter count.
+  const size_t min_group_size = out->codec->min_options_size() + 4;
+  size_t groups = 0;
+  DTRAIN_RETURN_IF_ERROR(
+      r.Count("optimizer group count", min_group_size, &groups));
+  for (size_t g = 0; g < groups; ++g) {
+    const std::string where = absl::StrCat("optimizer group ", g);
+    SavedGroup group;
+    DTRAIN_RETURN_IF_ERROR(out->codec->ReadOptions(r, where, &group));
+    size_t params = 0;
+    DTRAIN_RETURN_IF_ERROR(r.Count(absl::StrCat("parameter count of ", where),
+                                   kMinGroupParameterSize, &params));
+    for (size_t i = 0; i < params; ++i) {
+      SavedParamState state;
+      DTRAIN_RETURN_IF_ERROR(out->codec->ReadState(
+          r, absl::StrCat(where, " parameter ", i), &state));
+      group.params.push_back(std::move(state));
+    }
+    out->groups.push_back(std::move(group));
+  }
+  return r.ExpectEnd("section OPTM");
+}
+
+absl::Status ReadTrainingState(base::ByteReader& r, TrainingState* state) {
+  DTRAIN_RETURN_IF_ERROR(r.I64("epoch", &state->epoch));
+  const size_t sampler_at = r.offset();
+  std::string sampler;
+  DTRAIN_RETURN_IF_ERROR(r.String("sampler state", &sampler));
+  for (char c : sampler) {
+    if (!absl::ascii_isprint(static_cast<unsigned char>(c))) {
+      return Malformed(
+          absl::StrCat("the sampler state at offset ", sampler_at,
+                       " is not printable text: ", Quoted(sampler)));
+    }
+  }
+  absl::StatusOr<data::SamplerState> parsed =
+      data::SamplerState::Parse(sampler);
+  if (!parsed.ok()) return Malformed(parsed.status().message());
+  state->sampler = *parsed;
+  DTRAIN_RETURN_IF_ERROR(r.I64("global_step", &state->global_step));
+  DTRAIN_RETURN_IF_ERROR(r.F64("best_top1", &state->best_top1));
+  DTRAIN_RETURN_IF_ERROR(r.String("model_name", &state->model_name));
+  DTRAIN_RETURN_IF_ERROR(r.String("optimizer_name", &state->optimizer_name));
+  DTRAIN_RETURN_IF_ERROR(r.U64("seed", &state->seed));
+  DTRAIN_RETURN_IF_ERROR(r.String("config_json", &state->config_json));
+  return r.ExpectEnd("section STAT");
+}
+
+}  // namespace
+
+absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out) {
+  base::ByteReader r(payload, 0, kMalformed);
+  base::ByteReader section(absl::string_view(), 0, kMalformed);
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kModelSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadModel(section, &out->parameters, &out->buffers));
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kOptimizerSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadOptimizer(section, &out->optimizer));
+  DTRAIN_RETURN_IF_ERROR(ReadSection(r, kStateSection, &section));
+  DTRAIN_RETURN_IF_ERROR(ReadTrainingState(section, &out->state));
+  return r.ExpectEnd("the payload");
+}
+
+}  // namespace dtrain::trainer::internal

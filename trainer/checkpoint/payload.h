@@ -1,0 +1,59 @@
+// Internal to the checkpoint package: the payload of a checkpoint, its three
+// sections MODL (model tensors), OPTM (optimizer state, through the
+// optimizer's codec) and STAT (TrainingState), written from and read into
+// plain structures (docs/FORMATS.md). checkpoint.cc adds the header and loads
+// what was read into a model and optimizer.
+#ifndef DTRAIN_TRAINER_CHECKPOINT_PAYLOAD_H_
+#define DTRAIN_TRAINER_CHECKPOINT_PAYLOAD_H_
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "base/byte_codec.h"
+#include "trainer/checkpoint/optimizer_codec.h"
+#include "trainer/checkpoint/training_state.h"
+
+namespace dtrain::trainer::internal {
+
+// Defined tensors only: modules may register an undefined one (e.g. a
+// Linear without bias), which has nothing to save.
+struct NamedTensors {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+};
+NamedTensors Collect(const torch::OrderedDict<std::string, at::Tensor>& items);
+
+struct SavedOptimizer {
+  const OptimizerCodec* codec = nullptr;
+  std::vector<SavedGroup> groups;
+};
+
+struct SavedCheckpoint {
+  NamedTensors parameters;
+  NamedTensors buffers;
+  SavedOptimizer optimizer;
+  TrainingState state;
+};
+
+// Appends the three sections. kInvalidArgument (with kEncodeError's prefix)
+// for what the format cannot hold; throws when a tensor cannot be copied to
+// the CPU.
+absl::Status WritePayload(const torch::nn::Module& model,
+                          const torch::optim::Optimizer& optimizer,
+                          const TrainingState& state, base::ByteWriter& w);
+
+// The whole payload, checked field by field: kDataLoss naming the field and
+// its offset for anything WritePayload would not have written. Throws only
+// when a tensor cannot be allocated.
+absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out);
+
+}  // namespace dtrain::trainer::internal
+
+#endif  // DTRAIN_TRAINER_CHECKPOINT_PAYLOAD_H_
