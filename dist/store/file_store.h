@@ -39,15 +39,8 @@
 // destructor would count a close twice): it opens its own and leaves with
 // _exit().
 //
-// On-disk format, all integers little-endian:
-//   header: the 21 bytes "dtrain-file-store-v1\n"
-//   record: u8 op (1 set, 2 delete, 3 open, 4 close) | u32 key length |
-//           u32 value length | u32 CRC-32 of the 9 bytes before | key |
-//           value | u32 CRC-32 of everything before in the record
-//   CRC-32 is zlib's crc32(). A record whose header checksum matches but
-//   that extends past the end of the file is one cut short.
-//   Open and close records have an empty key; their value is "host:pid", to
-//   tell who left a file behind.
+// The on-disk format (a header line, then length-prefixed records with a
+// CRC-32 of their header and of the whole record) is in docs/FORMATS.md.
 #ifndef DTRAIN_DIST_STORE_FILE_STORE_H_
 #define DTRAIN_DIST_STORE_FILE_STORE_H_
 
