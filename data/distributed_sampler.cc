@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 
 namespace dtrain::data {
 namespace {
@@ -167,11 +168,10 @@ void DistributedSampler::Advance(int64_t count) {
 absl::StatusOr<std::vector<int64_t>> DistributedSamplerIndices(
     int64_t dataset_size, const DistributedSamplerOptions& options,
     int64_t epoch) {
-  absl::StatusOr<DistributedSampler> sampler =
-      DistributedSampler::Create(dataset_size, options);
-  if (!sampler.ok()) return sampler.status();
-  sampler->SetEpoch(epoch);
-  return sampler->indices();
+  DTRAIN_ASSIGN_OR_RETURN(DistributedSampler sampler,
+                          DistributedSampler::Create(dataset_size, options));
+  sampler.SetEpoch(epoch);
+  return sampler.indices();
 }
 
 std::string SamplerState::Serialize() const {

@@ -107,10 +107,9 @@ uint32_t LoadBigEndian32(const unsigned char* p) {
 absl::StatusOr<at::Tensor> ReadIdx(const std::string& path,
                                    uint32_t expected_magic,
                                    absl::string_view role) {
-  absl::StatusOr<std::unique_ptr<internal::InputFile>> opened =
-      internal::InputFile::Open(path);
-  if (!opened.ok()) return opened.status();
-  internal::InputFile& file = **opened;
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<internal::InputFile> opened,
+                          internal::InputFile::Open(path));
+  internal::InputFile& file = *opened;
   auto invalid = [&path](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", parts...));
   };
@@ -201,28 +200,26 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
         "num_classes must be in [1, 256] for uint8 IDX labels, got ",
         num_classes));
   }
-  absl::StatusOr<at::Tensor> labels =
-      ReadIdx(labels_path, kIdxLabelsMagic, "labels");
-  if (!labels.ok()) return labels.status();
-  absl::StatusOr<at::Tensor> images =
-      ReadIdx(images_path, kIdxImagesMagic, "images");
-  if (!images.ok()) return images.status();
-  if (images->size(0) != labels->size(0)) {
+  DTRAIN_ASSIGN_OR_RETURN(at::Tensor labels,
+                          ReadIdx(labels_path, kIdxLabelsMagic, "labels"));
+  DTRAIN_ASSIGN_OR_RETURN(at::Tensor images,
+                          ReadIdx(images_path, kIdxImagesMagic, "images"));
+  if (images.size(0) != labels.size(0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("image and label counts differ: ", images_path, " holds ",
-                     images->size(0), " images, ", labels_path, " holds ",
-                     labels->size(0), " labels"));
+                     images.size(0), " images, ", labels_path, " holds ",
+                     labels.size(0), " labels"));
   }
-  const uint8_t* label = labels->data_ptr<uint8_t>();
-  for (int64_t i = 0; i < labels->size(0); ++i) {
+  const uint8_t* label = labels.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < labels.size(0); ++i) {
     if (label[i] >= num_classes) {
       return absl::InvalidArgumentError(
           absl::StrCat(labels_path, ": label ", int{label[i]}, " of example ",
                        i, " is outside [0, ", num_classes, ")"));
     }
   }
-  return Dataset::Create(std::move(name), images->unsqueeze(1),
-                         *std::move(labels), num_classes);
+  return Dataset::Create(std::move(name), images.unsqueeze(1),
+                         std::move(labels), num_classes);
 }
 
 }  // namespace dtrain::data

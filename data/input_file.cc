@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace dtrain::data::internal {
 namespace {
@@ -131,9 +132,8 @@ absl::StatusOr<size_t> InputFile::ReadInflated(char* dst, size_t n) {
   size_t done = 0;
   while (done < n) {
     if (z.stream.avail_in == 0) {
-      absl::StatusOr<bool> more = FillInput();
-      if (!more.ok()) return more.status();
-      if (!*more) {
+      DTRAIN_ASSIGN_OR_RETURN(bool more, FillInput());
+      if (!more) {
         if (z.member_done) break;  // The clean end of the last member.
         return Error(absl::StrCat("the gzip data is truncated: it ends after ",
                                   z.file_bytes,
@@ -170,13 +170,12 @@ absl::Status InputFile::ReadExactly(void* dst, size_t n,
   char* out = static_cast<char*>(dst);
   size_t done = 0;
   while (done < n) {
-    absl::StatusOr<size_t> got = Read(out + done, n - done);
-    if (!got.ok()) return got.status();
-    if (*got == 0) {
+    DTRAIN_ASSIGN_OR_RETURN(size_t got, Read(out + done, n - done));
+    if (got == 0) {
       return Error(absl::StrCat("the file is truncated: ", what, " needs ", n,
                                 " bytes, only ", done, " are left"));
     }
-    done += *got;
+    done += got;
   }
   return absl::OkStatus();
 }
@@ -186,10 +185,9 @@ absl::StatusOr<std::string> InputFile::ReadRest() {
   if (!compressed_ && file_size_ > offset_) out.reserve(file_size_ - offset_);
   char buffer[1 << 16];
   for (;;) {
-    absl::StatusOr<size_t> got = Read(buffer, sizeof(buffer));
-    if (!got.ok()) return got.status();
-    if (*got == 0) return out;
-    out.append(buffer, *got);
+    DTRAIN_ASSIGN_OR_RETURN(size_t got, Read(buffer, sizeof(buffer)));
+    if (got == 0) return out;
+    out.append(buffer, got);
   }
 }
 
@@ -198,10 +196,9 @@ absl::Status InputFile::ExpectEnd(absl::string_view what) {
   uint64_t extra = 0;
   char buffer[1 << 16];
   for (;;) {
-    absl::StatusOr<size_t> got = Read(buffer, sizeof(buffer));
-    if (!got.ok()) return got.status();
-    if (*got == 0) break;
-    extra += *got;
+    DTRAIN_ASSIGN_OR_RETURN(size_t got, Read(buffer, sizeof(buffer)));
+    if (got == 0) break;
+    extra += got;
   }
   if (extra == 0) return absl::OkStatus();
   offset_ = at;

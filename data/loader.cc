@@ -33,20 +33,20 @@ absl::StatusOr<at::Tensor> Precompute(const at::Tensor& images,
   const std::vector<uint64_t> seeds(kPrecomputeChunk, 0);
   for (int64_t begin = 0; begin < n; begin += kPrecomputeChunk) {
     const int64_t count = std::min(kPrecomputeChunk, n - begin);
-    absl::StatusOr<at::Tensor> part =
+    DTRAIN_ASSIGN_OR_RETURN(
+        at::Tensor part,
         transforms.Apply(images.slice(0, begin, begin + count),
-                         absl::MakeConstSpan(seeds.data(), count), 0, end);
-    if (!part.ok()) return part.status();
-    if (part->sizes().slice(1) != first.sizes().slice(1) ||
-        part->size(0) != count || part->scalar_type() != first.scalar_type()) {
+                         absl::MakeConstSpan(seeds.data(), count), 0, end));
+    if (part.sizes().slice(1) != first.sizes().slice(1) ||
+        part.size(0) != count || part.scalar_type() != first.scalar_type()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the transforms gave examples ", begin, "..", begin + count - 1,
-          " the shape ", base::ShapeString(part->sizes()), " ",
-          c10::toString(part->scalar_type()), ", example 0 ",
+          " the shape ", base::ShapeString(part.sizes()), " ",
+          c10::toString(part.scalar_type()), ", example 0 ",
           base::ShapeString(first.sizes()), " ",
           c10::toString(first.scalar_type())));
     }
-    out.slice(0, begin, begin + count).copy_(*part);
+    out.slice(0, begin, begin + count).copy_(part);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "data/idx.h"
 
 namespace dtrain::data {
@@ -68,11 +69,11 @@ MnistFileNames MnistFiles(Split split) {
 
 absl::StatusOr<Dataset> LoadMnist(absl::string_view dir, Split split) {
   const MnistFileNames names = MnistFiles(split);
-  absl::StatusOr<std::string> images = FindFile(dir, names.images, split);
-  if (!images.ok()) return images.status();
-  absl::StatusOr<std::string> labels = FindFile(dir, names.labels, split);
-  if (!labels.ok()) return labels.status();
-  return ReadIdxDataset(*images, *labels, kMnistNumClasses,
+  DTRAIN_ASSIGN_OR_RETURN(std::string images,
+                          FindFile(dir, names.images, split));
+  DTRAIN_ASSIGN_OR_RETURN(std::string labels,
+                          FindFile(dir, names.labels, split));
+  return ReadIdxDataset(images, labels, kMnistNumClasses,
                         absl::StrCat(dir, " ", SplitName(split)));
 }
 

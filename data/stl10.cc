@@ -48,20 +48,18 @@ absl::StatusOr<at::Tensor> ReadBytes(internal::InputFile& file) {
           DTRAIN_RETURN_IF_ERROR(file.ExpectEnd("the data"));
           return out;
         }
-        absl::StatusOr<std::string> bytes = file.ReadRest();
-        if (!bytes.ok()) return bytes.status();
-        at::Tensor out = at::empty({static_cast<int64_t>(bytes->size())},
+        DTRAIN_ASSIGN_OR_RETURN(std::string bytes, file.ReadRest());
+        at::Tensor out = at::empty({static_cast<int64_t>(bytes.size())},
                                    at::TensorOptions().dtype(at::kByte));
-        std::memcpy(out.data_ptr(), bytes->data(), bytes->size());
+        std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
         return out;
       });
 }
 
 absl::StatusOr<at::Tensor> ReadFile(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<internal::InputFile>> file =
-      internal::InputFile::Open(path);
-  if (!file.ok()) return file.status();
-  return ReadBytes(**file);
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<internal::InputFile> file,
+                          internal::InputFile::Open(path));
+  return ReadBytes(*file);
 }
 
 }  // namespace
@@ -69,12 +67,10 @@ absl::StatusOr<at::Tensor> ReadFile(const std::string& path) {
 absl::StatusOr<Dataset> ReadStl10Files(const std::string& images_path,
                                        const std::string& labels_path,
                                        std::string name) {
-  absl::StatusOr<at::Tensor> labels = ReadFile(labels_path);
-  if (!labels.ok()) return labels.status();
-  absl::StatusOr<at::Tensor> bytes = ReadFile(images_path);
-  if (!bytes.ok()) return bytes.status();
+  DTRAIN_ASSIGN_OR_RETURN(at::Tensor labels, ReadFile(labels_path));
+  DTRAIN_ASSIGN_OR_RETURN(at::Tensor bytes, ReadFile(images_path));
 
-  const int64_t size = bytes->numel();
+  const int64_t size = bytes.numel();
   if (size % kImageBytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         images_path, ": ", size,
@@ -82,12 +78,12 @@ absl::StatusOr<Dataset> ReadStl10Files(const std::string& images_path,
         " bytes each, 3 x 96 x 96): truncated or not STL-10"));
   }
   const int64_t count = size / kImageBytes;
-  if (labels->numel() != count) {
+  if (labels.numel() != count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "image and label counts differ: ", images_path, " holds ", count,
-        " images, ", labels_path, " holds ", labels->numel(), " labels"));
+        " images, ", labels_path, " holds ", labels.numel(), " labels"));
   }
-  const uint8_t* label = labels->data_ptr<uint8_t>();
+  const uint8_t* label = labels.data_ptr<uint8_t>();
   for (int64_t i = 0; i < count; ++i) {
     if (label[i] < 1 || label[i] > kStl10NumClasses) {
       return absl::InvalidArgumentError(
@@ -100,12 +96,12 @@ absl::StatusOr<Dataset> ReadStl10Files(const std::string& images_path,
       absl::StrCat(images_path, ": cannot decode: "),
       [&]() -> absl::StatusOr<Dataset> {
         // Each channel is column-major: the file is [N, C, W, H].
-        at::Tensor images = bytes
-                                ->view({count, kStl10Channels, kStl10ImageSize,
-                                        kStl10ImageSize})
-                                .transpose(2, 3)
-                                .contiguous();
-        at::Tensor zero_based = labels->to(at::kLong).sub(1);
+        at::Tensor images =
+            bytes
+                .view({count, kStl10Channels, kStl10ImageSize, kStl10ImageSize})
+                .transpose(2, 3)
+                .contiguous();
+        at::Tensor zero_based = labels.to(at::kLong).sub(1);
         return Dataset::Create(std::move(name), std::move(images),
                                std::move(zero_based), kStl10NumClasses);
       });

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "models/registry.h"
 #include "models/summary.h"
 
@@ -69,15 +70,12 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--model is required; known models: ", models::KnownModelNames()));
   }
-  absl::StatusOr<models::ModelInfo> info = models::FindModel(name);
-  if (!info.ok()) return info.status();
+  DTRAIN_ASSIGN_OR_RETURN(models::ModelInfo info, models::FindModel(name));
 
-  std::vector<int64_t> shape = info->default_input_shape;
+  std::vector<int64_t> shape = info.default_input_shape;
   if (!absl::GetFlag(FLAGS_input_shape).empty()) {
-    absl::StatusOr<std::vector<int64_t>> parsed =
-        ParseShape(absl::GetFlag(FLAGS_input_shape));
-    if (!parsed.ok()) return parsed.status();
-    shape = *std::move(parsed);
+    DTRAIN_ASSIGN_OR_RETURN(shape,
+                            ParseShape(absl::GetFlag(FLAGS_input_shape)));
   }
   models::ModelConfig config;
   if (absl::GetFlag(FLAGS_num_classes) != -1) {
@@ -89,15 +87,14 @@ absl::Status Run() {
   if (shape[1] == shape[2]) config.image_size = shape[1];
   config.small_input_stem = absl::GetFlag(FLAGS_small_input_stem);
 
-  absl::StatusOr<std::shared_ptr<models::Model>> model =
-      models::CreateModel(name, config);
-  if (!model.ok()) return model.status();
-  absl::StatusOr<models::ModelSummary> summary =
-      models::Summarize(**model, shape, absl::GetFlag(FLAGS_batch_size));
-  if (!summary.ok()) return summary.status();
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<models::Model> model,
+                          models::CreateModel(name, config));
+  DTRAIN_ASSIGN_OR_RETURN(
+      models::ModelSummary summary,
+      models::Summarize(*model, shape, absl::GetFlag(FLAGS_batch_size)));
 
-  std::printf("Model: %s, %s\n%s", name.c_str(), info->description.c_str(),
-              models::FormatSummary(*summary).c_str());
+  std::printf("Model: %s, %s\n%s", name.c_str(), info.description.c_str(),
+              models::FormatSummary(summary).c_str());
   return absl::OkStatus();
 }
 

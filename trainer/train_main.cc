@@ -236,14 +236,11 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
-  absl::StatusOr<ProgressStyle> style =
-      ParseProgressStyle(absl::GetFlag(FLAGS_progress));
-  if (!style.ok()) return style.status();
-  o.progress = *style;
+  DTRAIN_ASSIGN_OR_RETURN(o.progress,
+                          ParseProgressStyle(absl::GetFlag(FLAGS_progress)));
   o.print_freq = absl::GetFlag(FLAGS_print_freq);
-  absl::StatusOr<TrainOptions> resolved = ResolveDefaults(std::move(o));
-  if (!resolved.ok()) return resolved.status();
-  DTRAIN_RETURN_IF_ERROR(Validate(*resolved));
+  DTRAIN_ASSIGN_OR_RETURN(TrainOptions resolved, ResolveDefaults(std::move(o)));
+  DTRAIN_RETURN_IF_ERROR(Validate(resolved));
   return resolved;
 }
 

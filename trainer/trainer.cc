@@ -80,12 +80,12 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::move(params));
-  absl::StatusOr<std::unique_ptr<optim::Adadelta>> adadelta =
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::unique_ptr<optim::Adadelta> adadelta,
       optim::Adadelta::Create(
           std::move(groups),
-          optim::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay));
-  if (!adadelta.ok()) return adadelta.status();
-  return std::unique_ptr<torch::optim::Optimizer>(std::move(*adadelta));
+          optim::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay)));
+  return std::unique_ptr<torch::optim::Optimizer>(std::move(adadelta));
 }
 
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
@@ -97,15 +97,14 @@ absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
   s.rank = world.rank;
   s.shuffle = shuffle;
   s.seed = o.seed;
-  absl::StatusOr<data::DistributedSampler> sampler =
-      data::DistributedSampler::Create(dataset.size(), s);
-  if (!sampler.ok()) return sampler.status();
+  DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
+                          data::DistributedSampler::Create(dataset.size(), s));
   data::LoaderOptions l;
   l.batch_size = *o.batch_size;
   l.num_workers = o.workers;
   l.seed = o.seed;
   l.pin_memory = pin_memory;
-  return data::DataLoader::Create(dataset, *std::move(sampler), transforms, l);
+  return data::DataLoader::Create(dataset, std::move(sampler), transforms, l);
 }
 
 // Cross entropy works for both models: for the ConvNet, whose output is
@@ -177,13 +176,12 @@ absl::Status Run::Setup() {
   progress_ = std::make_unique<ProgressPrinter>(
       o_.progress, context_.log_is_terminal, o_.print_freq,
       context_.log != nullptr ? *context_.log : std::cerr);
-  absl::StatusOr<c10::Device> device = ResolveDevice(o_, world_.local_rank);
-  if (!device.ok()) return device.status();
-  device_ = *device;
+  DTRAIN_ASSIGN_OR_RETURN(c10::Device device,
+                          ResolveDevice(o_, world_.local_rank));
+  device_ = device;
 
-  absl::StatusOr<TrainingData> data = LoadTrainingData(o_);
-  if (!data.ok()) return data.status();
-  data_ = *std::move(data);
+  DTRAIN_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(o_));
+  data_ = std::move(data);
   Say(absl::StrCat("data: ", data_->description));
 
   models::ModelConfig config;
@@ -194,39 +192,31 @@ absl::Status Run::Setup() {
   // Every rank builds the same initial weights; DDP broadcasts rank 0's all
   // the same, which also covers models whose construction is not seeded.
   torch::manual_seed(o_.seed);
-  absl::StatusOr<std::shared_ptr<models::Model>> model =
-      models::CreateModel(o_.model, config);
-  if (!model.ok()) return model.status();
-  model_ = *std::move(model);
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<models::Model> model,
+                          models::CreateModel(o_.model, config));
+  model_ = std::move(model);
   model_->to(device_);
 
-  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> optimizer =
-      MakeOptimizer(o_, model_->parameters());
-  if (!optimizer.ok()) return optimizer.status();
-  optimizer_ = *std::move(optimizer);
+  DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o_, model_->parameters()));
   // Created before a checkpoint is loaded, so that the base rates are the
   // configured ones, not a decayed rate from the checkpoint.
-  absl::StatusOr<optim::StepLrSchedule> schedule =
+  DTRAIN_ASSIGN_OR_RETURN(
+      schedule_,
       optim::StepLrSchedule::Create(
-          *optimizer_, optim::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma});
-  if (!schedule.ok()) return schedule.status();
-  schedule_ = *std::move(schedule);
+          *optimizer_, optim::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma}));
 
   const bool pin = device_.is_cuda();
-  absl::StatusOr<std::unique_ptr<data::DataLoader>> train = MakeLoader(
-      data_->train, data_->transforms, o_, world_, /*shuffle=*/true, pin);
-  if (!train.ok()) return train.status();
-  train_loader_ = *std::move(train);
-  absl::StatusOr<std::unique_ptr<data::DataLoader>> val = MakeLoader(
-      data_->val, data_->transforms, o_, world_, /*shuffle=*/false, pin);
-  if (!val.ok()) return val.status();
-  val_loader_ = *std::move(val);
+  DTRAIN_ASSIGN_OR_RETURN(
+      train_loader_, MakeLoader(data_->train, data_->transforms, o_, world_,
+                                /*shuffle=*/true, pin));
+  DTRAIN_ASSIGN_OR_RETURN(val_loader_,
+                          MakeLoader(data_->val, data_->transforms, o_, world_,
+                                     /*shuffle=*/false, pin));
 
   if (!o_.checkpoint_dir.empty() && rank0_) {
-    absl::StatusOr<CheckpointDir> dir =
-        CheckpointDir::Open(o_.checkpoint_dir, o_.keep_checkpoints);
-    if (!dir.ok()) return dir.status();
-    checkpoints_ = *std::move(dir);
+    DTRAIN_ASSIGN_OR_RETURN(
+        checkpoints_,
+        CheckpointDir::Open(o_.checkpoint_dir, o_.keep_checkpoints));
   }
   if (o_.resume) DTRAIN_RETURN_IF_ERROR(Resume());
 
@@ -238,10 +228,8 @@ absl::Status Run::Setup() {
   // measures what the machine does with no communication at all.
   d.broadcast_buffers = o_.sync_gradients;
   d.timeout = o_.timeout;
-  absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>> ddp =
-      ddp::DistributedDataParallel::Create(model_, backend_, d);
-  if (!ddp.ok()) return ddp.status();
-  ddp_ = *std::move(ddp);
+  DTRAIN_ASSIGN_OR_RETURN(
+      ddp_, ddp::DistributedDataParallel::Create(model_, backend_, d));
   ddp_->set_gradient_sync(o_.sync_gradients);
   // One tensor for every step's stop vote (see TrainEpoch).
   if (context_.stop_requested != nullptr && o_.sync_gradients) {
@@ -281,10 +269,10 @@ absl::Status Run::Resume() {
   }
   // Whether rank 0 found one, and then its bytes: every rank decides alike.
   std::vector<double> have = {rank0_ && found.ok() ? 1.0 : 0.0};
-  absl::StatusOr<std::vector<double>> any =
-      AllReduceValues(backend_, have, ReduceOp::kMax, device_, o_.timeout);
-  if (!any.ok()) return any.status();
-  if ((*any)[0] == 0) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> any,
+      AllReduceValues(backend_, have, ReduceOp::kMax, device_, o_.timeout));
+  if (any[0] == 0) {
     if (found.code() != absl::StatusCode::kNotFound) return found;
     Say(absl::StrCat("no checkpoint in ", o_.checkpoint_dir,
                      ": starting from the beginning"));
@@ -292,15 +280,15 @@ absl::Status Run::Resume() {
   }
   DTRAIN_RETURN_IF_ERROR(
       BroadcastBytes(backend_, 0, &bytes, found, device_, o_.timeout));
-  absl::StatusOr<TrainingState> state =
-      DecodeCheckpoint(bytes, *model_, *optimizer_, o_.model, *o_.optimizer);
-  if (!state.ok()) return state.status();
-  DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state->sampler));
-  start_epoch_ = state->epoch;
-  global_step_ = state->global_step;
-  best_top1_ = state->best_top1;
+  DTRAIN_ASSIGN_OR_RETURN(
+      TrainingState state,
+      DecodeCheckpoint(bytes, *model_, *optimizer_, o_.model, *o_.optimizer));
+  DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
+  start_epoch_ = state.epoch;
+  global_step_ = state.global_step;
+  best_top1_ = state.best_top1;
   Say(absl::StrCat("resumed from ", metrics_.resumed_from, ": epoch ",
-                   state->sampler.epoch, ", example ", state->sampler.position,
+                   state.sampler.epoch, ", example ", state.sampler.position,
                    " of ", train_loader_->sampler().num_samples(),
                    " per rank, step ", global_step_));
   return absl::OkStatus();
@@ -317,14 +305,13 @@ absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
   state.model_name = o_.model;
   state.optimizer_name = *o_.optimizer;
   state.seed = o_.seed;
-  absl::StatusOr<std::string> bytes =
-      EncodeCheckpoint(*model_, *optimizer_, state);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<std::string> path = checkpoints_->Save(global_step_, *bytes);
-  if (!path.ok()) return path.status();
+  DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
+                          EncodeCheckpoint(*model_, *optimizer_, state));
+  DTRAIN_ASSIGN_OR_RETURN(std::string path,
+                          checkpoints_->Save(global_step_, bytes));
   if (best) {
-    absl::StatusOr<std::string> best_path = checkpoints_->SaveBest(*bytes);
-    if (!best_path.ok()) return best_path.status();
+    DTRAIN_ASSIGN_OR_RETURN(std::string best_path,
+                            checkpoints_->SaveBest(bytes));
   }
   return absl::OkStatus();
 }
@@ -343,13 +330,13 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   const absl::Time epoch_start = absl::Now();
   absl::Time end = epoch_start;
   for (int64_t b = 0; b < batches; ++b) {
-    absl::StatusOr<absl::optional<data::Batch>> batch = train_loader_->Next();
-    if (!batch.ok()) return batch.status();
-    if (!batch->has_value()) break;
+    DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
+                            train_loader_->Next());
+    if (!batch.has_value()) break;
     const absl::Time got = absl::Now();
     data_time.Update(absl::ToDoubleSeconds(got - end));
-    at::Tensor images = (*batch)->images.to(device_, /*non_blocking=*/true);
-    at::Tensor labels = (*batch)->labels.to(device_, /*non_blocking=*/true);
+    at::Tensor images = (batch)->images.to(device_, /*non_blocking=*/true);
+    at::Tensor labels = (batch)->labels.to(device_, /*non_blocking=*/true);
     const int64_t n = labels.size(0);
 
     // The stop flag travels with the step: issued before the step's other
@@ -435,29 +422,29 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   const double seconds = absl::ToDoubleSeconds(end - epoch_start);
 
   // Exact totals over ranks, and the slowest rank's times.
-  absl::StatusOr<std::vector<double>> sums = AllReduceValues(
-      backend_,
-      {loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
-       static_cast<double>(examples)},
-      ReduceOp::kSum, device_, o_.timeout);
-  if (!sums.ok()) return sums.status();
-  absl::StatusOr<std::vector<double>> maxima =
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> sums,
+      AllReduceValues(
+          backend_,
+          {loss_sum, static_cast<double>(correct1),
+           static_cast<double>(correct5), static_cast<double>(examples)},
+          ReduceOp::kSum, device_, o_.timeout));
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> maxima,
       AllReduceValues(backend_, {seconds, data_time.sum(), exposed},
-                      ReduceOp::kMax, device_, o_.timeout);
-  if (!maxima.ok()) return maxima.status();
-  const double total = std::max(1.0, (*sums)[3]);
+                      ReduceOp::kMax, device_, o_.timeout));
+  const double total = std::max(1.0, sums[3]);
   m->epoch = epoch;
   m->steps = static_cast<int64_t>(step_seconds.size());
-  m->samples = static_cast<int64_t>((*sums)[3]);
+  m->samples = static_cast<int64_t>(sums[3]);
   m->lr = schedule_->LearningRate(epoch);
-  m->epoch_seconds = (*maxima)[0];
-  m->samples_per_second =
-      m->epoch_seconds > 0 ? (*sums)[3] / m->epoch_seconds : 0;
-  m->train_loss = (*sums)[0] / total;
-  m->train_top1 = 100.0 * (*sums)[1] / total;
-  m->train_top5 = 100.0 * (*sums)[2] / total;
-  m->data_seconds = (*maxima)[1];
-  m->exposed_communication_seconds = (*maxima)[2];
+  m->epoch_seconds = maxima[0];
+  m->samples_per_second = m->epoch_seconds > 0 ? sums[3] / m->epoch_seconds : 0;
+  m->train_loss = sums[0] / total;
+  m->train_top1 = 100.0 * sums[1] / total;
+  m->train_top5 = 100.0 * sums[2] / total;
+  m->data_seconds = maxima[1];
+  m->exposed_communication_seconds = maxima[2];
   for (double x : step_seconds) m->step_seconds_sum += x;
   m->step_seconds_mean =
       step_seconds.empty() ? 0 : m->step_seconds_sum / step_seconds.size();
@@ -477,10 +464,10 @@ absl::Status Run::Validate(EpochMetrics* m) {
   double loss_sum = 0;
   int64_t correct1 = 0, correct5 = 0, examples = 0;
   for (;;) {
-    absl::StatusOr<absl::optional<data::Batch>> batch = val_loader_->Next();
-    if (!batch.ok()) return batch.status();
-    if (!batch->has_value()) break;
-    const data::Batch& b = **batch;
+    DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
+                            val_loader_->Next());
+    if (!batch.has_value()) break;
+    const data::Batch& b = *batch;
     // The sampler pads the last round with repeats so that every rank gets as
     // many examples; slots past the dataset's end are those repeats, and are
     // left out so that every test example counts exactly once.
@@ -512,19 +499,20 @@ absl::Status Run::Validate(EpochMetrics* m) {
     correct5 += correct[1];
     examples += labels.size(0);
   }
-  absl::StatusOr<std::vector<double>> sums = AllReduceValues(
-      backend_,
-      {loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
-       static_cast<double>(examples)},
-      ReduceOp::kSum, device_, o_.timeout);
-  if (!sums.ok()) return sums.status();
-  const double total = std::max(1.0, (*sums)[3]);
-  m->val_loss = (*sums)[0] / total;
-  m->val_top1 = 100.0 * (*sums)[1] / total;
-  m->val_top5 = 100.0 * (*sums)[2] / total;
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> sums,
+      AllReduceValues(
+          backend_,
+          {loss_sum, static_cast<double>(correct1),
+           static_cast<double>(correct5), static_cast<double>(examples)},
+          ReduceOp::kSum, device_, o_.timeout));
+  const double total = std::max(1.0, sums[3]);
+  m->val_loss = sums[0] / total;
+  m->val_top1 = 100.0 * sums[1] / total;
+  m->val_top5 = 100.0 * sums[2] / total;
   m->val_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (static_cast<int64_t>((*sums)[3]) != n_total) {
-    return absl::InternalError(absl::StrCat("validation counted ", (*sums)[3],
+  if (static_cast<int64_t>(sums[3]) != n_total) {
+    return absl::InternalError(absl::StrCat("validation counted ", sums[3],
                                             " examples, expected ", n_total));
   }
   return absl::OkStatus();
@@ -551,8 +539,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
     Say(absl::StrFormat("Begin training epoch %d/%d (lr %g)", epoch + 1,
                         *o_.epochs, schedule_->LearningRate(epoch)));
     EpochMetrics m;
-    absl::StatusOr<bool> stopped = TrainEpoch(epoch, &m);
-    if (!stopped.ok()) return stopped.status();
+    DTRAIN_ASSIGN_OR_RETURN(bool stopped, TrainEpoch(epoch, &m));
     Say(absl::StrFormat(
         "epoch %d: loss %.4f  top1 %.2f%%  top5 %.2f%%  %.1f s  %.0f "
         "samples/s  (data %.2f s, exposed communication %.2f s)",
@@ -569,7 +556,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
           *m.val_loss, *m.val_top1, *m.val_top5, best_top1_, m.val_seconds));
     }
     metrics_.epochs.push_back(m);
-    if (*stopped) {
+    if (stopped) {
       DTRAIN_RETURN_IF_ERROR(
           SaveCheckpoint(train_loader_->state(), epoch, best));
     } else {
@@ -587,7 +574,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
                                           " (continue with --resume)")
                            : "; no --checkpoint_dir, nothing saved"));
     }
-    if (*stopped) {
+    if (stopped) {
       Say(absl::StrCat("stopped at --max_steps=", o_.max_steps));
       break;
     }

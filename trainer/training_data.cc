@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "data/mnist.h"
 #include "data/stl10.h"
 #include "data/synthetic.h"
@@ -61,10 +62,9 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
     // One set cut in two: example i does not depend on the set's size, and
     // both splits share the class patterns.
     s.size = o.synthetic_train_size + o.synthetic_val_size;
-    absl::StatusOr<data::Dataset> both = data::MakeSyntheticDataset(s);
-    if (!both.ok()) return both.status();
-    train = both->Slice(0, o.synthetic_train_size);
-    val = both->Slice(o.synthetic_train_size, both->size());
+    DTRAIN_ASSIGN_OR_RETURN(data::Dataset both, data::MakeSyntheticDataset(s));
+    train = both.Slice(0, o.synthetic_train_size);
+    val = both.Slice(o.synthetic_train_size, both.size());
     mean = {0.5};
     std = {0.25};
     source = "synthetic";
@@ -74,13 +74,12 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
   }
   if (!train.ok()) return train.status();
   if (!val.ok()) return val.status();
-  absl::StatusOr<data::Dataset> train_cut =
-      Limit(*std::move(train), o.train_limit);
-  if (!train_cut.ok()) return train_cut.status();
-  absl::StatusOr<data::Dataset> val_cut = Limit(*std::move(val), o.val_limit);
-  if (!val_cut.ok()) return val_cut.status();
+  DTRAIN_ASSIGN_OR_RETURN(data::Dataset train_cut,
+                          Limit(*std::move(train), o.train_limit));
+  DTRAIN_ASSIGN_OR_RETURN(data::Dataset val_cut,
+                          Limit(*std::move(val), o.val_limit));
 
-  std::vector<int64_t> shape = train_cut->example_shape();
+  std::vector<int64_t> shape = train_cut.example_shape();
   data::TransformPipeline::Builder builder;
   // Resizing first keeps the precomputed images in uint8 (a quarter of the
   // memory of floats; see data/loader.h).
@@ -94,12 +93,11 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
     shape[0] = 3;
   }
   builder.ToFloat().Normalize(mean, std);
-  absl::StatusOr<data::TransformPipeline> transforms = builder.Build();
-  if (!transforms.ok()) return transforms.status();
+  DTRAIN_ASSIGN_OR_RETURN(data::TransformPipeline transforms, builder.Build());
 
-  TrainingData out{*std::move(train_cut),
-                   *std::move(val_cut),
-                   *std::move(transforms),
+  TrainingData out{std::move(train_cut),
+                   std::move(val_cut),
+                   std::move(transforms),
                    0,
                    shape,
                    ""};

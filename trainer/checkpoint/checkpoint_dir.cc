@@ -164,8 +164,8 @@ absl::StatusOr<std::string> CheckpointDir::Save(int64_t global_step,
   const std::string name = absl::StrFormat("%s%09d%s", kCheckpointPrefix,
                                            global_step, kCheckpointSuffix);
   std::vector<Entry> checkpoints;
-  absl::StatusOr<std::string> written = Write(name, bytes, &checkpoints);
-  if (!written.ok()) return written.status();
+  DTRAIN_ASSIGN_OR_RETURN(std::string written,
+                          Write(name, bytes, &checkpoints));
 
   // The listing from before the write is current: this is the only writer.
   std::vector<std::string> doomed;
@@ -180,7 +180,7 @@ absl::StatusOr<std::string> CheckpointDir::Save(int64_t global_step,
   }
   if (absl::Status s = DeleteFiles(doomed); !s.ok()) {
     return absl::Status(
-        s.code(), absl::StrCat("wrote ", *written, ", then: ", s.message()));
+        s.code(), absl::StrCat("wrote ", written, ", then: ", s.message()));
   }
   return written;
 }

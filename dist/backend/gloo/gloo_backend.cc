@@ -564,10 +564,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     auto context = std::make_shared<gloo::rendezvous::Context>(
         options.rank, options.world_size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    absl::StatusOr<std::shared_ptr<store::Store>> namespaced =
-        internal::BackendNamespace(options.store, kName, options.rank);
-    if (!namespaced.ok()) return namespaced.status();
-    std::shared_ptr<store::Store> store = *std::move(namespaced);
+    DTRAIN_ASSIGN_OR_RETURN(
+        std::shared_ptr<store::Store> namespaced,
+        internal::BackendNamespace(options.store, kName, options.rank));
+    std::shared_ptr<store::Store> store = std::move(namespaced);
     GlooStore gloo_store(store);
     context->connectFullMesh(gloo_store, device);
     // Publish the address of our end of each connection, so that a peer's error

@@ -469,10 +469,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   DeviceGuard device(options.device);
 
   // Rank 0 creates the communicator's id; the others read it from the store.
-  absl::StatusOr<std::shared_ptr<store::Store>> namespaced =
-      internal::BackendNamespace(options.store, kName, options.rank);
-  if (!namespaced.ok()) return namespaced.status();
-  store::Store& store = **namespaced;
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::shared_ptr<store::Store> namespaced,
+      internal::BackendNamespace(options.store, kName, options.rank));
+  store::Store& store = *namespaced;
   ncclUniqueId id;
   if (options.rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
