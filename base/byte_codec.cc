@@ -76,12 +76,16 @@ absl::Status ByteReader::Error(absl::string_view message) const {
   return absl::DataLossError(absl::StrCat(error_prefix_, message));
 }
 
+absl::Status ByteReader::Short(uint64_t size, absl::string_view what_prefix,
+                               absl::string_view what) const {
+  return Error(absl::StrCat(what_prefix, what, " needs ", size,
+                            " bytes at offset ", offset(), ", ", remaining(),
+                            " left"));
+}
+
 absl::Status ByteReader::Raw(uint64_t size, absl::string_view what,
                              absl::string_view* out) {
-  if (size > remaining()) {
-    return Error(absl::StrCat(what, " needs ", size, " bytes at offset ",
-                              offset(), ", ", remaining(), " left"));
-  }
+  if (size > remaining()) return Short(size, "", what);
   *out = data_.substr(pos_, size);
   pos_ += size;
   return absl::OkStatus();
@@ -144,11 +148,14 @@ absl::Status ByteReader::F64(absl::string_view what, double* value) {
 
 absl::Status ByteReader::String(absl::string_view what,
                                 absl::string_view* value) {
-  const size_t start = pos_;
-  uint32_t size = 0;
-  DTRAIN_RETURN_IF_ERROR(U32(absl::StrCat("length of ", what), &size));
+  // The length's name is built only for the error: the TCP store reads
+  // strings on every request.
+  if (remaining() < 4) return Short(4, "length of ", what);
+  const uint32_t size =
+      static_cast<uint32_t>(GetLittleEndian(data_.data() + pos_, 4));
+  pos_ += 4;
   if (absl::Status s = Raw(size, what, value); !s.ok()) {
-    pos_ = start;
+    pos_ -= 4;
     return s;
   }
   return absl::OkStatus();

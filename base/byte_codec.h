@@ -102,6 +102,10 @@ class ByteReader {
   absl::Status Error(absl::string_view message) const;
 
  private:
+  // kDataLoss: `what_prefix` + `what` needs `size` bytes at the offset.
+  absl::Status Short(uint64_t size, absl::string_view what_prefix,
+                     absl::string_view what) const;
+
   absl::string_view data_;
   size_t base_;
   std::string error_prefix_;

@@ -1,6 +1,6 @@
 // Every error a rank reports starts with "[rank R] ", so that interleaved
 // logs of many processes say who failed. One helper for every layer that
-// hands a Status to the user (rendezvous, trainer).
+// hands a Status to the user (rendezvous, trainer). Thread-safe.
 #ifndef DTRAIN_BASE_RANK_STATUS_H_
 #define DTRAIN_BASE_RANK_STATUS_H_
 

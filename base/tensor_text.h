@@ -1,6 +1,7 @@
-// How messages across the project write a tensor's shape and dtype, so that
-// an error from the loader, a checkpoint and a collective read alike:
-// "[64, 1, 28, 28]" and "float32" (PyTorch's names, not LibTorch's "Float").
+// How messages write a tensor's shape, "[64, 1, 28, 28]", everywhere, and its
+// dtype as PyTorch names it, "float32", in the distributed layers' messages
+// (some older messages, e.g. the checkpoint's fit checks, still print
+// LibTorch's "Float"). Stateless and thread-safe.
 #ifndef DTRAIN_BASE_TENSOR_TEXT_H_
 #define DTRAIN_BASE_TENSOR_TEXT_H_
 

@@ -2,7 +2,7 @@
 // library functions that call LibTorch run the calls through GuardTorch so
 // that a throw (a failed allocation, a device error, a shape LibTorch
 // rejects) becomes a Status with the caller's context, never an exception
-// across a library boundary.
+// across a library boundary. Stateless and thread-safe.
 #ifndef DTRAIN_BASE_TORCH_GUARD_H_
 #define DTRAIN_BASE_TORCH_GUARD_H_
 

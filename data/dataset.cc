@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/tensor_text.h"
+#include "base/torch_guard.h"
 
 namespace dtrain::data {
-namespace {}  // namespace
 
 absl::string_view SplitName(Split split) {
   switch (split) {
@@ -88,7 +88,7 @@ absl::StatusOr<Dataset> Dataset::Create(std::string name, at::Tensor images,
     return Dataset(std::move(name), images.contiguous(), std::move(long_labels),
                    num_classes);
   } catch (const std::exception& e) {
-    return invalid("LibTorch failed: ", e.what());
+    return invalid("LibTorch failed: ", base::ExceptionMessage(e));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/posix_io.h"
 #include "base/status_macros.h"
 
 namespace dtrain::data::internal {
@@ -40,10 +41,7 @@ struct InputFile::Inflater {
 absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
-    const int err = errno;
-    return absl::Status(
-        absl::ErrnoToStatusCode(err),
-        absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
+    return base::ErrnoStatus(errno, absl::StrCat("cannot open ", path));
   }
   struct stat st;
   if (fstat(fileno(file), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -58,9 +56,7 @@ absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
   if (std::ferror(file) || std::fseek(file, 0, SEEK_SET) != 0) {
     const int err = errno;
     std::fclose(file);
-    return absl::Status(
-        absl::ErrnoToStatusCode(err),
-        absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
+    return base::ErrnoStatus(err, absl::StrCat("cannot read ", path));
   }
   return std::unique_ptr<InputFile>(new InputFile(
       std::move(path), file, static_cast<uint64_t>(st.st_size), gzip));
@@ -101,7 +97,7 @@ absl::StatusOr<size_t> InputFile::ReadRaw(char* dst, size_t n) {
   const size_t got = std::fread(dst, 1, n, file_);
   offset_ += got;
   if (got < n && std::ferror(file_)) {
-    return Error(absl::StrCat("read failed: ", std::strerror(errno)));
+    return Error(absl::StrCat("read failed: ", base::ErrnoText(errno)));
   }
   return got;
 }
@@ -110,7 +106,7 @@ absl::StatusOr<bool> InputFile::FillInput() {
   Inflater& z = *inflater_;
   const size_t got = std::fread(z.in.data(), 1, z.in.size(), file_);
   if (got == 0 && std::ferror(file_)) {
-    return Error(absl::StrCat("read failed: ", std::strerror(errno)));
+    return Error(absl::StrCat("read failed: ", base::ErrnoText(errno)));
   }
   z.file_bytes += got;
   z.stream.next_in = z.in.data();

@@ -116,7 +116,8 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
                        base::ShapeString(last->sizes()));
       }
     } catch (const std::exception& e) {
-      return invalid("preparing '", dataset.name(), "' failed: ", e.what());
+      return invalid("preparing '", dataset.name(),
+                     "' failed: ", base::ExceptionMessage(e));
     }
   }
   return std::unique_ptr<DataLoader>(new DataLoader(

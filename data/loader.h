@@ -4,16 +4,17 @@
 //   LoaderOptions options;
 //   options.batch_size = 64;
 //   options.num_workers = 2;
-//   absl::StatusOr<std::unique_ptr<DataLoader>> loader = DataLoader::Create(
-//       *std::move(dataset), *std::move(sampler), *std::move(pipeline),
-//       options);
+//   DTRAIN_ASSIGN_OR_RETURN(
+//       std::unique_ptr<DataLoader> loader,
+//       DataLoader::Create(std::move(dataset), std::move(sampler),
+//                          std::move(pipeline), options));
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-//     (*loader)->SetEpoch(epoch);
+//     loader->SetEpoch(epoch);
 //     for (;;) {
-//       absl::StatusOr<absl::optional<Batch>> batch = (*loader)->Next();
-//       if (!batch.ok()) return batch.status();
-//       if (!batch->has_value()) break;  // End of the epoch.
-//       Train((*batch)->images, (*batch)->labels);
+//       DTRAIN_ASSIGN_OR_RETURN(absl::optional<Batch> batch,
+//                               loader->Next());
+//       if (!batch.has_value()) break;  // End of the epoch.
+//       Train(batch->images, batch->labels);
 //     }
 //   }
 //

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/tensor_text.h"
+#include "base/torch_guard.h"
 #include "data/random.h"
 
 namespace dtrain::data {
@@ -380,8 +381,8 @@ absl::StatusOr<at::Tensor> TransformPipeline::Apply(
       }
       next = t.Apply(current, mixed);
     } catch (const std::exception& e) {
-      next = absl::InvalidArgumentError(
-          absl::StrCat(t.ToString(), ": LibTorch failed: ", e.what()));
+      next = absl::InvalidArgumentError(absl::StrCat(
+          t.ToString(), ": LibTorch failed: ", base::ExceptionMessage(e)));
     }
     if (!next.ok()) {
       return absl::Status(next.status().code(),

@@ -481,7 +481,7 @@ def _write_json_atomically(path, value):
 
 
 def _set_blas_threads(n):
-    """trainer/compute_threads.cc: Debian's PyTorch multiplies matrices with
+    """base/compute_threads.cc: Debian's PyTorch multiplies matrices with
     OpenBLAS, whose own thread pool torch.set_num_threads does not reach."""
     import ctypes
     for name in ("libopenblas.so.0", "libblas.so.3"):

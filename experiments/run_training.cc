@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/posix_io.h"
 #include "nlohmann/json.hpp"
 
 namespace dtrain::experiments {
@@ -155,7 +156,7 @@ absl::StatusOr<RunRecord> RunTraining(
   for (const std::string& sub : {dir, dir + "/logs", dir + "/runs"}) {
     if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::InternalError(
-          absl::StrCat("cannot create ", sub, ": ", std::strerror(errno)));
+          absl::StrCat("cannot create ", sub, ": ", base::ErrnoText(errno)));
     }
   }
   RunRecord r;
@@ -168,8 +169,8 @@ absl::StatusOr<RunRecord> RunTraining(
   const int log = ::open(r.log_path.c_str(),
                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", r.log_path, ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("cannot create ", r.log_path, ": ",
+                                            base::ErrnoText(errno)));
   }
   const std::string header = absl::StrCat("$ ", absl::StrJoin(cmd, " "), "\n");
   if (::write(log, header.data(), header.size()) < 0) {
@@ -183,15 +184,15 @@ absl::StatusOr<RunRecord> RunTraining(
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("fork: ", base::ErrnoText(errno)));
   }
   if (pid == 0) {
     ::setpgid(0, 0);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::execv(argv[0], argv.data());
-    const std::string msg =
-        absl::StrCat("cannot run ", argv[0], ": ", std::strerror(errno), "\n");
+    const std::string msg = absl::StrCat("cannot run ", argv[0], ": ",
+                                         base::ErrnoText(errno), "\n");
     if (::write(STDERR_FILENO, msg.data(), msg.size()) < 0) _exit(127);
     _exit(127);
   }
@@ -205,7 +206,7 @@ absl::StatusOr<RunRecord> RunTraining(
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
       return absl::InternalError(
-          absl::StrCat("waitpid: ", std::strerror(errno)));
+          absl::StrCat("waitpid: ", base::ErrnoText(errno)));
     }
     const absl::Time now = absl::Now();
     if (!timed_out && now - start > timeout) {

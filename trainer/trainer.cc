@@ -21,6 +21,7 @@
 #include "base/compute_threads.h"
 #include "base/rank_status.h"
 #include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
@@ -356,9 +357,9 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       loss = Loss(output, labels, at::Reduction::Mean);
       loss.backward();
     } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat("epoch ", epoch, " batch ", b,
-                       ": forward/backward failed: ", e.what()));
+      return absl::InternalError(absl::StrCat(
+          "epoch ", epoch, " batch ", b,
+          ": forward/backward failed: ", base::ExceptionMessage(e)));
     }
     DTRAIN_RETURN_IF_ERROR(ddp_->SynchronizeGradients());
     optimizer_->step();
@@ -490,8 +491,8 @@ absl::Status Run::Validate(EpochMetrics* m) {
     try {
       output = model_->forward(images);
     } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat("validation forward failed: ", e.what()));
+      return absl::InternalError(absl::StrCat("validation forward failed: ",
+                                              base::ExceptionMessage(e)));
     }
     loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
     const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});

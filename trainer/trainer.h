@@ -3,17 +3,20 @@
 // gradients averaged by DistributedDataParallel, and validates on its share
 // of the test split, with top-1/top-5 summed exactly over ranks.
 //
-//   absl::StatusOr<World> world = rendezvous::InitWorld(...);
-//   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(...);
-//   absl::StatusOr<TrainResult> result =
-//       Train(*ResolveDefaults(options), *world, **backend, context);
+//   DTRAIN_ASSIGN_OR_RETURN(World world, rendezvous::InitWorld(...));
+//   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+//                           CreateBackend(...));
+//   DTRAIN_ASSIGN_OR_RETURN(TrainOptions resolved,
+//                           ResolveDefaults(options));
+//   DTRAIN_ASSIGN_OR_RETURN(TrainResult result,
+//                           Train(resolved, world, *backend, context));
 //
 // Per epoch: the sampler's epoch, the step learning-rate schedule, a training
 // pass with the tutorial's meters (batch time, data time, loss, top-1, top-5)
 // shown by rank 0, a validation pass, the best top-1 so far, a checkpoint and
 // the metrics file.
 //
-// Checkpoints: rank 0 writes them (see trainer/checkpoint.h) at the end of
+// Checkpoints: rank 0 writes them (see trainer/checkpoint/) at the end of
 // every epoch, every checkpoint_every_steps steps, and when the run stops at
 // max_steps. With resume, rank 0 reads the newest valid one and broadcasts
 // its bytes, so the other ranks need no shared filesystem; every rank then

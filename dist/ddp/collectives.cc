@@ -8,10 +8,14 @@
 
 namespace dtrain::ddp::internal {
 
+std::string ErrorPrefix(int rank) {
+  return absl::StrCat("[rank ", rank, "] ddp: ");
+}
+
 Collectives::Collectives(backend::Backend& backend, absl::Duration timeout)
     : backend_(backend),
       timeout_(timeout),
-      prefix_(absl::StrCat("[rank ", backend.rank(), "] ddp: ")),
+      prefix_(ErrorPrefix(backend.rank())),
       torch_prefix_(absl::StrCat(prefix_, "LibTorch: ")) {}
 
 absl::Status Collectives::Wait(backend::Work& work, absl::string_view what,

@@ -21,12 +21,15 @@
 
 namespace dtrain::ddp::internal {
 
+// "[rank 1] ddp: ", in front of every error DDP returns.
+std::string ErrorPrefix(int rank);
+
 class Collectives {
  public:
   Collectives(backend::Backend& backend, absl::Duration timeout);
 
   backend::Backend& backend() const { return backend_; }
-  // "[rank 1] ddp: ", in front of every error.
+  // ErrorPrefix(backend.rank()).
   const std::string& prefix() const { return prefix_; }
   // prefix() + "LibTorch: ", for LibTorch exceptions turned into Status.
   const std::string& torch_prefix() const { return torch_prefix_; }

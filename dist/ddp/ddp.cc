@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "dist/ddp/collectives.h"
 #include "dist/ddp/model_sync.h"
 #include "dist/ddp/reducer.h"
 
@@ -34,7 +35,7 @@ DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
                                 backend::Backend& backend,
                                 const DdpOptions& options) {
   // Checked before any collective, so that every rank fails alike.
-  const std::string prefix = absl::StrCat("[rank ", backend.rank(), "] ddp: ");
+  const std::string prefix = internal::ErrorPrefix(backend.rank());
   if (module == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "module is null"));
   }

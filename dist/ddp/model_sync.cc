@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
@@ -26,7 +25,7 @@ using base::DtypeName;
 std::string DescribeEntry(absl::string_view kind, const std::string& name,
                           const at::Tensor& t) {
   std::string s =
-      absl::StrCat(kind, " ", name, " [", absl::StrJoin(t.sizes(), ", "), "] ",
+      absl::StrCat(kind, " ", name, " ", base::ShapeString(t.sizes()), " ",
                    DtypeName(t.scalar_type()));
   // The device type only: ranks use different CUDA devices.
   if (!t.is_cpu()) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/posix_io.h"
 
 extern char** environ;
 
@@ -155,7 +156,7 @@ absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r,
   if (pid != 0) ::sigprocmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("fork for rank ", r.rank, ": ", strerror(errno)));
+        absl::StrCat("fork for rank ", r.rank, ": ", base::ErrnoText(errno)));
   }
   if (pid == 0) {
     ::setpgid(0, 0);
@@ -167,7 +168,7 @@ absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r,
     signal(SIGCHLD, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &saved, nullptr);
     ::execvpe(argv[0], argv.data(), envp.data());
-    const std::string message = failed_exec + strerror(errno) + "\n";
+    const std::string message = failed_exec + base::ErrnoText(errno) + "\n";
     (void)!::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);
   }
@@ -220,7 +221,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
   if (absl::Status s = ValidateLaunchOptions(o); !s.ok()) return s;
   Pipe wake;
   if (!wake.ok())
-    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("pipe: ", base::ErrnoText(errno)));
   const int pipe_fds[2] = {wake.read_fd(), wake.write_fd()};
   SignalScope signals(
       wake.write_fd());  // Destroyed before the pipe it writes to.

@@ -28,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/crc32_testing.h"
 #include "dist/store/store_conformance.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -47,15 +48,6 @@ constexpr uint8_t kDeleteOp = 2;
 constexpr uint8_t kOpenOp = 3;
 constexpr uint8_t kCloseOp = 4;
 
-uint32_t Crc32(absl::string_view data) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (const char ch : data) {
-    c ^= static_cast<uint8_t>(ch);
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return ~c;
-}
-
 std::string U32(uint32_t v) {
   std::string out(4, '\0');
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
@@ -66,13 +58,13 @@ std::string U32(uint32_t v) {
 std::string RecordHeader(uint8_t op, uint32_t key_size, uint32_t value_size) {
   std::string lengths = absl::StrCat(std::string(1, static_cast<char>(op)),
                                      U32(key_size), U32(value_size));
-  return absl::StrCat(lengths, U32(Crc32(lengths)));
+  return absl::StrCat(lengths, U32(base::testing::BitwiseCrc32(lengths)));
 }
 
 std::string Record(uint8_t op, absl::string_view key, absl::string_view value) {
   const std::string body =
       absl::StrCat(RecordHeader(op, key.size(), value.size()), key, value);
-  return absl::StrCat(body, U32(Crc32(body)));
+  return absl::StrCat(body, U32(base::testing::BitwiseCrc32(body)));
 }
 
 std::string TempDir() {

@@ -1,7 +1,8 @@
 // Small POSIX socket helpers for the TcpStore server and client: listening,
 // connecting with a deadline, and whole-buffer I/O with deadlines. Every error
 // names the address and the system's reason. Sockets are owned by
-// base::UniqueFd.
+// base::UniqueFd. Functions are thread-safe; one socket is used by one thread
+// at a time.
 #ifndef DTRAIN_DIST_STORE_TCP_SOCKET_H_
 #define DTRAIN_DIST_STORE_TCP_SOCKET_H_
 

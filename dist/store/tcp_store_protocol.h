@@ -1,8 +1,9 @@
 // The TcpStore wire protocol: framing, request and reply types, and the
 // encoding of their fields (base/byte_codec.h's little-endian coding).
 // docs/FORMATS.md describes it for people; this file is the single source for
-// the code. Both the server and the client
-// use these helpers, so they cannot disagree on the format.
+// the code. Both the server and the client use these helpers, so they cannot
+// disagree on the format. Functions are stateless and thread-safe; a Reader
+// views bytes its caller keeps alive, and what it returns views them too.
 #ifndef DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
 #define DTRAIN_DIST_STORE_TCP_STORE_PROTOCOL_H_
 

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/posix_io.h"
 #include "dist/store/store_conformance.h"
 #include "dist/store/tcp_socket.h"
 #include "dist/store/tcp_store_protocol.h"

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/byte_codec.h"
 #include "base/status_macros.h"
 #include "optim/adadelta.h"
 #include "trainer/checkpoint/optimizer_codec.h"

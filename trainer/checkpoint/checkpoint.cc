@@ -96,7 +96,6 @@ absl::StatusOr<absl::string_view> CheckHeader(absl::string_view bytes) {
   return payload;
 }
 
-// Defined tensors only: modules may register an undefined one (e.g. a
 // --- Loading ----------------------------------------------------------------
 
 // FailedPrecondition naming the first difference between what the

@@ -36,7 +36,7 @@ inline constexpr size_t kCheckpointHeaderSize = 24;
 // Serializes the model's parameters and buffers (by name, as
 // named_parameters() and named_buffers() list them), the optimizer's group
 // options and per-parameter state, and `state`. The optimizer must be a
-// torch::optim::SGD or a optim::Adadelta: kInvalidArgument ("checkpoints
+// torch::optim::SGD or an optim::Adadelta: kInvalidArgument ("checkpoints
 // support sgd and adadelta ...") for another, and kInvalidArgument naming the
 // tensor for one of a dtype outside the format's list, not dense, or of more
 // than 8 dimensions. kInternal with LibTorch's message when copying a tensor

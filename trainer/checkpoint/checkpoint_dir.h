@@ -1,5 +1,6 @@
 // The directory a run keeps its checkpoints in, and its rotation: which files
-// Save keeps, which it deletes, and which one a resumed run starts from.
+// Save keeps, which it deletes, and which one a resumed run starts from
+// (docs/FORMATS.md, "Checkpoint directory", has the naming rules).
 //
 // Thread safety: thread-compatible. A directory has one writer (rank 0);
 // readers may run concurrently with it because files only appear by rename.

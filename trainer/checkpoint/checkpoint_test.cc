@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/crc32_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
@@ -24,11 +25,11 @@
 namespace dtrain::trainer {
 namespace {
 
+using ::dtrain::base::testing::BitwiseCrc32;
 using ::dtrain::trainer::testing::BitwiseEqual;
 using ::dtrain::trainer::testing::ExpectDecodeRejected;
 using ::dtrain::trainer::testing::ExpectSameTensors;
 using ::dtrain::trainer::testing::MomentumOf;
-using ::dtrain::trainer::testing::ReferenceCrc32;
 using ::dtrain::trainer::testing::SomeState;
 using ::dtrain::trainer::testing::StatusIs;
 using ::dtrain::trainer::testing::Tiny;
@@ -73,7 +74,7 @@ TEST(CheckpointTest, HeaderIsMagicVersionLengthAndCrcLittleEndian) {
   const absl::string_view payload =
       absl::string_view(bytes).substr(kCheckpointHeaderSize);
   EXPECT_EQ(ReadLittleEndian(bytes, 12, 8), payload.size());
-  EXPECT_EQ(ReadLittleEndian(bytes, 20, 4), ReferenceCrc32(payload));
+  EXPECT_EQ(ReadLittleEndian(bytes, 20, 4), BitwiseCrc32(payload));
   // The payload's first section is the model's.
   EXPECT_EQ(payload.substr(0, 4), "MODL");
   EXPECT_TRUE(ValidateCheckpointBytes(bytes).ok());

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/crc32_testing.h"
 #include "base/torch_compat.h"
 #include "gtest/gtest.h"
 #include "optim/adadelta.h"
@@ -241,22 +242,12 @@ void ExpectDecodeRejected(absl::string_view bytes, torch::nn::Module& model,
   ExpectUnchanged(optimizer_before, optimizer);
 }
 
-uint32_t ReferenceCrc32(absl::string_view data) {
-  uint32_t crc = 0xffffffffu;
-  for (unsigned char c : data) {
-    crc ^= c;
-    for (int k = 0; k < 8; ++k)
-      crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
-  }
-  return ~crc;
-}
-
 std::string MakeHeader(uint32_t version, absl::string_view payload) {
   return Payload()
       .Raw("DTRAINCK")
       .U32(version)
       .U64(payload.size())
-      .U32(ReferenceCrc32(payload))
+      .U32(base::testing::BitwiseCrc32(payload))
       .bytes();
 }
 

@@ -95,10 +95,6 @@ void ExpectDecodeRejected(absl::string_view bytes, torch::nn::Module& model,
                           absl::string_view expected_model_name = "",
                           absl::string_view expected_optimizer_name = "");
 
-// CRC-32 (the polynomial of zlib and gzip) written out bit by bit, so that
-// the tests check the header against an independent implementation.
-uint32_t ReferenceCrc32(absl::string_view data);
-
 // The 24-byte header of a checkpoint of format `version` holding `payload`.
 std::string MakeHeader(uint32_t version, absl::string_view payload);
 

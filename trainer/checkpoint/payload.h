@@ -2,7 +2,8 @@
 // sections MODL (model tensors), OPTM (optimizer state, through the
 // optimizer's codec) and STAT (TrainingState), written from and read into
 // plain structures (docs/FORMATS.md). checkpoint.cc adds the header and loads
-// what was read into a model and optimizer.
+// what was read into a model and optimizer. Thread-compatible: the functions
+// only read the model and optimizer they are given.
 #ifndef DTRAIN_TRAINER_CHECKPOINT_PAYLOAD_H_
 #define DTRAIN_TRAINER_CHECKPOINT_PAYLOAD_H_
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/byte_codec.h"
 #include "base/status_macros.h"
 #include "trainer/checkpoint/optimizer_codec.h"
 #include "trainer/checkpoint/tensor_codec.h"

@@ -1,6 +1,7 @@
 // Internal to the checkpoint package: how a tensor is encoded in a
 // checkpoint (dtype code, ndim, sizes, contiguous data; docs/FORMATS.md),
-// and the wording every part of the codec shares.
+// and the wording every part of the codec shares. Stateless; thread-safe for
+// distinct writers and readers.
 #ifndef DTRAIN_TRAINER_CHECKPOINT_TENSOR_CODEC_H_
 #define DTRAIN_TRAINER_CHECKPOINT_TENSOR_CODEC_H_
 

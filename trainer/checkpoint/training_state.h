@@ -1,5 +1,6 @@
 // What a checkpoint holds besides tensors: where a run stands (epoch, sampler
 // position, steps, best accuracy) and what it was (model, optimizer, seed).
+// A plain value type.
 #ifndef DTRAIN_TRAINER_CHECKPOINT_TRAINING_STATE_H_
 #define DTRAIN_TRAINER_CHECKPOINT_TRAINING_STATE_H_
 
