@@ -3,6 +3,10 @@
 // one, even if the writer dies or the machine loses power mid-write.
 // The temporary files' names: docs/FORMATS.md (checkpoint directory).
 //
+// Errors carry the status code of the system's errno (base::ErrnoStatus:
+// ENOENT is kNotFound, EACCES kPermissionDenied, ENOSPC kResourceExhausted,
+// ...) and name the path.
+//
 // Thread-compatible; concurrent writers of one path each leave a complete
 // file (the last rename wins).
 #ifndef DTRAIN_BASE_ATOMIC_FILE_H_
