@@ -111,25 +111,30 @@ absl::Status ByteReader::Bool(absl::string_view what, bool* value) {
   return absl::OkStatus();
 }
 
-absl::Status ByteReader::U16(absl::string_view what, uint16_t* value) {
+absl::Status ByteReader::Fixed(int size, absl::string_view what,
+                               uint64_t* value) {
   absl::string_view bytes;
-  DTRAIN_RETURN_IF_ERROR(Raw(2, what, &bytes));
-  *value = static_cast<uint16_t>(GetLittleEndian(bytes.data(), 2));
+  DTRAIN_RETURN_IF_ERROR(Raw(size, what, &bytes));
+  *value = GetLittleEndian(bytes.data(), size);
+  return absl::OkStatus();
+}
+
+absl::Status ByteReader::U16(absl::string_view what, uint16_t* value) {
+  uint64_t v = 0;
+  DTRAIN_RETURN_IF_ERROR(Fixed(2, what, &v));
+  *value = static_cast<uint16_t>(v);
   return absl::OkStatus();
 }
 
 absl::Status ByteReader::U32(absl::string_view what, uint32_t* value) {
-  absl::string_view bytes;
-  DTRAIN_RETURN_IF_ERROR(Raw(4, what, &bytes));
-  *value = static_cast<uint32_t>(GetLittleEndian(bytes.data(), 4));
+  uint64_t v = 0;
+  DTRAIN_RETURN_IF_ERROR(Fixed(4, what, &v));
+  *value = static_cast<uint32_t>(v);
   return absl::OkStatus();
 }
 
 absl::Status ByteReader::U64(absl::string_view what, uint64_t* value) {
-  absl::string_view bytes;
-  DTRAIN_RETURN_IF_ERROR(Raw(8, what, &bytes));
-  *value = GetLittleEndian(bytes.data(), 8);
-  return absl::OkStatus();
+  return Fixed(8, what, value);
 }
 
 absl::Status ByteReader::I64(absl::string_view what, int64_t* value) {

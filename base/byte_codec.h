@@ -102,6 +102,8 @@ class ByteReader {
   absl::Status Error(absl::string_view message) const;
 
  private:
+  // `size` (1 to 8) bytes as a little-endian integer.
+  absl::Status Fixed(int size, absl::string_view what, uint64_t* value);
   // kDataLoss: `what_prefix` + `what` needs `size` bytes at the offset.
   absl::Status Short(uint64_t size, absl::string_view what_prefix,
                      absl::string_view what) const;

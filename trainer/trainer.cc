@@ -117,6 +117,32 @@ at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
 }
 
 // Everything one run holds, built by Setup and used by the loop.
+// Loss and top-1/top-5 accuracy over every rank's examples, from exact sums
+// of each rank's totals (one allreduce).
+struct Scores {
+  double loss = 0;
+  double top1 = 0;  // percent
+  double top5 = 0;  // percent
+  double examples = 0;
+};
+
+absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
+                                       const c10::Device& device,
+                                       absl::Duration timeout, double loss_sum,
+                                       int64_t correct1, int64_t correct5,
+                                       int64_t examples) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> sums,
+      AllReduceValues(
+          backend,
+          {loss_sum, static_cast<double>(correct1),
+           static_cast<double>(correct5), static_cast<double>(examples)},
+          ReduceOp::kSum, device, timeout));
+  const double total = std::max(1.0, sums[3]);
+  return Scores{sums[0] / total, 100.0 * sums[1] / total,
+                100.0 * sums[2] / total, sums[3]};
+}
+
 class Run {
  public:
   Run(const TrainOptions& o, const rendezvous::World& world,
@@ -424,26 +450,23 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
 
   // Exact totals over ranks, and the slowest rank's times.
   DTRAIN_ASSIGN_OR_RETURN(
-      std::vector<double> sums,
-      AllReduceValues(
-          backend_,
-          {loss_sum, static_cast<double>(correct1),
-           static_cast<double>(correct5), static_cast<double>(examples)},
-          ReduceOp::kSum, device_, o_.timeout));
+      const Scores scores,
+      ScoresOverRanks(backend_, device_, o_.timeout, loss_sum, correct1,
+                      correct5, examples));
   DTRAIN_ASSIGN_OR_RETURN(
       std::vector<double> maxima,
       AllReduceValues(backend_, {seconds, data_time.sum(), exposed},
                       ReduceOp::kMax, device_, o_.timeout));
-  const double total = std::max(1.0, sums[3]);
   m->epoch = epoch;
   m->steps = static_cast<int64_t>(step_seconds.size());
-  m->samples = static_cast<int64_t>(sums[3]);
+  m->samples = static_cast<int64_t>(scores.examples);
   m->lr = schedule_->LearningRate(epoch);
   m->epoch_seconds = maxima[0];
-  m->samples_per_second = m->epoch_seconds > 0 ? sums[3] / m->epoch_seconds : 0;
-  m->train_loss = sums[0] / total;
-  m->train_top1 = 100.0 * sums[1] / total;
-  m->train_top5 = 100.0 * sums[2] / total;
+  m->samples_per_second =
+      m->epoch_seconds > 0 ? scores.examples / m->epoch_seconds : 0;
+  m->train_loss = scores.loss;
+  m->train_top1 = scores.top1;
+  m->train_top5 = scores.top5;
   m->data_seconds = maxima[1];
   m->exposed_communication_seconds = maxima[2];
   for (double x : step_seconds) m->step_seconds_sum += x;
@@ -501,19 +524,16 @@ absl::Status Run::Validate(EpochMetrics* m) {
     examples += labels.size(0);
   }
   DTRAIN_ASSIGN_OR_RETURN(
-      std::vector<double> sums,
-      AllReduceValues(
-          backend_,
-          {loss_sum, static_cast<double>(correct1),
-           static_cast<double>(correct5), static_cast<double>(examples)},
-          ReduceOp::kSum, device_, o_.timeout));
-  const double total = std::max(1.0, sums[3]);
-  m->val_loss = sums[0] / total;
-  m->val_top1 = 100.0 * sums[1] / total;
-  m->val_top5 = 100.0 * sums[2] / total;
+      const Scores scores,
+      ScoresOverRanks(backend_, device_, o_.timeout, loss_sum, correct1,
+                      correct5, examples));
+  m->val_loss = scores.loss;
+  m->val_top1 = scores.top1;
+  m->val_top5 = scores.top5;
   m->val_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (static_cast<int64_t>(sums[3]) != n_total) {
-    return absl::InternalError(absl::StrCat("validation counted ", sums[3],
+  if (static_cast<int64_t>(scores.examples) != n_total) {
+    return absl::InternalError(absl::StrCat("validation counted ",
+                                            scores.examples,
                                             " examples, expected ", n_total));
   }
   return absl::OkStatus();
