@@ -12,7 +12,13 @@
 // Asynchrony and lifetimes: each call returns at once with a Work handle; the
 // backend keeps the tensors alive until the collective finishes. The caller
 // must not read or write a tensor passed to a collective until that
-// collective's Work has completed. Results are written in place.
+// collective's Work::Wait has returned OK. Results are written in place.
+// For CPU tensors Wait returns once the results are there. For CUDA tensors
+// (NCCL) it returns once the calling thread's current CUDA stream is ordered
+// after the collective, as PyTorch's NCCL work does: kernels queued later on
+// that stream, and host reads through LibTorch (which synchronize it), see the
+// results; raw device pointers read on another stream need their own
+// synchronization.
 //
 // Errors: argument errors (wrong device, unsupported dtype, mismatched sizes)
 // come back as an already failed Work with kInvalidArgument. Failures while
@@ -51,9 +57,10 @@ class Work {
  public:
   virtual ~Work() = default;
 
-  // Blocks until the collective finished or `timeout` passed, and returns its
-  // status: OK, the collective's error, or kDeadlineExceeded if it is still
-  // running (it keeps running).
+  // Waits until the results may be used (see "Asynchrony" above: on CUDA the
+  // caller's stream waits, not the host, except for Barrier) or `timeout`
+  // passed, and returns the status: OK, the collective's error, or
+  // kDeadlineExceeded if the host wait ran out (the collective keeps running).
   virtual absl::Status Wait(
       absl::Duration timeout = absl::InfiniteDuration()) = 0;
 

@@ -11,18 +11,22 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <condition_variable>
+#include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/cuda_device.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
+#include "dist/backend/nccl/watchdog.h"
 #include "dist/backend/work.h"
+#include "third_party/torch_config.h"
+
+#if DTRAIN_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #endif  // DTRAIN_HAVE_NCCL
 
@@ -49,6 +53,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
 namespace {
 
 using internal::CompletionWork;
+using nccl_internal::CommOps;
+using nccl_internal::Watchdog;
+using nccl_internal::WorkKind;
 
 constexpr char kName[] = "nccl";
 constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
@@ -116,23 +123,69 @@ std::string NcclError(ncclComm_t comm, ncclResult_t r) {
   return message;
 }
 
-// Makes `device` current for its lifetime and restores the caller's device
-// after, so that calls into the backend never move the caller's later CUDA work
-// to another device.
-class DeviceGuard {
+// The stream LibTorch queues the calling thread's kernels on for `device`:
+// collectives start after the work already there, and Wait makes it wait for
+// them. A LibTorch without CUDA cannot make CUDA tensors; there the legacy
+// default stream stands in.
+cudaStream_t CurrentStream(int device) {
+#if DTRAIN_TORCH_HAS_CUDA
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device))
+      .stream();
+#else
+  (void)device;
+  return cudaStreamLegacy;
+#endif
+}
+
+// The device and the communicator as the watchdog sees them.
+class NcclOps : public CommOps {
  public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) cudaSetDevice(device);
+  NcclOps(int device, ncclComm_t comm, cudaStream_t stream)
+      : device_(device), comm_(comm), stream_(stream) {}
+
+  EventState Query(void* event, std::string* error) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaSuccess) return EventState::kDone;
+    if (e == cudaErrorNotReady) return EventState::kPending;
+    *error = CudaError(e);
+    return EventState::kFailed;
   }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+
+  std::string AsyncError() override {
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    if (r == ncclSuccess || r == ncclInProgress) return "";
+    return NcclError(comm_, r);
   }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+  void Abort() override {
+    base::CudaDeviceGuard device(device_);
+    ncclCommAbort(comm_);
+  }
+
+  bool StreamIdle() override {
+    return cudaStreamQuery(stream_) != cudaErrorNotReady;
+  }
+
+  absl::Status OrderCurrentStreamAfter(void* event) override {
+    base::CudaDeviceGuard device(device_);
+    const cudaError_t e = cudaStreamWaitEvent(
+        CurrentStream(device_), static_cast<cudaEvent_t>(event), 0);
+    if (e == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat("nccl: ordering the current stream after a collective: ",
+                     CudaError(e)));
+  }
+
+  // The backend's device has its context already (the communicator lives
+  // there), so this creates nothing; it keeps NCCL's and CUDA's calls from
+  // this thread off device 0.
+  void BindThread() override { cudaSetDevice(device_); }
 
  private:
-  int previous_ = -1;
+  const int device_;
+  const ncclComm_t comm_;
+  const cudaStream_t stream_;
 };
 
 class NcclBackend : public Backend {
@@ -146,29 +199,23 @@ class NcclBackend : public Backend {
         comm_(comm),
         stream_(stream),
         ready_(ready),
-        watchdog_([this] { Watch(); }) {}
+        ops_(options.device, comm, stream),
+        watchdog_(WatchdogOptionsFor(options), &ops_) {}
 
   ~NcclBackend() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    watchdog_.join();  // Returns once every pending collective completed,
-                       // failed or was aborted.
-    DeviceGuard device(device_);
-    if (comm_ != nullptr) {
+    const bool healthy = watchdog_.Shutdown();
+    base::CudaDeviceGuard device(device_);
+    if (healthy) {
       // A non-blocking communicator finalizes asynchronously: wait (bounded),
-      // then destroy; abort when broken or when finalizing does not finish.
+      // then destroy; abort when finalizing does not finish.
       const absl::Time deadline =
           absl::Now() + std::min(timeout_, absl::Seconds(60));
-      if (broken_.ok() &&
-          Settle(comm_, ncclCommFinalize(comm_), deadline) == ncclSuccess) {
+      if (Settle(comm_, ncclCommFinalize(comm_), deadline) == ncclSuccess) {
         ncclCommDestroy(comm_);
       } else {
         ncclCommAbort(comm_);
       }
-    }
+    }  // else the watchdog aborted it, which also freed it.
     cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
   }
@@ -182,22 +229,24 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(*what, {tensor}, [=](std::vector<at::Tensor>&) {
-      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           NcclType(tensor.scalar_type()), NcclOp(op), comm_,
-                           stream_);
-    });
+    return Launch(
+        *what, WorkKind::kCollective, {tensor}, [=](std::vector<at::Tensor>&) {
+          return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+                               tensor.numel(), NcclType(tensor.scalar_type()),
+                               NcclOp(op), comm_, stream_);
+        });
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     absl::StatusOr<internal::Description> what =
         internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(*what, {tensor}, [=](std::vector<at::Tensor>&) {
-      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           NcclType(tensor.scalar_type()), root, comm_,
-                           stream_);
-    });
+    return Launch(
+        *what, WorkKind::kCollective, {tensor}, [=](std::vector<at::Tensor>&) {
+          return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+                               tensor.numel(), NcclType(tensor.scalar_type()),
+                               root, comm_, stream_);
+        });
   }
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
@@ -208,11 +257,12 @@ class NcclBackend : public Backend {
     std::vector<at::Tensor> keep = outputs;
     keep.push_back(input);
     return Launch(
-        *what, std::move(keep), [=](std::vector<at::Tensor>& staging) {
+        *what, WorkKind::kCollective, std::move(keep),
+        [=](std::vector<at::Tensor>& staging) {
           const size_t bytes = input.numel() * input.element_size();
           if (bytes == 0) return ncclSuccess;
-          // Staging from the caching allocator, kept alive until the stream is
-          // done with it.
+          // Scratch from the caching allocator, kept alive (with the outputs)
+          // until the stream is done with it, also after an abort.
           at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
           staging.push_back(flat);
           ncclResult_t r =
@@ -240,7 +290,8 @@ class NcclBackend : public Backend {
     std::vector<at::Tensor> keep = inputs;
     keep.push_back(output);
     return Launch(
-        *what, std::move(keep), [=](std::vector<at::Tensor>& staging) {
+        *what, WorkKind::kCollective, std::move(keep),
+        [=](std::vector<at::Tensor>& staging) {
           const size_t bytes = output.numel() * output.element_size();
           if (bytes == 0) return ncclSuccess;
           at::Tensor flat =
@@ -262,9 +313,10 @@ class NcclBackend : public Backend {
 
   std::shared_ptr<Work> Barrier() override {
     return Launch(
-        internal::Description{"barrier", ""}, {},
+        internal::Description{"barrier", ""}, WorkKind::kBarrier, {},
         [=](std::vector<at::Tensor>& staging) {
-          at::Tensor one = at::zeros(
+          // Its value does not matter: empty, so no kernel fills it.
+          at::Tensor one = at::empty(
               {1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
           staging.push_back(one);
           return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32,
@@ -273,15 +325,17 @@ class NcclBackend : public Backend {
   }
 
  private:
-  struct Pending {
-    std::shared_ptr<CompletionWork> work;
-    cudaEvent_t done;
-    absl::Time start;
-    std::string what;
-    std::vector<at::Tensor>
-        keep_alive;  // Until the stream has finished with them.
-  };
-  using Enqueue = std::function<ncclResult_t(std::vector<at::Tensor>& staging)>;
+  using Body = std::function<ncclResult_t(std::vector<at::Tensor>& staging)>;
+
+  static nccl_internal::WatchdogOptions WatchdogOptionsFor(
+      const NcclBackendOptions& o) {
+    nccl_internal::WatchdogOptions w;
+    w.rank = o.rank;
+    w.timeout = o.timeout;
+    w.shutdown_grace = std::min(o.timeout, absl::Seconds(2));
+    w.poll_interval = kPollInterval;
+    return w;
+  }
 
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
     absl::Status s =
@@ -299,146 +353,64 @@ class NcclBackend : public Backend {
     return Check(op, t);
   };
 
-  // Numbers the collective, orders it after the default stream's earlier work,
-  // and enqueues it on our stream between two events. The lock keeps numbers
-  // and enqueue order equal to issue order. Callers see the results once the
-  // Work completes (the watchdog saw the second event).
+  // Orders the collective after the work already queued on the caller's
+  // current stream and enqueues it on the backend's stream, followed by the
+  // event the watchdog and Wait use. The watchdog's lock keeps numbers and
+  // enqueue order equal to issue order.
   std::shared_ptr<Work> Launch(const internal::Description& description,
-                               std::vector<at::Tensor> keep,
-                               const Enqueue& enqueue) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string what = internal::Describe(description, ++seq_);
-    const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", what);
-    if (!broken_.ok()) {
-      return CompletionWork::Failed(absl::Status(
-          broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
-    }
-    DeviceGuard device(device_);
-    cudaError_t ce = cudaEventRecord(ready_, cudaStreamLegacy);
-    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream_, ready_, 0);
-    if (ce != cudaSuccess) {
-      return AbortLocked(
-          absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
-    }
-    const absl::Time start = absl::Now();
-    ncclResult_t r;
-    try {
-      r = Settle(comm_, enqueue(keep), start + timeout_);
-    } catch (const c10::Error& e) {
-      return AbortLocked(absl::InternalError(
-          absl::StrCat(who, " failed to start: ", e.what_without_backtrace())));
-    }
-    if (r != ncclSuccess) {
-      // NCCL may still run what it half-enqueued: abort, which also stops it
-      // touching our memory.
-      return AbortLocked(absl::UnavailableError(
-          absl::StrCat(who, " failed to start after ",
-                       internal::FormatElapsed(absl::Now() - start), ": ",
-                       r == ncclInProgress ? "still in progress at the timeout"
-                                           : NcclError(comm_, r))));
-    }
-    cudaEvent_t done = nullptr;
-    ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-    if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
-    if (ce != cudaSuccess) {
-      if (done != nullptr) cudaEventDestroy(done);
-      return AbortLocked(
-          absl::InternalError(absl::StrCat(who, ": ", CudaError(ce))));
-    }
-    auto work = std::make_shared<CompletionWork>(who);
-    pending_.push_back(Pending{work, done, start, what, std::move(keep)});
-    cv_.notify_all();
-    return work;
-  }
-
-  // Aborts the communicator, fails every pending collective and returns
-  // `status` as a failed Work. Requires mu_.
-  std::shared_ptr<Work> AbortLocked(absl::Status status) {
-    if (broken_.ok()) broken_ = status;
-    if (comm_ != nullptr) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-    }
-    for (Pending& q : pending_) {
-      q.work->Complete(absl::Status(
-          status.code(), absl::StrCat("[rank ", rank_, "] nccl ", q.what,
-                                      " not completed: ", status.message())));
-      cudaEventDestroy(q.done);
-    }
-    pending_.clear();
-    return CompletionWork::Failed(std::move(status));
-  }
-
-  // The watchdog: completes pending work in order; aborts on an asynchronous
-  // error or a timeout. It never sleeps holding the lock, so Launch is never
-  // held up by a collective in flight.
-  void Watch() {
-    DeviceGuard device(device_);
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      if (pending_.empty()) {
-        if (stop_) return;
-        cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
-        continue;
-      }
-      Pending& p = pending_.front();
-      const cudaError_t ce = cudaEventQuery(p.done);
-      if (ce == cudaSuccess) {
-        cudaEventDestroy(p.done);
-        p.work->Complete(absl::OkStatus());
-        pending_.pop_front();
-        continue;
-      }
-      const std::string who = absl::StrCat("[rank ", rank_, "] nccl ", p.what);
-      const std::string elapsed =
-          internal::FormatElapsed(absl::Now() - p.start);
-      ncclResult_t async = ncclSuccess;
-      if (comm_ != nullptr) ncclCommGetAsyncError(comm_, &async);
-      absl::Status failure;
-      if (ce != cudaErrorNotReady) {
-        failure = absl::InternalError(
-            absl::StrCat(who, " failed after ", elapsed, ": ", CudaError(ce)));
-      } else if (async != ncclSuccess && async != ncclInProgress) {
-        failure = absl::UnavailableError(absl::StrCat(
-            who, " failed after ", elapsed, ": ", NcclError(comm_, async),
-            " (a peer may have died or lost its connection)"));
-      } else if (absl::Now() - p.start > timeout_) {
-        failure = absl::DeadlineExceededError(
-            absl::StrCat(who, " timed out after ", elapsed, " (timeout ",
-                         absl::FormatDuration(timeout_),
-                         "): a peer never issued it, died, or is stuck; the "
-                         "communicator was aborted"));
-      }
-      if (!failure.ok()) {
-        // The first pending collective gets the failure itself, the rest "not
-        // completed".
-        std::shared_ptr<CompletionWork> first = p.work;
-        first->Complete(failure);
-        AbortLocked(failure);
-        continue;
-      }
-      lock.unlock();
-      absl::SleepFor(kPollInterval);
-      lock.lock();
-    }
+                               WorkKind kind, std::vector<at::Tensor> keep,
+                               const Body& body) {
+    return watchdog_.Issue(
+        description, kind,
+        [&](const std::string& who) -> absl::StatusOr<Watchdog::Enqueued> {
+          base::CudaDeviceGuard device(device_);
+          cudaError_t ce = cudaEventRecord(ready_, CurrentStream(device_));
+          if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream_, ready_, 0);
+          if (ce != cudaSuccess) {
+            return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
+          }
+          const absl::Time start = absl::Now();
+          std::vector<at::Tensor> staging;
+          ncclResult_t r;
+          try {
+            r = Settle(comm_, body(staging), start + timeout_);
+          } catch (const c10::Error& e) {
+            return absl::InternalError(absl::StrCat(
+                who, " failed to start: ", e.what_without_backtrace()));
+          }
+          if (r != ncclSuccess) {
+            return absl::UnavailableError(absl::StrCat(
+                who, " failed to start after ",
+                internal::FormatElapsed(absl::Now() - start), ": ",
+                r == ncclInProgress ? "still in progress at the timeout"
+                                    : NcclError(comm_, r)));
+          }
+          cudaEvent_t done = nullptr;
+          ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+          if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
+          if (ce != cudaSuccess) {
+            if (done != nullptr) cudaEventDestroy(done);
+            return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
+          }
+          Watchdog::Enqueued out;
+          out.event = std::shared_ptr<void>(done, [](void* e) {
+            cudaEventDestroy(static_cast<cudaEvent_t>(e));
+          });
+          out.keep_alive = std::move(keep);
+          for (at::Tensor& t : staging) out.keep_alive.push_back(std::move(t));
+          return out;
+        });
   }
 
   const int rank_;
   const int size_;
   const int device_;
   const absl::Duration timeout_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  ncclComm_t comm_;  // Null once aborted.
-  cudaStream_t stream_;
-  cudaEvent_t ready_;
-  std::deque<Pending> pending_;
-  bool stop_ = false;
-  absl::Status broken_;
-  int64_t seq_ = 0;
-
-  std::thread watchdog_;  // Last: starts once everything above is constructed.
+  const ncclComm_t comm_;
+  const cudaStream_t stream_;
+  const cudaEvent_t ready_;  // Reused under the watchdog's issue lock.
+  NcclOps ops_;
+  Watchdog watchdog_;  // Last: its thread starts once everything else exists.
 };
 
 }  // namespace
@@ -453,20 +425,20 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
   DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
       who, options.store.get(), options.rank, options.world_size));
-  int devices = 0;
-  const cudaError_t count = cudaGetDeviceCount(&devices);
-  if (count != cudaSuccess || devices == 0) {
+  const absl::StatusOr<int> devices = base::CudaDeviceCount();
+  if (!devices.ok() || *devices == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(who, ": no CUDA device is visible (cudaGetDeviceCount: ",
-                     count == cudaSuccess ? "0 devices" : CudaError(count),
+        absl::StrCat(who, ": no CUDA device is visible (",
+                     devices.ok() ? "0 devices" : devices.status().message(),
                      "); use the gloo backend on CPUs"));
   }
-  if (options.device < 0 || options.device >= devices) {
+  if (options.device < 0 || options.device >= *devices) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": device cuda:", options.device, " does not exist (",
-                     devices, " visible)"));
+                     *devices, " visible)"));
   }
-  DeviceGuard device(options.device);
+  // A no-op when the caller made the device current first, as train does.
+  base::CudaDeviceGuard device(options.device);
 
   // Rank 0 creates the communicator's id; the others read it from the store.
   DTRAIN_ASSIGN_OR_RETURN(

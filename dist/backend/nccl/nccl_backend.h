@@ -3,15 +3,23 @@
 //
 // Construction shares NCCL's unique id from rank 0 through the store and
 // creates one communicator (non-blocking, so that a rank that never arrives
-// ends in a timeout rather than a hang). Every collective runs on the backend's
-// own CUDA stream after the work already queued on the default stream (an event
-// orders them), so it reads what earlier kernels wrote; later default-stream
-// work is not held back, so computation overlaps communication, and results may
-// be read once the Work has completed (the contract of backend.h). A watchdog
-// thread completes Work handles as their CUDA events fire, polls NCCL's
-// asynchronous errors, and aborts the communicator when a collective outlives
-// the timeout; after that every call fails at once with the first error. Calls
-// leave the caller's current CUDA device as they found it.
+// ends in a timeout rather than a hang). Every collective runs on the
+// backend's own CUDA stream after the work already queued on the caller's
+// current stream (an event orders them), so it reads what earlier kernels
+// wrote while later kernels are not held back. Work::Wait makes the caller's
+// current stream wait for the collective and returns without blocking the
+// host (a barrier's Wait blocks); see stream_work.h. A watchdog thread
+// completes Work handles as their events fire, polls NCCL's asynchronous
+// errors, and aborts the communicator when a collective outlives the timeout;
+// after that every call fails at once with the first error. Destroying the
+// backend gives collectives in flight two seconds and then aborts them (see
+// watchdog.h), so a rank that leaves on an error does not wait out the
+// timeout.
+//
+// Devices: make the rank's device current (base::SetCurrentCudaDevice) before
+// creating the backend, as train does. Calls switch to the backend's device
+// when the caller's differs and switch back only to a device that already has
+// a context (base/cuda_device.h), so they never create one on another GPU.
 //
 // A build without NCCL (see third_party/cuda_configure.bzl) still has this API;
 // CreateNcclBackend then says it was built without NCCL and why.
@@ -37,8 +45,10 @@ struct NcclBackendOptions {
   absl::Duration timeout = absl::Minutes(30);
 };
 
-// kFailedPrecondition when built without NCCL or when no CUDA device is visible
-// (with the reason), kInvalidArgument for a bad rank or device,
+// kFailedPrecondition when built without NCCL or when the CUDA runtime sees no
+// device (with the reason; the runtime's view, not LibTorch's: a CPU-only
+// LibTorch on a GPU machine still creates the backend, but cannot make the CUDA
+// tensors it needs), kInvalidArgument for a bad rank or device,
 // kDeadlineExceeded when the other ranks do not arrive.
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options);

@@ -1,0 +1,172 @@
+#include "dist/backend/nccl/watchdog.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dist/backend/describe.h"
+
+namespace dtrain::backend::nccl_internal {
+namespace {
+
+// Memory a stream that never drained may still write: kept for the life of
+// the process (reachable, so leak checkers do not report it).
+void Bury(std::vector<at::Tensor> memory) {
+  static std::mutex mu;
+  static auto* graveyard = new std::vector<at::Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  for (at::Tensor& t : memory) graveyard->push_back(std::move(t));
+}
+
+}  // namespace
+
+Watchdog::Watchdog(const WatchdogOptions& options, CommOps* ops)
+    : options_(options), ops_(ops), thread_([this] { Run(); }) {}
+
+Watchdog::~Watchdog() { Shutdown(); }
+
+std::string Watchdog::Who(const std::string& what) const {
+  return absl::StrCat("[rank ", options_.rank, "] nccl ", what);
+}
+
+absl::Status Watchdog::broken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
+                                      WorkKind kind, const Enqueue& enqueue) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string what = internal::Describe(description, ++seq_);
+  const std::string who = Who(what);
+  if (!broken_.ok()) {
+    return internal::CompletionWork::Failed(absl::Status(
+        broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
+  }
+  if (shut_down_) {
+    return internal::CompletionWork::Failed(absl::FailedPreconditionError(
+        absl::StrCat(who, " not run: the backend is being destroyed")));
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Enqueued> enqueued = enqueue(who);
+  if (!enqueued.ok()) {
+    AbortLocked(enqueued.status(), /*front_is_culprit=*/false);
+    return internal::CompletionWork::Failed(enqueued.status());
+  }
+  auto work = std::make_shared<StreamWork>(who, kind, enqueued->event, ops_);
+  pending_.push_back(Pending{work, std::move(enqueued->event), start, what,
+                             std::move(enqueued->keep_alive)});
+  cv_.notify_all();
+  return work;
+}
+
+bool Watchdog::PollFront() {
+  Pending& p = pending_.front();
+  std::string error;
+  const CommOps::EventState state = ops_->Query(p.event.get(), &error);
+  if (state == CommOps::EventState::kDone) {
+    p.work->Complete(absl::OkStatus());
+    pending_.pop_front();  // The stream is past it: its memory may go.
+    return true;
+  }
+  const std::string who = Who(p.what);
+  const std::string elapsed = FormatElapsed(absl::Now() - p.start);
+  absl::Status failure;
+  if (state == CommOps::EventState::kFailed) {
+    failure = absl::InternalError(
+        absl::StrCat(who, " failed after ", elapsed, ": ", error));
+  } else if (const std::string async = ops_->AsyncError(); !async.empty()) {
+    failure = absl::UnavailableError(
+        absl::StrCat(who, " failed after ", elapsed, ": ", async,
+                     " (a peer may have died or lost its connection)"));
+  } else if (absl::Now() - p.start > options_.timeout) {
+    failure = absl::DeadlineExceededError(absl::StrCat(
+        who, " timed out after ", elapsed, " (timeout ",
+        absl::FormatDuration(options_.timeout),
+        "): a peer never issued it, died, or is stuck; the communicator was "
+        "aborted"));
+  } else {
+    return false;
+  }
+  AbortLocked(failure, /*front_is_culprit=*/true);
+  return true;
+}
+
+void Watchdog::AbortLocked(const absl::Status& status, bool front_is_culprit) {
+  if (broken_.ok()) broken_ = status;
+  if (!aborted_) {
+    aborted_ = true;
+    ops_->Abort();
+  }
+  std::vector<at::Tensor> memory;
+  bool first = true;
+  for (Pending& p : pending_) {
+    p.work->Complete(
+        first && front_is_culprit
+            ? status
+            : absl::Status(status.code(),
+                           absl::StrCat(Who(p.what),
+                                        " not completed: ", status.message())));
+    first = false;
+    for (at::Tensor& t : p.keep_alive) memory.push_back(std::move(t));
+  }
+  pending_.clear();
+  // The aborted kernels and any copies queued after them may still touch
+  // this memory: free it only once the stream has run dry.
+  const absl::Time deadline = absl::Now() + options_.drain_limit;
+  while (!memory.empty() && !ops_->StreamIdle()) {
+    if (absl::Now() > deadline) {
+      Bury(std::move(memory));
+      return;
+    }
+    absl::SleepFor(options_.poll_interval);
+  }
+}
+
+void Watchdog::Run() {
+  ops_->BindThread();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (pending_.empty()) {
+      cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+      continue;
+    }
+    if (PollFront()) continue;
+    // Never sleep holding the lock: issuing must not wait for a collective.
+    lock.unlock();
+    absl::SleepFor(options_.poll_interval);
+    lock.lock();
+  }
+}
+
+bool Watchdog::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return !aborted_;
+    shut_down_ = true;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Time deadline = absl::Now() + options_.shutdown_grace;
+  while (!pending_.empty()) {
+    if (PollFront()) continue;
+    if (absl::Now() >= deadline) {
+      const Pending& p = pending_.front();
+      AbortLocked(
+          absl::AbortedError(absl::StrCat(
+              Who(p.what), " was still running when the backend was destroyed ",
+              FormatElapsed(absl::Now() - p.start),
+              " after it started; the communicator was aborted")),
+          /*front_is_culprit=*/true);
+      break;
+    }
+    lock.unlock();
+    absl::SleepFor(options_.poll_interval);
+    lock.lock();
+  }
+  return !aborted_;
+}
+
+}  // namespace dtrain::backend::nccl_internal

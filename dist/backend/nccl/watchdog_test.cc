@@ -1,0 +1,321 @@
+// The NCCL backend's completion and abort state machine and its Wait policy,
+// on any machine: the device and the communicator are a scripted CommOps
+// whose events fire when the test says so.
+
+#include "dist/backend/nccl/watchdog.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::backend::nccl_internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+enum : int { kPending = 0, kDone = 1, kFailed = 2 };
+
+class ScriptedOps : public CommOps {
+ public:
+  EventState Query(void* event, std::string* error) override {
+    switch (static_cast<std::atomic<int>*>(event)->load()) {
+      case kDone:
+        return EventState::kDone;
+      case kFailed:
+        *error = "cudaErrorLaunchFailure (unspecified launch failure)";
+        return EventState::kFailed;
+      default:
+        return EventState::kPending;
+    }
+  }
+  std::string AsyncError() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return async_error;
+  }
+  void Abort() override { ++aborts; }
+  bool StreamIdle() override { return stream_idle.load(); }
+  absl::Status OrderCurrentStreamAfter(void* event) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ordered_after.push_back(event);
+    return absl::OkStatus();
+  }
+  void BindThread() override { ++binds; }
+
+  void SetAsyncError(std::string e) {
+    std::lock_guard<std::mutex> lock(mu);
+    async_error = std::move(e);
+  }
+  std::vector<void*> Ordered() {
+    std::lock_guard<std::mutex> lock(mu);
+    return ordered_after;
+  }
+
+  std::mutex mu;
+  std::string async_error;
+  std::vector<void*> ordered_after;
+  std::atomic<int> aborts{0};
+  std::atomic<int> binds{0};
+  std::atomic<bool> stream_idle{true};
+};
+
+// One collective as the test drives it: its event and the tensor it uses.
+struct Fake {
+  std::shared_ptr<std::atomic<int>> event =
+      std::make_shared<std::atomic<int>>(kPending);
+  at::Tensor tensor = at::zeros({4});
+  std::shared_ptr<Work> work;
+
+  void Fire(int state = kDone) { event->store(state); }
+};
+
+internal::Description AllReduce() { return {"allreduce", "sum, 4 x float32"}; }
+
+WatchdogOptions Options() {
+  WatchdogOptions o;
+  o.rank = 3;
+  o.timeout = absl::InfiniteDuration();
+  o.shutdown_grace = absl::Milliseconds(20);
+  o.poll_interval = absl::Microseconds(50);
+  return o;
+}
+
+void Issue(Watchdog& w, Fake& f, WorkKind kind = WorkKind::kCollective,
+           internal::Description d = AllReduce()) {
+  f.work = w.Issue(d, kind, [&f](const std::string&) {
+    return Watchdog::Enqueued{f.event, {f.tensor}};
+  });
+}
+
+// Waits (bounded by the test's own timeout) until `done` holds.
+template <typename F>
+void Eventually(F done) {
+  while (!done()) absl::SleepFor(absl::Milliseconds(1));
+}
+
+TEST(PlanWaitTest, CollectivesOrderTheStreamAndLeaveTheHostFree) {
+  const WaitPlan p = PlanWait(WorkKind::kCollective, /*completed=*/false);
+  EXPECT_TRUE(p.order_stream);
+  EXPECT_FALSE(p.block_host);
+}
+
+TEST(PlanWaitTest, BarriersBlockTheHost) {
+  const WaitPlan p = PlanWait(WorkKind::kBarrier, /*completed=*/false);
+  EXPECT_FALSE(p.order_stream);
+  EXPECT_TRUE(p.block_host);
+}
+
+TEST(PlanWaitTest, CompletedWorkOnlyReportsItsStatus) {
+  for (WorkKind kind : {WorkKind::kCollective, WorkKind::kBarrier}) {
+    const WaitPlan p = PlanWait(kind, /*completed=*/true);
+    EXPECT_FALSE(p.order_stream);
+    EXPECT_FALSE(p.block_host);
+  }
+}
+
+TEST(WatchdogTest, WaitOrdersTheCallersStreamWithoutBlockingTheHost) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  // The event never fired, yet Wait returns: the stream waits, not the host.
+  EXPECT_TRUE(a.work->Wait().ok());
+  EXPECT_FALSE(a.work->IsCompleted());
+  EXPECT_EQ(ops.Ordered(), std::vector<void*>{a.event.get()});
+  a.Fire();
+  Eventually([&] { return a.work->IsCompleted(); });
+  EXPECT_TRUE(a.work->status().ok());
+  EXPECT_TRUE(w.Shutdown());
+  EXPECT_EQ(ops.aborts.load(), 0);
+  EXPECT_EQ(ops.binds.load(), 1);
+}
+
+TEST(WatchdogTest, BarrierWaitBlocksTheHostUntilItCompletes) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake b;
+  Issue(w, b, WorkKind::kBarrier, {"barrier", ""});
+  const absl::Status early = b.work->Wait(absl::Milliseconds(20));
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+  b.Fire();
+  EXPECT_TRUE(b.work->Wait().ok());
+  EXPECT_TRUE(ops.Ordered().empty());
+}
+
+TEST(WatchdogTest, CompletesInIssueOrder) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a, b;
+  Issue(w, a);
+  Issue(w, b);
+  b.Fire();  // A later collective cannot complete before an earlier one.
+  absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_FALSE(b.work->IsCompleted());
+  a.Fire();
+  Eventually([&] { return b.work->IsCompleted(); });
+  EXPECT_TRUE(a.work->IsCompleted());
+}
+
+TEST(WatchdogTest, AsyncErrorAbortsOnceAndFailsEverythingInFlight) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a, b;
+  Issue(w, a);
+  Issue(w, b);
+  ops.SetAsyncError("remote process exited or there was a network error");
+  Eventually([&] { return b.work->IsCompleted(); });
+  const absl::Status first = a.work->status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(first.message()),
+              HasSubstr("[rank 3] nccl allreduce #1 (sum, 4 x float32) failed "
+                        "after "));
+  EXPECT_THAT(std::string(first.message()), HasSubstr("remote process exited"));
+  EXPECT_THAT(std::string(b.work->status().message()),
+              HasSubstr("allreduce #2 (sum, 4 x float32) not completed: "));
+  EXPECT_EQ(ops.aborts.load(), 1);
+
+  // Broken: later collectives fail at once with the first error, and the
+  // enqueue is never called on the aborted communicator.
+  bool enqueued = false;
+  std::shared_ptr<Work> c =
+      w.Issue(AllReduce(), WorkKind::kCollective, [&](const std::string&) {
+        enqueued = true;
+        return Watchdog::Enqueued{};
+      });
+  EXPECT_FALSE(enqueued);
+  EXPECT_EQ(c->Wait().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(c->status().message()),
+              HasSubstr("allreduce #3 (sum, 4 x float32) not run: "));
+  EXPECT_FALSE(w.Shutdown());
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, TimeoutAbortsTheCommunicator) {
+  ScriptedOps ops;
+  WatchdogOptions o = Options();
+  o.timeout = absl::Milliseconds(30);
+  Watchdog w(o, &ops);
+  Fake a;
+  Issue(w, a);
+  Eventually([&] { return a.work->IsCompleted(); });
+  const absl::Status s = a.work->status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("timed out after"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(timeout 30ms)"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, DeviceErrorFailsTheCollective) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  a.Fire(kFailed);
+  Eventually([&] { return a.work->IsCompleted(); });
+  EXPECT_EQ(a.work->status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(a.work->status().message()),
+              HasSubstr("unspecified launch failure"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, FailedEnqueueAbortsAndFailsTheRest) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  std::shared_ptr<Work> b =
+      w.Issue(AllReduce(), WorkKind::kCollective,
+              [](const std::string& who) -> absl::StatusOr<Watchdog::Enqueued> {
+                return absl::UnavailableError(who + " failed to start: boom");
+              });
+  EXPECT_THAT(std::string(b->Wait().message()),
+              HasSubstr("[rank 3] nccl allreduce #2 (sum, 4 x float32) failed "
+                        "to start: boom"));
+  EXPECT_THAT(std::string(a.work->status().message()),
+              HasSubstr("allreduce #1 (sum, 4 x float32) not completed: "));
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+// The defect this guards: a rank leaving with a collective in flight waited
+// for the whole timeout (infinite here) in the backend's destructor.
+TEST(WatchdogTest, ShutdownAbortsWhatIsStillRunningAfterTheGrace) {
+  ScriptedOps ops;
+  auto w = std::make_unique<Watchdog>(Options(), &ops);
+  Fake done, stuck;
+  Issue(*w, done);
+  Issue(*w, stuck);
+  done.Fire();
+  EXPECT_FALSE(w->Shutdown());
+  EXPECT_TRUE(done.work->status().ok());
+  const absl::Status s = stuck.work->status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("allreduce #2 (sum, 4 x float32) was still running "
+                        "when the backend was destroyed"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+  // Issuing after shutdown fails instead of touching the communicator.
+  Fake late;
+  Issue(*w, late);
+  EXPECT_EQ(late.work->Wait().code(), absl::StatusCode::kAborted);
+  w.reset();
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, ShutdownLetsCollectivesFinishWithinTheGrace) {
+  ScriptedOps ops;
+  WatchdogOptions o = Options();
+  o.shutdown_grace = absl::InfiniteDuration();
+  Watchdog w(o, &ops);
+  Fake a;
+  Issue(w, a);
+  std::thread fire([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    a.Fire();
+  });
+  EXPECT_TRUE(w.Shutdown());
+  fire.join();
+  EXPECT_TRUE(a.work->status().ok());
+  EXPECT_EQ(ops.aborts.load(), 0);
+}
+
+TEST(WatchdogTest, MemoryOutlivesAnAbortUntilTheStreamDrains) {
+  ScriptedOps ops;
+  ops.stream_idle = false;
+  WatchdogOptions o = Options();
+  o.drain_limit = absl::InfiniteDuration();
+  Watchdog w(o, &ops);
+  Fake a;
+  Issue(w, a);
+  const long held = a.tensor.use_count();
+  ASSERT_GT(held, 1);  // The watchdog holds the tensor too.
+  ops.SetAsyncError("unhandled system error");
+  Eventually([&] { return ops.aborts.load() == 1; });
+  absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(a.tensor.use_count(), held);  // The stream still runs.
+  ops.stream_idle = true;
+  Eventually([&] { return a.tensor.use_count() == 1; });
+}
+
+TEST(WatchdogTest, MemoryIsNeverFreedWhenTheStreamDoesNotDrain) {
+  ScriptedOps ops;
+  ops.stream_idle = false;
+  WatchdogOptions o = Options();
+  o.drain_limit = absl::Milliseconds(5);
+  Watchdog w(o, &ops);
+  Fake a;
+  Issue(w, a);
+  const long held = a.tensor.use_count();
+  ops.SetAsyncError("unhandled system error");
+  Eventually([&] { return a.work->IsCompleted(); });
+  EXPECT_FALSE(w.Shutdown());
+  EXPECT_EQ(a.tensor.use_count(), held);
+}
+
+}  // namespace
+}  // namespace dtrain::backend::nccl_internal
