@@ -3,6 +3,8 @@
 
 #include "base/cuda_device.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -60,7 +62,8 @@ TEST(CudaDeviceTest, GuardLeavesNoContextOnAnUnusedDevice) {
     GTEST_SKIP() << "device 0 already has a context in this process, or the "
                     "driver cannot say";
   }
-  { CudaDeviceGuard guard(1); }
+  auto guard = std::make_unique<CudaDeviceGuard>(1);
+  guard.reset();
   EXPECT_EQ(HasPrimaryContext(0), absl::optional<bool>(false));
   EXPECT_EQ(HasPrimaryContext(1), absl::optional<bool>(true));
 }
