@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -181,6 +182,7 @@ absl::StatusOr<RunRecord> RunTraining(
   argv.push_back(nullptr);
 
   const absl::Time start = absl::Now();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log);
@@ -188,6 +190,10 @@ absl::StatusOr<RunRecord> RunTraining(
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    // A runner stopped by a signal ends its run too (the launcher passes
+    // SIGTERM on to its ranks): nothing trains on unobserved.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(127);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::execv(argv[0], argv.data());
