@@ -17,6 +17,10 @@ trainer's format (trainer/run_metrics.cc, "dtrain.metrics.v1"), plus
 Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13) and
 python3-torchvision (for --model=resnet18): run it with /usr/bin/python3.
 
+    # what this Python torch can do, as one JSON line (the scaling sweep
+    # asks before planning PyTorch's NCCL runs)
+    experiments/pytorch_reference.py --probe
+
 Exit status: 0 when training finished, 1 when it failed (the message names
 the rank), 2 for bad flags.
 """
@@ -166,6 +170,9 @@ def _parser():
          help="auto, bar, lines or none (auto and bar print lines too).")
     flag("print_freq", type=int, default=10,
          help="Batches between progress lines.")
+    p.add_argument("--probe", action="store_true",
+                   help="Print what this torch can do as one JSON line "
+                   "(version, CUDA, devices, NCCL) and exit; trains nothing.")
     return p
 
 
@@ -843,6 +850,25 @@ def _train_in_group(o, log, say, rank, world_size, rank0, device, np, torch,
     return 0
 
 
+def _probe():
+    """Prints {"torch", "cuda", "cuda_devices", "nccl"}: whether this torch
+    can run the NCCL comparison (a CPU-only build answers cuda null)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        print(f"{PROG}: cannot import torch (apt-get install python3-torch): "
+              f"{e}", file=sys.stderr)
+        return 1
+    print(json.dumps({
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "cuda_devices": torch.cuda.device_count(),
+        "nccl": bool(dist.is_available() and dist.is_nccl_available()),
+    }), flush=True)
+    return 0
+
+
 def main(argv):
     try:
         o = _parse_flags(argv)
@@ -878,6 +904,8 @@ def main(argv):
     # PyTorch 1.13 ignores the variable.
     os.environ.setdefault("USE_LIBUV", "0")
 
+    if o.probe:
+        return _probe()
     import torch
     import torch.distributed as dist
     if o.dist_backend == "nccl" or o.device != "cpu":

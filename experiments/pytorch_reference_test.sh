@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The PyTorch reference training (experiments/pytorch_reference.py) as users run it next to our
 # C++ trainer: one process alone, two ranks under our launcher, without gradient sync, and failing
-# clearly on a bad flag. Skips where Debian's python3-torch is not installed.
+# clearly on a bad flag. Its --probe answers what this torch can do, and the scaling sweep skips
+# PyTorch's NCCL runs with that reason. Skips where Debian's python3-torch is not installed.
 set -uo pipefail
 
 launch=$1
 script=$2
+scaling=$3
 py=/usr/bin/python3
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 
@@ -80,5 +82,33 @@ grep -q -- '--batch_size' "$tmp/bad.err" || fail "bad flag: message: $(cat "$tmp
 run unknown 60 "$py" "$script" --no_such_flag=1
 [[ $rc -eq 2 ]] || fail "unknown flag: exit $rc, want 2"
 grep -q -- '--no_such_flag' "$tmp/unknown.err" || fail "unknown flag: message: $(cat "$tmp/unknown.err")"
+
+# 5. --probe: one JSON line saying what this torch can do, as torch itself says it.
+run probe 60 "$py" "$script" --probe
+if [[ $rc -ne 0 ]]; then
+  fail "probe: exit $rc: $(tail -5 "$tmp/probe.err")"
+else
+  tail -1 "$tmp/probe.out" >"$tmp/probe.json"
+  want=$("$py" -c 'import json, torch, torch.distributed as d
+print(json.dumps([str(torch.__version__), torch.version.cuda, torch.cuda.device_count(),
+                  d.is_available() and d.is_nccl_available()]))' 2>/dev/null)
+  got=$(json "$tmp/probe.json" 'json.dumps([m["torch"], m["cuda"], m["cuda_devices"], m["nccl"]])')
+  [[ $got == "$want" ]] || fail "probe: got $got, torch says $want"
+fi
+
+# 6. The sweep asks the probe before planning PyTorch's NCCL runs: on a torch without CUDA (Debian
+# 12's) they are skipped with that reason, and no NCCL training is started.
+if [[ $rc -eq 0 && $(json "$tmp/probe.json" 'm["cuda"] is None') == True ]]; then
+  version=$(json "$tmp/probe.json" 'm["torch"]')
+  run sweep 120 "$scaling" --backends=nccl --models=convnet --reference=pytorch --no_plots \
+    --output_dir="$tmp/sweep"
+  if [[ $rc -ne 0 ]]; then
+    fail "sweep: exit $rc: $(tail -5 "$tmp/sweep.err")"
+  else
+    grep -qF "skipped pytorch nccl: Python torch $version has no CUDA" "$tmp/sweep.out" \
+      || fail "sweep: PyTorch's NCCL runs not skipped with the reason: $(cat "$tmp/sweep.out")"
+    [[ $(json "$tmp/sweep/results.json" 'len(m["runs"])') == 0 ]] || fail "sweep: ran NCCL trainings"
+  fi
+fi
 
 finish

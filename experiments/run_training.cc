@@ -3,21 +3,27 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/posix_io.h"
 #include "nlohmann/json.hpp"
@@ -61,16 +67,40 @@ std::string DescribeExit(int status) {
   return "ended";
 }
 
+// `word` as one shell word, whatever it holds.
+std::string ShellQuote(const std::string& word) {
+  return absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
+}
+
+// Runs `command` through the shell, its standard output into *out; the wait
+// status, or -1 when it could not start.
+int ReadCommand(const std::string& command, std::string* out) {
+  out->clear();
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;)
+    out->append(buffer, n);
+  return ::pclose(pipe);
+}
+
 }  // namespace
 
 std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
+                                         int node_rank,
                                          const std::string& metrics_path,
                                          int master_port) {
   std::vector<std::string> cmd = {
-      p.launch, absl::StrCat("--nproc_per_node=", c.world_size),
-      absl::StrCat("--master_port=", master_port),
-      // A run that hangs is stopped by the runner; ranks get 10 s to leave.
-      "--stop_timeout=10s", "--"};
+      p.launch, absl::StrCat("--nproc_per_node=", c.ProcessesPerNode())};
+  if (c.nnodes > 1) {
+    cmd.push_back(absl::StrCat("--nnodes=", c.nnodes));
+    cmd.push_back(absl::StrCat("--node_rank=", node_rank));
+    cmd.push_back(absl::StrCat("--master_addr=", c.master_addr));
+  }
+  cmd.push_back(absl::StrCat("--master_port=", master_port));
+  // A run that hangs is stopped by the runner; ranks get 10 s to leave.
+  cmd.push_back("--stop_timeout=10s");
+  cmd.push_back("--");
   if (c.implementation == "pytorch") {
     cmd.push_back(p.python);
     cmd.push_back(p.reference_script);
@@ -86,12 +116,13 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
            absl::StrCat("--device=", c.backend == "nccl" ? "cuda" : "cpu"),
            absl::StrCat("--sync_gradients=",
                         c.sync_gradients ? "true" : "false"),
-           absl::StrCat("--metrics_json=", metrics_path),
+           metrics_path.empty() ? std::string()
+                                : absl::StrCat("--metrics_json=", metrics_path),
            std::string("--skip_validation"),
            std::string("--progress=none"),
            std::string("--timeout=120s"),
        }) {
-    cmd.push_back(arg);
+    if (!arg.empty()) cmd.push_back(arg);
   }
   if (c.train_limit > 0)
     cmd.push_back(absl::StrCat("--train_limit=", c.train_limit));
@@ -151,9 +182,13 @@ absl::Status ReadMetrics(const std::string& path, RunRecord* r) {
 }
 
 absl::StatusOr<RunRecord> RunTraining(
-    const RunConfig& config, const Programs& programs, const std::string& dir,
-    absl::Duration timeout, const std::function<void(absl::Duration)>& tick) {
+    const RunConfig& config, const Programs& programs, int node_rank,
+    const std::string& dir, absl::Duration timeout,
+    const std::function<void(absl::Duration)>& tick) {
+  // Rank 0, which writes the metrics, runs on node 0.
+  const bool measures = node_rank == 0;
   for (const std::string& sub : {dir, dir + "/logs", dir + "/runs"}) {
+    if (!measures && sub == dir + "/runs") continue;
     if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::InternalError(
           absl::StrCat("cannot create ", sub, ": ", base::ErrnoText(errno)));
@@ -162,10 +197,13 @@ absl::StatusOr<RunRecord> RunTraining(
   RunRecord r;
   r.config = config;
   r.log_path = absl::StrCat(dir, "/logs/", config.Slug(), ".log");
-  r.metrics_path = absl::StrCat(dir, "/runs/", config.Slug(), ".json");
-  ::unlink(r.metrics_path.c_str());
-  const std::vector<std::string> cmd =
-      TrainingCommand(config, programs, r.metrics_path, FreePort());
+  if (measures) {
+    r.metrics_path = absl::StrCat(dir, "/runs/", config.Slug(), ".json");
+    ::unlink(r.metrics_path.c_str());
+  }
+  const std::vector<std::string> cmd = TrainingCommand(
+      config, programs, node_rank, r.metrics_path,
+      config.master_port != 0 ? config.master_port : FreePort());
   const int log = ::open(r.log_path.c_str(),
                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
@@ -181,6 +219,7 @@ absl::StatusOr<RunRecord> RunTraining(
   argv.push_back(nullptr);
 
   const absl::Time start = absl::Now();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log);
@@ -188,6 +227,10 @@ absl::StatusOr<RunRecord> RunTraining(
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    // A runner stopped by a signal ends its run too (the launcher passes
+    // SIGTERM on to its ranks): nothing trains on unobserved.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(127);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::execv(argv[0], argv.data());
@@ -229,12 +272,66 @@ absl::StatusOr<RunRecord> RunTraining(
     r.error = absl::StrCat(DescribeExit(status), ": ", Tail(r.log_path, 3));
     return r;
   }
+  if (!measures) {
+    r.ok = true;
+    return r;
+  }
   if (absl::Status s = ReadMetrics(r.metrics_path, &r); !s.ok()) {
     r.error = std::string(s.message());
     return r;
   }
   r.ok = true;
   return r;
+}
+
+// Asked of the train binary, which runs the trainings with its LibTorch.
+// (Linking LibTorch into the runner would also break prometheus-cpp's HTTP
+// server: with LibTorch's libraries loaded, civetweb fails to start.)
+int CountCudaDevices(const Programs& p) {
+  std::string out;
+  ReadCommand(
+      absl::StrCat(ShellQuote(p.train), " --print_cuda_devices 2>/dev/null"),
+      &out);
+  int count = 0;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(lines[0]), &count)) return 0;
+  return count;
+}
+
+absl::StatusOr<PythonTorch> ProbePythonTorch(const Programs& p) {
+  const std::string command =
+      absl::StrCat(ShellQuote(p.python), " ", ShellQuote(p.reference_script),
+                   " --probe 2>&1");
+  std::string out;
+  const int status = ReadCommand(command, &out);
+  if (status != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--reference=pytorch needs Debian's python3-torch (tools/setup.sh "
+        "installs it): `",
+        command, "` failed (",
+        status < 0 ? "did not start" : DescribeExit(status),
+        "): ", absl::StripAsciiWhitespace(out)));
+  }
+  // Torch may warn before the answer (a CUDA build without a driver).
+  std::vector<std::string> lines =
+      absl::StrSplit(absl::StripTrailingAsciiWhitespace(out), '\n');
+  return ParsePythonTorchProbe(lines.back());
+}
+
+absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text) {
+  try {
+    const nlohmann::json m = nlohmann::json::parse(text);
+    PythonTorch t;
+    t.version = m.at("torch").get<std::string>();
+    t.cuda = !m.at("cuda").is_null();
+    t.cuda_devices = m.at("cuda_devices").get<int>();
+    t.nccl = m.at("nccl").get<bool>();
+    return t;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unreadable answer of pytorch_reference.py --probe: '",
+                     text, "': ", e.what()));
+  }
 }
 
 }  // namespace dtrain::experiments

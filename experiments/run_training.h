@@ -1,7 +1,10 @@
 // Runs one training of the sweep as real processes through the launcher
 // (`launch --nproc_per_node=N -- train ...`, or the PyTorch reference script
 // in place of `train`), measures its wall time from outside, and reads what
-// the training measured inside from its metrics file.
+// the training measured inside from its metrics file. On a sweep over
+// several nodes each node runs its share of the ranks; node 0 holds rank 0,
+// which writes the metrics, so only node 0 measures. Also asks the programs
+// what they can do (CUDA devices, the Python torch's CUDA and NCCL).
 #ifndef DTRAIN_EXPERIMENTS_RUN_TRAINING_H_
 #define DTRAIN_EXPERIMENTS_RUN_TRAINING_H_
 
@@ -47,23 +50,43 @@ struct RunRecord {
   double step_seconds_sum = 0;
 };
 
-// The command line that runs `config` (for logs and for tests).
+// The command line that runs this node's share of `config` (for logs and for
+// tests): config.ProcessesPerNode() ranks, and with config.nnodes > 1 the
+// launcher's --nnodes, --node_rank and --master_addr. An empty
+// `metrics_path` asks for no metrics file.
 std::vector<std::string> TrainingCommand(const RunConfig& config,
                                          const Programs& programs,
+                                         int node_rank,
                                          const std::string& metrics_path,
                                          int master_port);
 
-// Runs `config`, writing its output to <dir>/logs/<slug>.log and its metrics
-// to <dir>/runs/<slug>.json. A training that fails, or runs past `timeout`
-// (its processes are then stopped), gives a record with ok = false; errors
-// only for what prevents starting it. `tick` is called about every 100 ms
-// while it runs (for a live display).
+// Runs this node's share of `config` on config.master_port (0: a free local
+// port), writing its output to <dir>/logs/<slug>.log and, on node 0, its
+// metrics to <dir>/runs/<slug>.json. A training that fails, or runs past
+// `timeout` (its processes are then stopped), gives a record with ok = false;
+// errors only for what prevents starting it. On other nodes a run that exits
+// 0 is ok with no measurements. `tick` is called about every 100 ms while it
+// runs (for a live display).
 absl::StatusOr<RunRecord> RunTraining(
-    const RunConfig& config, const Programs& programs, const std::string& dir,
-    absl::Duration timeout, const std::function<void(absl::Duration)>& tick);
+    const RunConfig& config, const Programs& programs, int node_rank,
+    const std::string& dir, absl::Duration timeout,
+    const std::function<void(absl::Duration)>& tick);
 
 // Reads a metrics file (trainer/run_metrics.h's JSON) into `record`.
 absl::Status ReadMetrics(const std::string& path, RunRecord* record);
+
+// CUDA devices that programs.train's LibTorch sees; 0 when it has no CUDA or
+// cannot run.
+int CountCudaDevices(const Programs& programs);
+
+// Asks the Python torch beside programs.reference_script (its --probe) what
+// it can do. kFailedPrecondition, with the script's last words, when it
+// cannot run or import torch.
+absl::StatusOr<PythonTorch> ProbePythonTorch(const Programs& programs);
+
+// The probe's output: one JSON line {"torch": "1.13.1", "cuda": null or
+// "12.4", "cuda_devices": 0, "nccl": false}. kInvalidArgument otherwise.
+absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text);
 
 }  // namespace dtrain::experiments
 

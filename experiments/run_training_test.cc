@@ -1,5 +1,6 @@
 #include "experiments/run_training.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -13,18 +14,28 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-TEST(RunTrainingTest, CommandGoesThroughTheLauncher) {
+// Ours (dtrain) on `backend` with `model`, `world_size` processes of
+// `batch` each; tests set what else they need.
+RunConfig Config(const char* backend, const char* model, int world_size,
+                 int64_t batch) {
   RunConfig c;
   c.implementation = "dtrain";
-  c.backend = "gloo";
-  c.model = "resnet18";
-  c.world_size = 4;
-  c.batch_size = 32;
+  c.backend = backend;
+  c.model = model;
+  c.world_size = world_size;
+  c.batch_size = batch;
+  return c;
+}
+
+TEST(RunTrainingTest, CommandGoesThroughTheLauncher) {
+  RunConfig c = Config("gloo", "resnet18", 4, 32);
   c.max_steps = 8;
   c.sync_gradients = false;
   Programs p{"/bin/launch", "/bin/train", "/usr/bin/python3", "/x/ref.py"};
-  const std::vector<std::string> cmd = TrainingCommand(c, p, "/o/m.json", 777);
+  const std::vector<std::string> cmd =
+      TrainingCommand(c, p, 0, "/o/m.json", 777);
   EXPECT_EQ(cmd[0], "/bin/launch");
   EXPECT_THAT(cmd, Contains("--nproc_per_node=4"));
   EXPECT_THAT(cmd, Contains("--master_port=777"));
@@ -35,8 +46,60 @@ TEST(RunTrainingTest, CommandGoesThroughTheLauncher) {
   EXPECT_THAT(cmd, Contains("--max_steps=8"));
   c.implementation = "pytorch";
   const std::string py =
-      absl::StrJoin(TrainingCommand(c, p, "/o/m.json", 1), " ");
+      absl::StrJoin(TrainingCommand(c, p, 0, "/o/m.json", 1), " ");
   EXPECT_THAT(py, HasSubstr("-- /usr/bin/python3 /x/ref.py --model=resnet18"));
+  EXPECT_THAT(py, Not(HasSubstr("--nnodes")));
+}
+
+TEST(RunTrainingTest, OverNodesEachNodeStartsItsShare) {
+  RunConfig c = Config("nccl", "resnet18", 4, 32);
+  c.nnodes = 2;
+  c.master_addr = "10.0.0.1";
+  Programs p{"/bin/launch", "/bin/train", "/usr/bin/python3", "/x/ref.py"};
+  const std::vector<std::string> cmd = TrainingCommand(c, p, 1, "", 29503);
+  EXPECT_THAT(cmd, Contains("--nproc_per_node=2"));
+  EXPECT_THAT(cmd, Contains("--nnodes=2"));
+  EXPECT_THAT(cmd, Contains("--node_rank=1"));
+  EXPECT_THAT(cmd, Contains("--master_addr=10.0.0.1"));
+  EXPECT_THAT(cmd, Contains("--master_port=29503"));
+  EXPECT_THAT(cmd, Contains("--device=cuda"));
+  // Rank 0 writes the metrics, on node 0: the other nodes ask for none.
+  EXPECT_THAT(absl::StrJoin(cmd, " "), Not(HasSubstr("--metrics_json")));
+}
+
+TEST(RunTrainingTest, ParsesThePythonTorchProbe) {
+  absl::StatusOr<PythonTorch> t = ParsePythonTorchProbe(
+      R"({"torch": "1.13.1", "cuda": null, "cuda_devices": 0, "nccl": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->version, "1.13.1");
+  EXPECT_FALSE(t->cuda);
+  EXPECT_EQ(t->cuda_devices, 0);
+  EXPECT_FALSE(t->nccl);
+  t = ParsePythonTorchProbe(
+      R"({"torch": "2.6.0", "cuda": "12.4", "cuda_devices": 2, "nccl": true})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->cuda);
+  EXPECT_EQ(t->cuda_devices, 2);
+  EXPECT_TRUE(t->nccl);
+  EXPECT_EQ(ParsePythonTorchProbe("Traceback (most recent call last):")
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParsePythonTorchProbe(R"({"torch": "1.13.1"})").ok());
+}
+
+TEST(RunTrainingTest, AProbeThatCannotRunSaysWhat) {
+  const std::string fake = ::testing::TempDir() + "/no_torch.sh";
+  {
+    std::ofstream out(fake);
+    out << "#!/bin/sh\necho \"No module named 'torch'\" >&2\nexit 1\n";
+  }
+  Programs p{"/bin/launch", "/bin/train", "/bin/sh", fake};
+  absl::StatusOr<PythonTorch> t = ProbePythonTorch(p);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(t.status().message(), HasSubstr("python3-torch"));
+  EXPECT_THAT(t.status().message(), HasSubstr("No module named 'torch'"));
 }
 
 TEST(RunTrainingTest, ReadsMetricsAndRejectsGarbage) {
@@ -67,11 +130,7 @@ TEST(RunTrainingTest, ReadsMetricsAndRejectsGarbage) {
 }
 
 TEST(RunTrainingTest, AFailingProgramGivesARecordWithItsOutput) {
-  RunConfig c;
-  c.implementation = "dtrain";
-  c.backend = "gloo";
-  c.model = "convnet";
-  c.batch_size = 8;
+  const RunConfig c = Config("gloo", "convnet", 1, 8);
   // The "launcher" is a shell that prints and fails.
   const std::string fake = ::testing::TempDir() + "/fake_launch.sh";
   {
@@ -81,19 +140,36 @@ TEST(RunTrainingTest, AFailingProgramGivesARecordWithItsOutput) {
   ASSERT_EQ(std::system(("chmod +x " + fake).c_str()), 0);
   Programs p{fake, "/bin/true", "", ""};
   absl::StatusOr<RunRecord> r = RunTraining(
-      c, p, ::testing::TempDir() + "/runs", absl::Seconds(30), nullptr);
+      c, p, 0, ::testing::TempDir() + "/runs", absl::Seconds(30), nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->ok);
   EXPECT_THAT(r->error, HasSubstr("exit 3"));
   EXPECT_THAT(r->error, HasSubstr("rank 1 exploded"));
 }
 
+TEST(RunTrainingTest, OnlyNodeZeroMeasures) {
+  RunConfig c = Config("gloo", "convnet", 2, 8);
+  c.nnodes = 2;
+  c.master_addr = "127.0.0.1";
+  c.master_port = 29999;
+  // A "launcher" that succeeds without training: node 1 only needs its
+  // ranks to end well; node 0 needs rank 0's metrics.
+  Programs p{"/bin/true", "/bin/true", "", ""};
+  const std::string dir = ::testing::TempDir() + "/nodes";
+  absl::StatusOr<RunRecord> r =
+      RunTraining(c, p, 1, dir, absl::Seconds(30), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok) << r->error;
+  EXPECT_TRUE(r->metrics_path.empty());
+  EXPECT_EQ(r->steps, 0);
+  r = RunTraining(c, p, 0, dir, absl::Seconds(30), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok);
+  EXPECT_THAT(r->error, HasSubstr("no metrics file"));
+}
+
 TEST(RunTrainingTest, AHangingRunIsStoppedAtTheTimeout) {
-  RunConfig c;
-  c.implementation = "dtrain";
-  c.backend = "gloo";
-  c.model = "convnet";
-  c.batch_size = 8;
+  const RunConfig c = Config("gloo", "convnet", 1, 8);
   const std::string fake = ::testing::TempDir() + "/hang.sh";
   {
     std::ofstream out(fake);
@@ -102,7 +178,7 @@ TEST(RunTrainingTest, AHangingRunIsStoppedAtTheTimeout) {
   ASSERT_EQ(std::system(("chmod +x " + fake).c_str()), 0);
   Programs p{fake, "/bin/true", "", ""};
   absl::StatusOr<RunRecord> r = RunTraining(
-      c, p, ::testing::TempDir() + "/runs", absl::Seconds(1), nullptr);
+      c, p, 0, ::testing::TempDir() + "/runs", absl::Seconds(1), nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->ok);
   EXPECT_THAT(r->error, HasSubstr("timeout"));

@@ -8,12 +8,17 @@
 //   bazel run //experiments:scaling -- --models=convnet --repeats=3
 //   bazel run //experiments:scaling -- --pushgateway=localhost:9091
 //   bazel run //experiments:scaling -- --reference=pytorch
+//
+// Over several nodes, as torchrun: the same command on every node (K = 0, 1,
+// ...), world sizes counting all processes; node 0 measures and reports.
+//   bazel run //experiments:scaling -- --backends=nccl --world_sizes=2,4
+//       --nnodes=2 --node_rank=K --master_addr=NODE0 --master_port=29500
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -22,13 +27,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/atomic_file.h"
@@ -66,6 +69,19 @@ ABSL_FLAG(bool, bound, true,
 ABSL_FLAG(std::string, reference, "",
           "pytorch: also run the same training in Python with Debian's "
           "python3-torch.");
+ABSL_FLAG(int, nnodes, 1,
+          "Nodes the sweep spans, each running this same command; world "
+          "sizes count the processes of all nodes, spread evenly.");
+ABSL_FLAG(int, node_rank, 0,
+          "This node's index in [0, nnodes); node 0 holds rank 0, measures "
+          "and writes the results.");
+ABSL_FLAG(std::string, master_addr, "",
+          "With --nnodes > 1: the address of node 0, where every run's "
+          "rendezvous is served.");
+ABSL_FLAG(int, master_port, 0,
+          "Port of the first run's rendezvous; the i-th configuration the "
+          "flags name (skipped ones counted) uses master_port + i (0: a free "
+          "local port per run on one node, 29500 on several).");
 ABSL_FLAG(std::string, output_dir, "scaling_results",
           "Where results.csv, results.json, plots and logs go (relative to "
           "the directory bazel run was started in).");
@@ -102,23 +118,6 @@ absl::StatusOr<std::vector<int64_t>> Numbers(
     out.push_back(v);
   }
   return out;
-}
-
-// Asked of the train binary, which runs the trainings with its LibTorch.
-// (Linking LibTorch here would also break prometheus-cpp's HTTP server: with
-// LibTorch's libraries loaded, civetweb fails to start.)
-int CudaDeviceCount(const std::string& train) {
-  FILE* pipe = ::popen(
-      absl::StrCat("'", train, "' --print_cuda_devices 2>/dev/null").c_str(),
-      "r");
-  if (pipe == nullptr) return 0;
-  char line[64] = {0};
-  const bool read = std::fgets(line, sizeof(line), pipe) != nullptr;
-  ::pclose(pipe);
-  int count = 0;
-  if (!read || !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &count))
-    return 0;
-  return count;
 }
 
 bool Exists(const std::string& path) {
@@ -165,20 +164,71 @@ class Display {
               << std::flush;
   }
   void Finished(int index, int total, const RunRecord& r) {
-    const std::string line =
-        r.ok ? absl::StrFormat(
-                   "[%d/%d] %s: %.2f s training, %.0f samples/s, %.1f s "
-                   "wall",
-                   index, total, r.config.Name(), r.epoch_seconds,
-                   r.samples_per_second, r.wall_seconds)
-             : absl::StrFormat("[%d/%d] %s: FAILED: %s", index, total,
-                               r.config.Name(), r.error);
+    std::string line;
+    if (!r.ok) {
+      line = absl::StrFormat("[%d/%d] %s: FAILED: %s", index, total,
+                             r.config.Name(), r.error);
+    } else if (r.metrics_path.empty()) {  // another node measured it
+      line = absl::StrFormat("[%d/%d] %s: took part, %.1f s wall", index, total,
+                             r.config.Name(), r.wall_seconds);
+    } else {
+      line = absl::StrFormat(
+          "[%d/%d] %s: %.2f s training, %.0f samples/s, %.1f s wall", index,
+          total, r.config.Name(), r.epoch_seconds, r.samples_per_second,
+          r.wall_seconds);
+    }
     std::cerr << (terminal_ ? "\r\x1b[K" : "") << line << "\n" << std::flush;
   }
 
  private:
   const bool terminal_;
 };
+
+// Runs this node's share of every run of the plan, in order, showing each
+// and handing its record to `done`. Errors only for what prevents starting a
+// run.
+absl::Status RunPlan(const SweepPlan& plan, const Programs& programs,
+                     int node_rank, const std::string& dir,
+                     const std::function<void(RunRecord)>& done) {
+  Display display(::isatty(STDERR_FILENO) == 1);
+  const int total = static_cast<int>(plan.runs.size());
+  for (int i = 0; i < total; ++i) {
+    const RunConfig& c = plan.runs[i];
+    display.Started(i + 1, total, c.Name());
+    absl::StatusOr<RunRecord> r = RunTraining(
+        c, programs, node_rank, dir, absl::GetFlag(FLAGS_run_timeout),
+        [&](absl::Duration t) { display.Tick(i + 1, total, c.Name(), t); });
+    if (!r.ok()) return r.status();
+    display.Finished(i + 1, total, *r);
+    done(*std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+// A node other than 0: runs its ranks of every run of the plan, in the same
+// order as node 0; measuring and reporting are node 0's. Exit status 1 when
+// a run failed here.
+int TakePart(const SweepOptions& o, const SweepPlan& plan,
+             const Programs& programs, const std::string& dir) {
+  std::cerr << absl::StrFormat(
+      "scaling: node %d of %d takes part in %d runs (logs in %s); node 0 at "
+      "%s measures them and writes the table, results, plots and "
+      "metrics\n",
+      o.node_rank, o.nnodes, plan.runs.size(), dir, o.master_addr);
+  for (const Skipped& s : plan.skipped)
+    std::cerr << "skipped " << s.what << ": " << s.why << "\n";
+  int failed = 0;
+  const absl::Status s = RunPlan(plan, programs, o.node_rank, dir,
+                                 [&](RunRecord r) { failed += !r.ok; });
+  if (!s.ok()) {
+    std::cerr << "scaling: " << s.message() << "\n";
+    return 2;
+  }
+  std::cout << absl::StrFormat(
+      "node %d took part in %d runs (%d failed); the results are node 0's\n",
+      o.node_rank, plan.runs.size(), failed);
+  return failed > 0 ? 1 : 0;
+}
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -215,6 +265,10 @@ int Main(int argc, char** argv) {
         "--reference: '", reference, "' is not pytorch (or empty)")));
   }
   o.reference_pytorch = reference == "pytorch";
+  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.node_rank = absl::GetFlag(FLAGS_node_rank);
+  o.master_addr = absl::GetFlag(FLAGS_master_addr);
+  o.master_port = absl::GetFlag(FLAGS_master_port);
 
   Programs programs;
   programs.train = absl::GetFlag(FLAGS_train_binary);
@@ -231,16 +285,14 @@ int Main(int argc, char** argv) {
         "cannot find the train and launch binaries: run through `bazel run "
         "//experiments:scaling`, or give --train_binary and --launch_binary"));
   }
-  o.cuda_devices = CudaDeviceCount(programs.train);
+  o.cuda_devices = CountCudaDevices(programs);
+  if (o.reference_pytorch) {
+    absl::StatusOr<PythonTorch> torch = ProbePythonTorch(programs);
+    if (!torch.ok()) return fail(torch.status());
+    o.python_torch = *std::move(torch);
+  }
   absl::StatusOr<SweepPlan> plan = PlanSweep(o);
   if (!plan.ok()) return fail(plan.status());
-  if (o.reference_pytorch &&
-      std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    return fail(absl::FailedPreconditionError(
-        "--reference=pytorch needs Debian's python3-torch (tools/setup.sh "
-        "installs it)"));
-  }
-
   const std::string dir = OutputDir(absl::GetFlag(FLAGS_output_dir));
   if (dir.empty())
     return fail(absl::InvalidArgumentError("--output_dir: empty"));
@@ -250,6 +302,8 @@ int Main(int argc, char** argv) {
     return fail(absl::InternalError(
         absl::StrCat("cannot create ", dir, ": ", mkdir_error.message())));
   }
+  // Node 0 holds rank 0 of every run: it measures and reports.
+  if (o.node_rank != 0) return TakePart(o, *plan, programs, dir);
   std::string run_id = absl::GetFlag(FLAGS_run_id);
   if (run_id.empty())
     run_id =
@@ -269,26 +323,22 @@ int Main(int argc, char** argv) {
     std::cerr << "serving metrics on http://0.0.0.0:" << port << "/metrics\n";
   }
 
-  std::cerr << absl::StrFormat("scaling: %d runs (%s), results in %s\n",
-                               plan->runs.size(), absl::StrJoin(o.models, ", "),
-                               dir);
+  std::cerr << absl::StrFormat(
+      "scaling: %d runs (%s)%s, results in %s\n", plan->runs.size(),
+      absl::StrJoin(o.models, ", "),
+      o.nnodes > 1 ? absl::StrCat(" over ", o.nnodes, " nodes") : "", dir);
   for (const Skipped& s : plan->skipped)
     std::cerr << "skipped " << s.what << ": " << s.why << "\n";
 
-  Display display(::isatty(STDERR_FILENO) == 1);
   std::vector<RunRecord> records;
   const absl::Time start = absl::Now();
-  const int total = static_cast<int>(plan->runs.size());
-  for (int i = 0; i < total; ++i) {
-    const RunConfig& c = plan->runs[i];
-    display.Started(i + 1, total, c.Name());
-    absl::StatusOr<RunRecord> r = RunTraining(
-        c, programs, dir, absl::GetFlag(FLAGS_run_timeout),
-        [&](absl::Duration t) { display.Tick(i + 1, total, c.Name(), t); });
-    if (!r.ok()) return fail(r.status());
-    display.Finished(i + 1, total, *r);
-    records.push_back(*std::move(r));
-    metrics.Update(Summarize(records));
+  if (absl::Status s = RunPlan(*plan, programs, o.node_rank, dir,
+                               [&](RunRecord r) {
+                                 records.push_back(std::move(r));
+                                 metrics.Update(Summarize(records));
+                               });
+      !s.ok()) {
+    return fail(s);
   }
 
   const std::vector<ResultRow> rows = Summarize(records);

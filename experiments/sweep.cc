@@ -46,8 +46,32 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   if (o.epochs < 1) return Invalid("epochs", "must be >= 1");
   if (o.models.empty()) return Invalid("models", "empty");
   if (o.backends.empty()) return Invalid("backends", "empty");
+  if (o.nnodes < 1) {
+    return Invalid("nnodes", absl::StrCat(o.nnodes, " is not >= 1"));
+  }
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return Invalid("node_rank",
+                   absl::StrCat(o.node_rank, " is outside [0, ", o.nnodes,
+                                ") (--nnodes=", o.nnodes, ")"));
+  }
+  if (o.nnodes > 1 && o.master_addr.empty()) {
+    return Invalid("master_addr",
+                   absl::StrCat("--nnodes=", o.nnodes,
+                                " needs the address of node 0, where rank 0 "
+                                "serves every run's rendezvous"));
+  }
+  if (o.master_port < 0 || o.master_port > 65535) {
+    return Invalid("master_port",
+                   absl::StrCat(o.master_port, " is outside 0..65535"));
+  }
 
   SweepPlan plan;
+  auto skip = [&plan](std::string what, std::string why) {
+    for (const Skipped& s : plan.skipped) {
+      if (s.what == what && s.why == why) return;
+    }
+    plan.skipped.push_back({std::move(what), std::move(why)});
+  };
   std::vector<std::string> implementations = {"dtrain"};
   if (o.reference_pytorch) implementations.push_back("pytorch");
   for (const std::string& backend : o.backends) {
@@ -62,21 +86,25 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
                                             "'; known: convnet, resnet18"));
     }
   }
+  const PythonTorch& py = o.python_torch;
+  const std::string py_name = absl::StrCat("Python torch ", py.version);
+  std::string py_nccl_missing;  // why PyTorch's NCCL runs cannot run at all
+  if (!py.cuda) {
+    py_nccl_missing = absl::StrCat(py_name, " has no CUDA");
+  } else if (!py.nccl) {
+    py_nccl_missing = absl::StrCat(py_name, " has no NCCL");
+  } else if (py.cuda_devices == 0) {
+    py_nccl_missing = absl::StrCat(py_name, " sees 0 CUDA devices");
+  }
+  const int first_port =
+      o.master_port == 0 && o.nnodes > 1 ? kDefaultMasterPort : o.master_port;
+  // Counts every configuration the flags name, planned or skipped: the same
+  // on every node whatever its devices.
+  int slot = 0;
   for (const std::string& backend : o.backends) {
-    if (backend == "nccl" && o.cuda_devices == 0) {
-      plan.skipped.push_back(
-          {"nccl", "no CUDA device is visible (or this LibTorch has no CUDA)"});
-      continue;
-    }
     for (const std::string& model : o.models) {
       for (size_t i = 0; i < o.world_sizes.size(); ++i) {
         const int n = o.world_sizes[i];
-        if (backend == "nccl" && n > o.cuda_devices) {
-          plan.skipped.push_back({absl::StrCat("nccl np=", n),
-                                  absl::StrCat("needs ", n, " CUDA devices, ",
-                                               o.cuda_devices, " visible")});
-          continue;
-        }
         int64_t batch = 0;
         if (o.global_batch > 0) {
           if (o.global_batch % n != 0) {
@@ -90,10 +118,42 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
           batch =
               o.batch_sizes.size() == 1 ? o.batch_sizes[0] : o.batch_sizes[i];
         }
+        const int per_node = n / o.nnodes;
+        const std::string devices_needed =
+            o.nnodes == 1
+                ? absl::StrCat(n, " CUDA devices")
+                : absl::StrCat(per_node, " CUDA devices per node (", n,
+                               " processes over ", o.nnodes, " nodes)");
         for (const std::string& impl : implementations) {
+          bool skipped = true;
+          if (n % o.nnodes != 0) {
+            skip(absl::StrCat("np=", n),
+                 absl::StrCat("world size ", n, " does not spread evenly over ",
+                              o.nnodes, " nodes"));
+          } else if (impl == "dtrain" && backend == "nccl" &&
+                     o.cuda_devices == 0) {
+            skip("nccl",
+                 "no CUDA device is visible (or this LibTorch has no CUDA)");
+          } else if (impl == "dtrain" && backend == "nccl" &&
+                     per_node > o.cuda_devices) {
+            skip(absl::StrCat("nccl np=", n),
+                 absl::StrCat("needs ", devices_needed, ", ", o.cuda_devices,
+                              " visible"));
+          } else if (impl == "pytorch" && backend == "nccl" &&
+                     !py_nccl_missing.empty()) {
+            skip("pytorch nccl", py_nccl_missing);
+          } else if (impl == "pytorch" && backend == "nccl" &&
+                     per_node > py.cuda_devices) {
+            skip(absl::StrCat("pytorch nccl np=", n),
+                 absl::StrCat("needs ", devices_needed, ", ", py_name, " sees ",
+                              py.cuda_devices));
+          } else {
+            skipped = false;
+          }
           for (bool sync : {true, false}) {
             if (!sync && (n == 1 || !o.bound)) continue;
-            for (int r = 0; r < o.repeats; ++r) {
+            for (int r = 0; r < o.repeats; ++r, ++slot) {
+              if (skipped) continue;
               RunConfig c;
               c.implementation = impl;
               c.backend = backend;
@@ -106,12 +166,21 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.train_limit = o.train_limit;
               c.sync_gradients = sync;
               c.repeat = r;
+              c.nnodes = o.nnodes;
+              if (o.nnodes > 1) c.master_addr = o.master_addr;
+              c.master_port = first_port == 0 ? 0 : first_port + slot;
               plan.runs.push_back(c);
             }
           }
         }
       }
     }
+  }
+  if (first_port != 0 && slot > 0 && first_port + slot - 1 > 65535) {
+    return Invalid("master_port",
+                   absl::StrCat(first_port, ": the sweep's ", slot,
+                                " runs need ports up to ",
+                                first_port + slot - 1, ", beyond 65535"));
   }
   return plan;
 }

@@ -3,6 +3,12 @@
 // process count it runs the training with gradient averaging, and for more
 // than one process also without (the no-communication bound), `repeats`
 // times each.
+//
+// A sweep may span nodes as torchrun does: the same command on every node
+// with --nnodes, --node_rank, --master_addr and --master_port. World sizes
+// are then total process counts spread evenly over the nodes. Every node
+// plans the same runs in the same order, and each run meets on its own port
+// (master_port + its slot), so consecutive runs cannot collide.
 #ifndef DTRAIN_EXPERIMENTS_SWEEP_H_
 #define DTRAIN_EXPERIMENTS_SWEEP_H_
 
@@ -13,6 +19,18 @@
 #include "absl/status/statusor.h"
 
 namespace dtrain::experiments {
+
+// What the Python torch beside the reference script can do (probed once by
+// the runner: experiments/pytorch_reference.py --probe).
+struct PythonTorch {
+  std::string version;  // "1.13.1"
+  bool cuda = false;    // built with CUDA
+  int cuda_devices = 0;
+  bool nccl = false;
+};
+
+// torchrun's default rendezvous port, the first run's port on several nodes.
+inline constexpr int kDefaultMasterPort = 29500;
 
 struct SweepOptions {
   std::vector<std::string> backends = {"gloo"};
@@ -35,8 +53,21 @@ struct SweepOptions {
   bool bound = true;
   // Also run the PyTorch reference script.
   bool reference_pytorch = false;
-  // CUDA devices visible: NCCL runs need world_size of them at most.
+  // Only read with reference_pytorch: PyTorch's NCCL runs need CUDA, NCCL
+  // and enough devices there.
+  PythonTorch python_torch;
+  // CUDA devices visible on each node: NCCL runs need one per process of a
+  // node.
   int cuda_devices = 0;
+  // The nodes the sweep spans (torchrun's flags, the same on every node but
+  // node_rank). master_addr is required with nnodes > 1.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  // The first run's rendezvous port; run slot i uses master_port + i.
+  // 0: each run picks a free local port (one node), or kDefaultMasterPort
+  // (several nodes).
+  int master_port = 0;
 };
 
 struct RunConfig {
@@ -50,6 +81,13 @@ struct RunConfig {
   int64_t train_limit = 0;
   bool sync_gradients = true;
   int repeat = 0;
+  // Nodes the world_size processes are spread over, evenly.
+  int nnodes = 1;
+  std::string master_addr;  // with nnodes > 1
+  // The rendezvous port; 0: a free local port picked when the run starts.
+  int master_port = 0;
+
+  int ProcessesPerNode() const { return world_size / nnodes; }
 
   // "dtrain gloo convnet np=2 bs=64" (+ " no-sync", " #2").
   std::string Name() const;
@@ -58,7 +96,7 @@ struct RunConfig {
 };
 
 struct Skipped {
-  std::string what;  // "nccl"
+  std::string what;  // "nccl", "nccl np=4", "pytorch nccl", "np=1"
   std::string why;
 };
 
@@ -67,9 +105,19 @@ struct SweepPlan {
   std::vector<Skipped> skipped;
 };
 
+// The runs in order. A run's port depends only on the flags shared by all
+// nodes (its slot counts skipped configurations too), so a node that skips
+// a run another node makes (different devices) does not shift the ports of
+// the runs after it. Skips, each listed once with the reason: world sizes
+// that do not split evenly over the nodes; our NCCL runs where a node has
+// fewer CUDA devices (cuda_devices) than processes; PyTorch's where its
+// Python torch lacks CUDA, NCCL or devices (python_torch).
+//
 // kInvalidArgument naming the flag for: an unknown backend or model, world
 // sizes below 1, a batch list whose length is neither 1 nor that of the
-// world sizes, a global batch not divisible by a world size, repeats < 1.
+// world sizes, a global batch not divisible by a world size, repeats < 1,
+// nnodes < 1, node_rank outside [0, nnodes), nnodes > 1 without
+// master_addr, ports beyond 65535.
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options);
 
 }  // namespace dtrain::experiments

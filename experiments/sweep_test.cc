@@ -61,6 +61,179 @@ TEST(SweepTest, GlobalBatchRepeatsAndReference) {
   EXPECT_EQ(plan->runs[11].Slug(), "pytorch_gloo_convnet_np4_bs64_sync_r1");
 }
 
+TEST(SweepTest, NoMultiNodeFlagsKeepOneNodeAndFreePorts) {
+  absl::StatusOr<SweepPlan> plan = PlanSweep(SweepOptions());
+  ASSERT_TRUE(plan.ok());
+  for (const RunConfig& c : plan->runs) {
+    EXPECT_EQ(c.nnodes, 1);
+    EXPECT_EQ(c.ProcessesPerNode(), c.world_size);
+    EXPECT_EQ(c.master_port, 0) << c.Name();  // picked free at run time
+    EXPECT_TRUE(c.master_addr.empty());
+  }
+}
+
+TEST(SweepTest, OverTwoNodesWorldSizesSpreadEvenlyWithOwnPorts) {
+  SweepOptions o;
+  o.models = {"convnet"};
+  o.world_sizes = {1, 2, 4};
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "10.0.0.1";
+  o.master_port = 30000;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // np=1 cannot spread over 2 nodes; np=2 and np=4 with and without sync.
+  ASSERT_EQ(plan->runs.size(), 4u);
+  ASSERT_EQ(plan->skipped.size(), 1u);
+  EXPECT_EQ(plan->skipped[0].what, "np=1");
+  EXPECT_THAT(plan->skipped[0].why, HasSubstr("evenly over 2 nodes"));
+  EXPECT_EQ(plan->runs[0].Name(), "dtrain gloo convnet np=2 bs=64");
+  EXPECT_EQ(plan->runs[0].ProcessesPerNode(), 1);
+  EXPECT_EQ(plan->runs[2].world_size, 4);
+  EXPECT_EQ(plan->runs[2].ProcessesPerNode(), 2);
+  for (const RunConfig& c : plan->runs) {
+    EXPECT_EQ(c.nnodes, 2);
+    EXPECT_EQ(c.master_addr, "10.0.0.1");
+  }
+  // Slot 0 was the skipped np=1 run: ports count it, so every node agrees.
+  EXPECT_EQ(plan->runs[0].master_port, 30001);
+  EXPECT_EQ(plan->runs[1].master_port, 30002);
+  EXPECT_EQ(plan->runs[2].master_port, 30003);
+  EXPECT_EQ(plan->runs[3].master_port, 30004);
+
+  // Without --master_port, torchrun's default is the first port.
+  o.master_port = 0;
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->runs[0].master_port, kDefaultMasterPort + 1);
+
+  // One node with an explicit port: deterministic ports there too.
+  o.nnodes = 1;
+  o.node_rank = 0;
+  o.master_port = 30000;
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->runs[0].master_port, 30000);
+  EXPECT_EQ(plan->runs[0].world_size, 1);
+}
+
+TEST(SweepTest, NcclNeedsOneDevicePerProcessOfANode) {
+  SweepOptions o;
+  o.backends = {"gloo", "nccl"};
+  o.models = {"convnet", "resnet18"};
+  o.world_sizes = {2, 4, 8};
+  o.batch_sizes = {64};
+  o.nnodes = 2;
+  o.master_addr = "node0";
+  o.cuda_devices = 2;  // 2 x 2 GPUs: np=8 would need 4 per node
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->skipped.size(), 1u);  // once, not once per model
+  EXPECT_EQ(plan->skipped[0].what, "nccl np=8");
+  EXPECT_EQ(plan->skipped[0].why,
+            "needs 4 CUDA devices per node (8 processes over 2 nodes), 2 "
+            "visible");
+  int nccl = 0;
+  for (const RunConfig& c : plan->runs) {
+    if (c.backend != "nccl") continue;
+    ++nccl;
+    EXPECT_LE(c.ProcessesPerNode(), 2) << c.Name();
+  }
+  EXPECT_EQ(nccl, 2 * 2 * 2);  // models x {np=2, np=4} x {sync, no-sync}
+
+  // A node that sees fewer devices skips more runs, but the runs it makes
+  // keep the ports every other node gives them.
+  absl::StatusOr<SweepPlan> fewer = [&] {
+    SweepOptions f = o;
+    f.cuda_devices = 1;
+    return PlanSweep(f);
+  }();
+  ASSERT_TRUE(fewer.ok());
+  for (const RunConfig& c : fewer->runs) {
+    bool found = false;
+    for (const RunConfig& d : plan->runs) {
+      if (d.Slug() == c.Slug()) {
+        found = true;
+        EXPECT_EQ(d.master_port, c.master_port) << c.Name();
+      }
+    }
+    EXPECT_TRUE(found) << c.Name();
+  }
+}
+
+TEST(SweepTest, PyTorchNcclRunsNeedAPythonTorchWithCudaAndNccl) {
+  SweepOptions o;
+  o.backends = {"gloo", "nccl"};
+  o.models = {"convnet"};
+  o.world_sizes = {1, 2};
+  o.batch_sizes = {64};
+  o.bound = false;
+  o.reference_pytorch = true;
+  o.cuda_devices = 2;  // ours can run NCCL
+  auto pytorch_nccl_runs = [](const SweepPlan& plan) {
+    int n = 0;
+    for (const RunConfig& c : plan.runs)
+      n += c.implementation == "pytorch" && c.backend == "nccl";
+    return n;
+  };
+  auto gloo_runs = [](const SweepPlan& plan) {
+    int n = 0;
+    for (const RunConfig& c : plan.runs) n += c.backend == "gloo";
+    return n;
+  };
+  struct Case {
+    PythonTorch torch;
+    std::string what;
+    std::string why;
+  };
+  const Case cases[] = {
+      {{"1.13.1", false, 0, false},
+       "pytorch nccl",
+       "Python torch 1.13.1 has no CUDA"},
+      {{"2.6.0", true, 2, false},
+       "pytorch nccl",
+       "Python torch 2.6.0 has no NCCL"},
+      {{"2.6.0", true, 0, true},
+       "pytorch nccl",
+       "Python torch 2.6.0 sees 0 CUDA devices"},
+      {{"2.6.0", true, 1, true},
+       "pytorch nccl np=2",
+       "needs 2 CUDA devices, Python torch 2.6.0 sees 1"},
+  };
+  for (const Case& c : cases) {
+    o.python_torch = c.torch;
+    absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->skipped.size(), 1u) << c.why;
+    EXPECT_EQ(plan->skipped[0].what, c.what);
+    EXPECT_EQ(plan->skipped[0].why, c.why);
+    // Ours still runs NCCL; PyTorch's gloo runs are unaffected.
+    EXPECT_EQ(gloo_runs(*plan), 4) << c.why;
+    EXPECT_EQ(pytorch_nccl_runs(*plan), c.what == "pytorch nccl" ? 0 : 1);
+  }
+  o.python_torch = {"2.6.0", true, 2, true};
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->skipped.empty());
+  EXPECT_EQ(pytorch_nccl_runs(*plan), 2);
+
+  // Each implementation needs its own torch's devices: a CPU-only LibTorch
+  // skips ours, PyTorch's still run.
+  o.cuda_devices = 0;
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->skipped.size(), 1u);
+  EXPECT_EQ(plan->skipped[0].what, "nccl");
+  EXPECT_EQ(pytorch_nccl_runs(*plan), 2);
+  // Both CPU-only (this machine): both reasons are shown.
+  o.python_torch = {"1.13.1", false, 0, false};
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->skipped.size(), 2u);
+  EXPECT_EQ(plan->skipped[1].what, "pytorch nccl");
+  EXPECT_EQ(plan->skipped[1].why, "Python torch 1.13.1 has no CUDA");
+}
+
 TEST(SweepTest, BadOptionsNameTheFlag) {
   struct Case {
     void (*mutate)(SweepOptions&);
@@ -73,6 +246,17 @@ TEST(SweepTest, BadOptionsNameTheFlag) {
       {[](SweepOptions& o) { o.batch_sizes.pop_back(); }, "--batch_sizes"},
       {[](SweepOptions& o) { o.global_batch = 90; }, "--global_batch"},
       {[](SweepOptions& o) { o.repeats = 0; }, "--repeats"},
+      {[](SweepOptions& o) { o.nnodes = 0; }, "--nnodes"},
+      {[](SweepOptions& o) { o.node_rank = 1; }, "--node_rank"},
+      {[](SweepOptions& o) {
+         o.nnodes = 2;
+         o.node_rank = 2;
+         o.master_addr = "h";
+       },
+       "--node_rank"},
+      {[](SweepOptions& o) { o.nnodes = 2; }, "--master_addr"},
+      {[](SweepOptions& o) { o.master_port = 70000; }, "--master_port"},
+      {[](SweepOptions& o) { o.master_port = 65530; }, "--master_port"},
   };
   for (const Case& c : cases) {
     SweepOptions o;
