@@ -20,7 +20,7 @@ count=$("$train" --print_cuda_devices 2>/dev/null)
 [[ $count == 0 ]] || skip "LibTorch sees $count CUDA device(s) here: run tools/gpu_check.sh itself"
 
 # A bazel that records being called: nothing here may build.
-mkdir -p "$tmp/bin" "$tmp/smi_ok" "$tmp/smi_broken"
+mkdir -p "$tmp/bin"
 printf '#!/bin/sh\necho "$@" >>"%s/bazel_called"\nexit 1\n' "$tmp" >"$tmp/bin/bazel"
 chmod +x "$tmp/bin/bazel"
 given=(--train "$train" --bandwidth "$bandwidth")
@@ -47,25 +47,27 @@ grep -q '^PASS' "$tmp/plain.out" && fail "no GPU: a check passed: $(cat "$tmp/pl
 grep -q "(logs: $tmp/plain.logs)" "$tmp/plain.out" || fail "no GPU: logs folder not named"
 echo "no GPU: exit $rc: $first"
 
+# with_smi NAME SCRIPT WANT: runs the check with SCRIPT (sh) as nvidia-smi; wants exit 1 and a first
+# line matching the regular expression WANT.
+with_smi() {
+  mkdir -p "$tmp/$1.smi"
+  printf '#!/bin/sh\n%s\n' "$2" >"$tmp/$1.smi/nvidia-smi"
+  chmod +x "$tmp/$1.smi/nvidia-smi"
+  run "$1" "$tmp/$1.smi"
+  [[ $rc -eq 1 ]] || fail "$1: exit $rc, want 1"
+  head -1 "$tmp/$1.out" | grep -q -- "$3" || fail "$1: first line '$(head -1 "$tmp/$1.out")', want /$3/"
+  echo "$1: exit $rc: $(head -1 "$tmp/$1.out")"
+}
+
 # 2. A driver that lists two GPUs, with this machine's CPU-only LibTorch.
-printf '#!/bin/sh\necho "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-0)"\necho "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-1)"\n' \
-  >"$tmp/smi_ok/nvidia-smi"
-chmod +x "$tmp/smi_ok/nvidia-smi"
-run cpu_torch "$tmp/smi_ok"
-[[ $rc -eq 1 ]] || fail "CPU-only LibTorch: exit $rc, want 1"
-grep -q "^FAIL (a) driver and devices: nvidia-smi lists 2 GPU(s) (2 x NVIDIA A100-SXM4-40GB) but the project's LibTorch sees 0 CUDA devices. This build's LibTorch is CPU-only" \
-  "$tmp/cpu_torch.out" || fail "CPU-only LibTorch: $(head -1 "$tmp/cpu_torch.out")"
-echo "CPU-only LibTorch: exit $rc: $(head -1 "$tmp/cpu_torch.out")"
+with_smi cpu_only_torch \
+  'echo "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-0)"; echo "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-1)"' \
+  "^FAIL (a) driver and devices: nvidia-smi lists 2 GPU(s) (2 x NVIDIA A100-SXM4-40GB) but the project's LibTorch sees 0 CUDA devices\. This build's LibTorch is CPU-only"
 
 # 3. A driver that does not answer.
-printf '#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn'"'"'t communicate with the NVIDIA driver."\nexit 9\n' \
-  >"$tmp/smi_broken/nvidia-smi"
-chmod +x "$tmp/smi_broken/nvidia-smi"
-run broken "$tmp/smi_broken"
-[[ $rc -eq 1 ]] || fail "broken driver: exit $rc, want 1"
-grep -q "^FAIL (a) driver and devices: nvidia-smi failed: NVIDIA-SMI has failed.*NVIDIA driver\. Is the NVIDIA kernel driver installed and loaded" \
-  "$tmp/broken.out" || fail "broken driver: $(head -1 "$tmp/broken.out")"
-echo "broken driver: exit $rc: $(head -1 "$tmp/broken.out")"
+with_smi broken_driver \
+  "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9" \
+  "^FAIL (a) driver and devices: nvidia-smi failed: NVIDIA-SMI has failed.*NVIDIA driver\. Is the NVIDIA kernel driver installed and loaded"
 
 # 4. Bad arguments.
 "$check" --min_busbw=fast >"$tmp/args.out" 2>&1
