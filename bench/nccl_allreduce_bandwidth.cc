@@ -4,8 +4,9 @@
 // meeting through an in-memory store. For each message size it checks the
 // result once (rank r contributes r + 1, every element must be n(n+1)/2), then
 // times a batch of allreduces of zeros and synchronizes the device through
-// LibTorch before stopping the clock, so the time is the same whether Work's
-// Wait blocks the host or only orders the caller's stream.
+// LibTorch before stopping the clock, so the time is right whether Work's Wait
+// blocks the host or only makes the caller's stream wait (a blocking Wait adds
+// a host round trip per allreduce, which shows only at small sizes).
 //
 //   bazel run //bench:nccl_allreduce_bandwidth
 //   bazel run //bench:nccl_allreduce_bandwidth -- --min_bytes=8M --gpus=2
@@ -46,6 +47,7 @@
 #include "absl/time/time.h"
 #include "base/cuda_device.h"
 #include "base/status_macros.h"
+#include "base/torch_guard.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/nccl/nccl_backend.h"
 #include "dist/store/hash_store.h"
@@ -178,36 +180,36 @@ absl::Status RunRank(int rank, const Config& c,
       at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, rank);
   const double n = c.world_size;
   const float want = static_cast<float>(n * (n + 1) / 2);
-  try {
-    for (int64_t bytes : c.sizes) {
-      at::Tensor t = at::full({bytes / 4}, static_cast<float>(rank + 1), opts);
-      DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
-      // A host read synchronizes with the collective, whatever Wait did.
-      out.correct.push_back(t.eq(want).all().item<bool>());
-      // Zeros from here on: sums stay finite however many iterations run.
-      t.zero_();
-      for (int i = 0; i < c.warmup_iters; ++i) {
-        DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
-      }
-      torch::cuda::synchronize(rank);
-      if (!barrier.Arrive()) {
-        return absl::AbortedError(
-            absl::StrCat("[rank ", rank, "] stopped: another rank failed"));
-      }
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < c.iters; ++i) {
-        DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
-      }
-      torch::cuda::synchronize(rank);
-      const std::chrono::duration<double> took =
-          std::chrono::steady_clock::now() - start;
-      out.seconds.push_back(took.count() / c.iters);
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("[rank ", rank, "] LibTorch: ", e.what()));
-  }
-  return absl::OkStatus();
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat("[rank ", rank, "] LibTorch: "),
+      [&]() -> absl::Status {
+        for (int64_t bytes : c.sizes) {
+          at::Tensor t =
+              at::full({bytes / 4}, static_cast<float>(rank + 1), opts);
+          DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          // A host read synchronizes with the collective, whatever Wait did.
+          out.correct.push_back(t.eq(want).all().item<bool>());
+          // Zeros from here on: sums stay finite however many iterations run.
+          t.zero_();
+          for (int i = 0; i < c.warmup_iters; ++i) {
+            DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          }
+          torch::cuda::synchronize(rank);
+          if (!barrier.Arrive()) {
+            return absl::AbortedError(
+                absl::StrCat("[rank ", rank, "] stopped: another rank failed"));
+          }
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < c.iters; ++i) {
+            DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          }
+          torch::cuda::synchronize(rank);
+          const std::chrono::duration<double> took =
+              std::chrono::steady_clock::now() - start;
+          out.seconds.push_back(took.count() / c.iters);
+        }
+        return absl::OkStatus();
+      });
 }
 
 // Why this cannot run here, or OK.
