@@ -1,0 +1,381 @@
+// nccl_allreduce_bandwidth: the project's NCCL backend's allreduce bus
+// bandwidth on every visible GPU, as nccl-tests' all_reduce_perf measures it:
+// one process, one thread per GPU (thread i is rank i, device i), ranks
+// meeting through an in-memory store. For each message size it checks the
+// result once (rank r contributes r + 1, every element must be n(n+1)/2), then
+// times a batch of allreduces of zeros and synchronizes the device through
+// LibTorch before stopping the clock, so the time is right whether Work's Wait
+// blocks the host or only makes the caller's stream wait (a blocking Wait adds
+// a host round trip per allreduce, which shows only at small sizes).
+//
+//   bazel run //bench:nccl_allreduce_bandwidth
+//   bazel run //bench:nccl_allreduce_bandwidth -- --min_bytes=8M --gpus=2
+//
+// Prints a table, then one JSON line (the last line of stdout):
+//   {"format": "dtrain.nccl_allreduce_bandwidth.v1", "gpus": 8,
+//    "results": [{"bytes": 1048576, "time_us": 52.1, "algbw_GBps": 20.1,
+//                 "busbw_GBps": 35.2, "correct": true}, ...],
+//    "max_busbw_GBps": 180.3}
+// algbw = bytes / time; busbw = algbw * 2(n-1)/n (0 for one GPU), the rate
+// each GPU's links carry in a ring, comparable with the links' speed. The
+// time is the slowest rank's. Exits 0 when every size was correct; 1 with one
+// line on stderr when it cannot run (no NCCL, no GPU, a CPU-only LibTorch) or
+// a collective failed or was wrong; 2 for bad flags.
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "base/cuda_device.h"
+#include "base/status_macros.h"
+#include "base/torch_guard.h"
+#include "dist/backend/backend.h"
+#include "dist/backend/nccl/nccl_backend.h"
+#include "dist/store/hash_store.h"
+
+ABSL_FLAG(std::string, min_bytes, "1M",
+          "Smallest message, in bytes (suffix K, M or G: binary units).");
+ABSL_FLAG(std::string, max_bytes, "256M", "Largest message, in bytes.");
+ABSL_FLAG(int, step_factor, 2, "Each size is this many times the previous.");
+ABSL_FLAG(int, iters, 20, "Timed allreduces per size.");
+ABSL_FLAG(int, warmup_iters, 5, "Untimed allreduces per size first.");
+ABSL_FLAG(int, gpus, 0, "Ranks (one per GPU, devices 0..N-1; 0: all).");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120),
+          "Bounds creating the communicators and every collective.");
+
+namespace dtrain::bench {
+namespace {
+
+constexpr char kName[] = "nccl_allreduce_bandwidth";
+
+// "1M" -> 1048576. Positive multiples of 4 bytes (float32 elements) only.
+absl::StatusOr<int64_t> ParseBytes(const std::string& flag,
+                                   const std::string& given) {
+  std::string text = given;
+  int64_t unit = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K':
+      case 'k':
+        unit = int64_t{1} << 10;
+        break;
+      case 'M':
+      case 'm':
+        unit = int64_t{1} << 20;
+        break;
+      case 'G':
+      case 'g':
+        unit = int64_t{1} << 30;
+        break;
+      default:
+        break;
+    }
+    if (unit != 1) text.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value <= 0 ||
+      value > (int64_t{1} << 40) / unit || value * unit % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", given,
+        ": want a positive multiple of 4 bytes, e.g. 1048576 or 1M"));
+  }
+  return value * unit;
+}
+
+// Lets the rank threads start each timed batch together (C++17 has no
+// std::barrier). Reusable: each Arrive waits for the current generation. A
+// rank that fails calls Break, so that the others stop waiting for it.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int count) : count_(count) {}
+
+  // False once broken.
+  bool Arrive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return !broken_;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation || broken_; });
+    return !broken_;
+  }
+
+  void Break() {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int count_;
+  int arrived_ = 0;         // Guarded by mu_.
+  int64_t generation_ = 0;  // Guarded by mu_.
+  bool broken_ = false;     // Guarded by mu_.
+};
+
+struct SizeResult {
+  int64_t bytes = 0;
+  double seconds = 0;  // per allreduce, slowest rank
+  bool correct = false;
+};
+
+struct Config {
+  std::vector<int64_t> sizes;
+  int iters = 0;
+  int warmup_iters = 0;
+  int world_size = 0;
+  absl::Duration timeout;
+};
+
+// What every rank thread writes, each into its own slot.
+struct RankOutcome {
+  absl::Status status;
+  std::vector<double> seconds;  // per size, per allreduce
+  std::vector<bool> correct;    // per size
+};
+
+absl::Status Issue(backend::Backend& b, const at::Tensor& t,
+                   absl::Duration timeout, int64_t bytes) {
+  return b.AllReduce(t, backend::ReduceOp::kSum, absl::StrCat(bytes, " B"))
+      ->Wait(timeout);
+}
+
+absl::Status RunRank(int rank, const Config& c,
+                     std::shared_ptr<store::Store> store,
+                     ThreadBarrier& barrier, RankOutcome& out) {
+  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(rank));
+  backend::NcclBackendOptions o;
+  o.rank = rank;
+  o.world_size = c.world_size;
+  o.store = std::move(store);
+  o.device = rank;
+  o.timeout = c.timeout;
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b,
+                          backend::CreateNcclBackend(o));
+  const at::TensorOptions opts =
+      at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, rank);
+  const double n = c.world_size;
+  const float want = static_cast<float>(n * (n + 1) / 2);
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat("[rank ", rank, "] LibTorch: "),
+      [&]() -> absl::Status {
+        for (int64_t bytes : c.sizes) {
+          at::Tensor t =
+              at::full({bytes / 4}, static_cast<float>(rank + 1), opts);
+          DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          // A host read synchronizes with the collective, whatever Wait did.
+          out.correct.push_back(t.eq(want).all().item<bool>());
+          // Zeros from here on: sums stay finite however many iterations run.
+          t.zero_();
+          for (int i = 0; i < c.warmup_iters; ++i) {
+            DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          }
+          torch::cuda::synchronize(rank);
+          if (!barrier.Arrive()) {
+            return absl::AbortedError(
+                absl::StrCat("[rank ", rank, "] stopped: another rank failed"));
+          }
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < c.iters; ++i) {
+            DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
+          }
+          torch::cuda::synchronize(rank);
+          const std::chrono::duration<double> took =
+              std::chrono::steady_clock::now() - start;
+          out.seconds.push_back(took.count() / c.iters);
+        }
+        return absl::OkStatus();
+      });
+}
+
+// Why this cannot run here, or OK.
+absl::Status CheckCanRun() {
+  std::string reason;
+  if (!backend::NcclAvailable(&reason)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("built without NCCL: ", reason));
+  }
+  absl::StatusOr<int> runtime_count = base::CudaDeviceCount();
+  if (!runtime_count.ok()) return runtime_count.status();
+  if (*runtime_count == 0) {
+    return absl::FailedPreconditionError(
+        "no GPU: the CUDA runtime sees no device (check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES)");
+  }
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CUDA runtime sees ", *runtime_count,
+        " GPU(s) but LibTorch sees none: a CPU-only LibTorch? Rebuild with "
+        "LIBTORCH_HOME pointing at a CUDA build (docs/GPU.md)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> ConfigFromFlags() {
+  Config c;
+  DTRAIN_ASSIGN_OR_RETURN(
+      const int64_t min_bytes,
+      ParseBytes("min_bytes", absl::GetFlag(FLAGS_min_bytes)));
+  DTRAIN_ASSIGN_OR_RETURN(
+      const int64_t max_bytes,
+      ParseBytes("max_bytes", absl::GetFlag(FLAGS_max_bytes)));
+  const int factor = absl::GetFlag(FLAGS_step_factor);
+  if (min_bytes > max_bytes || factor < 2) {
+    return absl::InvalidArgumentError(
+        "want --min_bytes <= --max_bytes and --step_factor >= 2");
+  }
+  for (int64_t b = min_bytes; b <= max_bytes; b *= factor) {
+    c.sizes.push_back(b);
+  }
+  c.iters = absl::GetFlag(FLAGS_iters);
+  c.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
+  c.timeout = absl::GetFlag(FLAGS_timeout);
+  if (c.iters < 1 || c.warmup_iters < 0) {
+    return absl::InvalidArgumentError("want --iters >= 1, --warmup_iters >= 0");
+  }
+  c.world_size = absl::GetFlag(FLAGS_gpus);
+  if (c.world_size < 0) return absl::InvalidArgumentError("--gpus < 0");
+  return c;
+}
+
+// The slowest rank's time per size; the first rank's error if any failed.
+absl::StatusOr<std::vector<SizeResult>> Measure(const Config& c) {
+  auto store = std::make_shared<store::HashStore>(c.timeout);
+  ThreadBarrier barrier(c.world_size);
+  std::vector<RankOutcome> outcomes(c.world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.world_size; ++r) {
+    threads.emplace_back([&, r] {
+      outcomes[r].status = RunRank(r, c, store, barrier, outcomes[r]);
+      if (!outcomes[r].status.ok()) barrier.Break();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // The first real error, not a rank that stopped because of it.
+  for (const RankOutcome& o : outcomes) {
+    if (!o.status.ok() && !absl::IsAborted(o.status)) return o.status;
+  }
+  for (const RankOutcome& o : outcomes) {
+    if (!o.status.ok()) return o.status;
+  }
+  std::vector<SizeResult> results;
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    SizeResult r;
+    r.bytes = c.sizes[i];
+    r.correct = true;
+    for (const RankOutcome& o : outcomes) {
+      r.seconds = std::max(r.seconds, o.seconds[i]);
+      r.correct = r.correct && o.correct[i];
+    }
+    results.push_back(r);
+  }
+  return results;
+}
+
+double BusFactor(int n) { return 2.0 * (n - 1) / n; }
+
+void Report(const Config& c, const std::vector<SizeResult>& results) {
+  std::printf(
+      "# %s: allreduce sum of float32, %d GPU(s), %d iterations per "
+      "size, one thread per GPU\n",
+      kName, c.world_size, c.iters);
+  std::printf("%14s %12s %12s %12s %8s\n", "bytes", "time_us", "algbw_GBps",
+              "busbw_GBps", "correct");
+  std::vector<std::string> json;
+  double max_busbw = 0;
+  for (const SizeResult& r : results) {
+    const double algbw = r.bytes / r.seconds * 1e-9;
+    const double busbw = algbw * BusFactor(c.world_size);
+    max_busbw = std::max(max_busbw, busbw);
+    std::printf("%14lld %12.1f %12.2f %12.2f %8s\n",
+                static_cast<long long>(r.bytes), r.seconds * 1e6, algbw, busbw,
+                r.correct ? "yes" : "NO");
+    json.push_back(absl::StrCat(
+        "{\"bytes\": ", r.bytes, ", \"time_us\": ", r.seconds * 1e6,
+        ", \"algbw_GBps\": ", algbw, ", \"busbw_GBps\": ", busbw,
+        ", \"correct\": ", r.correct ? "true" : "false", "}"));
+  }
+  std::printf(
+      "{\"format\": \"dtrain.nccl_allreduce_bandwidth.v1\", \"gpus\": %d, "
+      "\"results\": [%s], \"max_busbw_GBps\": %s}\n",
+      c.world_size, absl::StrJoin(json, ", ").c_str(),
+      absl::StrCat(max_busbw).c_str());
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Allreduce bus bandwidth of the project's NCCL backend over every "
+      "visible GPU (one thread per GPU), as nccl-tests' all_reduce_perf.\n"
+      "  nccl_allreduce_bandwidth [--min_bytes=1M] [--max_bytes=256M] "
+      "[--gpus=N]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'\n", kName, rest[1]);
+    return 2;
+  }
+  absl::StatusOr<Config> config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName,
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = CheckCanRun(); !s.ok()) {
+    std::fprintf(stderr, "%s: cannot run here: %s\n", kName,
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  const int visible = static_cast<int>(torch::cuda::device_count());
+  if (config->world_size == 0) config->world_size = visible;
+  if (config->world_size > visible) {
+    std::fprintf(stderr, "%s: --gpus=%d but only %d GPU(s) are visible\n",
+                 kName, config->world_size, visible);
+    return 2;
+  }
+  absl::StatusOr<std::vector<SizeResult>> results = Measure(*config);
+  if (!results.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kName,
+                 std::string(results.status().message()).c_str());
+    return 1;
+  }
+  Report(*config, *results);
+  for (const SizeResult& r : *results) {
+    if (!r.correct) {
+      std::fprintf(stderr,
+                   "%s: allreduce of %lld bytes gave a wrong sum (want %d x "
+                   "(%d + 1) / 2 in every element)\n",
+                   kName, static_cast<long long>(r.bytes), config->world_size,
+                   config->world_size);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtrain::bench
+
+int main(int argc, char** argv) { return dtrain::bench::Main(argc, argv); }
