@@ -30,6 +30,10 @@ class CommOps {
   // empty when there is none.
   virtual std::string AsyncError() = 0;
 
+  // The peers known to be gone ("rank 1 (pid 4242 on node01) has exited"),
+  // or empty when none is known; asked only once a collective has failed.
+  virtual std::string LostPeers() = 0;
+
   // Aborts the communicator: collectives in flight stop waiting for peers.
   virtual void Abort() = 0;
 

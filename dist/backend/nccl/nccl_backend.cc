@@ -20,6 +20,7 @@
 #include "base/cuda_device.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
+#include "dist/backend/nccl/peers.h"
 #include "dist/backend/nccl/watchdog.h"
 #include "dist/backend/work.h"
 #include "third_party/torch_config.h"
@@ -140,8 +141,13 @@ cudaStream_t CurrentStream(int device) {
 // The device and the communicator as the watchdog sees them.
 class NcclOps : public CommOps {
  public:
-  NcclOps(int device, ncclComm_t comm, cudaStream_t stream)
-      : device_(device), comm_(comm), stream_(stream) {}
+  NcclOps(int device, ncclComm_t comm, cudaStream_t stream,
+          std::vector<nccl_internal::Peer> peers, nccl_internal::Peer self)
+      : device_(device),
+        comm_(comm),
+        stream_(stream),
+        peers_(std::move(peers)),
+        self_(std::move(self)) {}
 
   EventState Query(void* event, std::string* error) override {
     const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
@@ -156,6 +162,11 @@ class NcclOps : public CommOps {
     if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
     if (r == ncclSuccess || r == ncclInProgress) return "";
     return NcclError(comm_, r);
+  }
+
+  std::string LostPeers() override {
+    return nccl_internal::DescribeLostPeers(peers_, self_,
+                                            nccl_internal::ProcessAlive);
   }
 
   void Abort() override {
@@ -186,12 +197,15 @@ class NcclOps : public CommOps {
   const int device_;
   const ncclComm_t comm_;
   const cudaStream_t stream_;
+  const std::vector<nccl_internal::Peer> peers_;
+  const nccl_internal::Peer self_;
 };
 
 class NcclBackend : public Backend {
  public:
   NcclBackend(const NcclBackendOptions& options, ncclComm_t comm,
-              cudaStream_t stream, cudaEvent_t ready)
+              cudaStream_t stream, cudaEvent_t ready,
+              std::vector<nccl_internal::Peer> peers)
       : rank_(options.rank),
         size_(options.world_size),
         device_(options.device),
@@ -199,7 +213,8 @@ class NcclBackend : public Backend {
         comm_(comm),
         stream_(stream),
         ready_(ready),
-        ops_(options.device, comm, stream),
+        ops_(options.device, comm, stream, std::move(peers),
+             nccl_internal::ThisProcess(options.rank)),
         watchdog_(WatchdogOptionsFor(options), &ops_) {}
 
   ~NcclBackend() override {
@@ -475,6 +490,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     std::memcpy(id.internal, v->data(), sizeof(id.internal));
   }
 
+  // Every rank's host and pid, so that errors can name a peer that exited.
+  // Published before the communicator exists, read once it does (every rank
+  // has published by then).
+  if (absl::Status s = store.Set(
+          absl::StrCat("process/", options.rank),
+          nccl_internal::EncodePeer(nccl_internal::ThisProcess(options.rank)));
+      !s.ok()) {
+    return absl::Status(
+        s.code(),
+        absl::StrCat(who, ": publishing this process's record: ", s.message()));
+  }
+
   const absl::Time start = absl::Now();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking =
@@ -496,6 +523,22 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
         absl::StrCat(who, ": creating the communicator of ", options.world_size,
                      " ranks on cuda:", options.device, ": ", detail));
   }
+  std::vector<nccl_internal::Peer> peers;
+  for (int r = 0; r < options.world_size; ++r) {
+    absl::StatusOr<std::string> v =
+        store.Get(absl::StrCat("process/", r), options.timeout);
+    absl::StatusOr<nccl_internal::Peer> peer =
+        v.ok() ? nccl_internal::DecodePeer(r, *v)
+               : absl::StatusOr<nccl_internal::Peer>(v.status());
+    if (!peer.ok()) {
+      ncclCommAbort(comm);
+      return absl::Status(
+          peer.status().code(),
+          absl::StrCat(who, ": reading rank ", r,
+                       "'s process record: ", peer.status().message()));
+    }
+    peers.push_back(*std::move(peer));
+  }
   cudaStream_t stream = nullptr;
   cudaEvent_t ready = nullptr;
   cudaError_t ce = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
@@ -506,7 +549,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
   }
   return std::unique_ptr<Backend>(
-      new NcclBackend(options, comm, stream, ready));
+      new NcclBackend(options, comm, stream, ready, std::move(peers)));
 }
 
 #endif  // DTRAIN_HAVE_NCCL

@@ -76,15 +76,18 @@ bool Watchdog::PollFront() {
     failure = absl::InternalError(
         absl::StrCat(who, " failed after ", elapsed, ": ", error));
   } else if (const std::string async = ops_->AsyncError(); !async.empty()) {
-    failure = absl::UnavailableError(
-        absl::StrCat(who, " failed after ", elapsed, ": ", async,
-                     " (a peer may have died or lost its connection)"));
+    const std::string lost = ops_->LostPeers();
+    failure = absl::UnavailableError(absl::StrCat(
+        who, " failed after ", elapsed, ": ", async,
+        lost.empty() ? " (a peer may have died or lost its connection)"
+                     : absl::StrCat(" (", lost, ")")));
   } else if (absl::Now() - p.start > options_.timeout) {
+    const std::string lost = ops_->LostPeers();
     failure = absl::DeadlineExceededError(absl::StrCat(
         who, " timed out after ", elapsed, " (timeout ",
-        absl::FormatDuration(options_.timeout),
-        "): a peer never issued it, died, or is stuck; the communicator was "
-        "aborted"));
+        absl::FormatDuration(options_.timeout), "): ",
+        lost.empty() ? "a peer never issued it, died, or is stuck" : lost,
+        "; the communicator was aborted"));
   } else {
     return false;
   }

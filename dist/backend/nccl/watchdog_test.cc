@@ -39,6 +39,10 @@ class ScriptedOps : public CommOps {
     std::lock_guard<std::mutex> lock(mu);
     return async_error;
   }
+  std::string LostPeers() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return lost_peers;
+  }
   void Abort() override { ++aborts; }
   bool StreamIdle() override { return stream_idle.load(); }
   absl::Status OrderCurrentStreamAfter(void* event) override {
@@ -59,6 +63,7 @@ class ScriptedOps : public CommOps {
 
   std::mutex mu;
   std::string async_error;
+  std::string lost_peers;
   std::vector<void*> ordered_after;
   std::atomic<int> aborts{0};
   std::atomic<int> binds{0};
@@ -209,6 +214,25 @@ TEST(WatchdogTest, TimeoutAbortsTheCommunicator) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("timed out after"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("(timeout 30ms)"));
   EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, ErrorsNameThePeerKnownToBeGone) {
+  for (bool timeout : {false, true}) {
+    ScriptedOps ops;
+    ops.lost_peers = "rank 1 (pid 4242 on node01) has exited";
+    WatchdogOptions o = Options();
+    if (timeout) o.timeout = absl::Milliseconds(10);
+    Watchdog w(o, &ops);
+    Fake a;
+    Issue(w, a);
+    if (!timeout) ops.SetAsyncError("remote process exited");
+    Eventually([&] { return a.work->IsCompleted(); });
+    EXPECT_THAT(std::string(a.work->status().message()),
+                HasSubstr("rank 1 (pid 4242 on node01) has exited"))
+        << a.work->status();
+    EXPECT_THAT(std::string(a.work->status().message()),
+                ::testing::Not(HasSubstr("a peer")));
+  }
 }
 
 TEST(WatchdogTest, DeviceErrorFailsTheCollective) {
