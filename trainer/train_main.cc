@@ -89,6 +89,9 @@ ABSL_FLAG(int, world_size, -1, "Number of processes (default: launcher's).");
 ABSL_FLAG(int, rank, -1, "This process's rank (default: launcher's).");
 ABSL_FLAG(int, local_rank, -1,
           "This process's rank on its node (default: launcher's).");
+ABSL_FLAG(int, local_world_size, -1,
+          "Ranks on this node, with --local_rank (default: launcher's, or "
+          "LOCAL_WORLD_SIZE).");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5),
           "Bounds the rendezvous and every collective.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda (cuda:LOCAL_RANK) or cuda:N.");
@@ -214,6 +217,8 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   if (Specified("world_size")) o.world_size = absl::GetFlag(FLAGS_world_size);
   if (Specified("rank")) o.rank = absl::GetFlag(FLAGS_rank);
   if (Specified("local_rank")) o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (Specified("local_world_size"))
+    o.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   if (Specified("master_addr"))
     o.master_addr = absl::GetFlag(FLAGS_master_addr);
   if (Specified("master_port"))
@@ -324,6 +329,7 @@ int Main(int argc, char** argv) {
   init.args.rank = options->rank;
   init.args.world_size = options->world_size;
   init.args.local_rank = options->local_rank;
+  init.args.local_world_size = options->local_world_size;
   init.args.master_addr = options->master_addr;
   init.args.master_port = options->master_port;
   absl::StatusOr<rendezvous::World> world =

@@ -85,6 +85,8 @@ struct TrainOptions {
   absl::optional<int> world_size;
   absl::optional<int> rank;
   absl::optional<int> local_rank;
+  // Ranks on this node; needed with local_rank when no launcher says.
+  absl::optional<int> local_world_size;
   absl::optional<std::string> master_addr;
   absl::optional<int> master_port;
   // Bounds rendezvous and every collective.
