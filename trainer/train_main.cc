@@ -34,6 +34,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/cuda_device.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "dist/backend/factory.h"
@@ -296,6 +297,31 @@ int Spawn(int argc, char** argv) {
   return result->exit_code;
 }
 
+// This rank's CUDA device (-1: the CPU), made current before anything else
+// touches CUDA, so that no context lands on another rank's GPU.
+absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
+                                     const rendezvous::World& world) {
+  if (options.device == "cpu") return -1;
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", options.device,
+        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
+        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
+        "README) or train with --device=cpu --dist_backend=gloo"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
+  RankPlacement placement;
+  placement.rank = world.rank;
+  placement.world_size = world.world_size;
+  placement.local_rank = world.local_rank;
+  placement.local_world_size = world.local_world_size;
+  placement.local_inferred = world.launch.local_inferred;
+  DTRAIN_ASSIGN_OR_RETURN(const int device,
+                          ChooseCudaDevice(options.device, placement, visible));
+  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
+  return device;
+}
+
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   base::TuneMallocForTraining();
@@ -338,6 +364,13 @@ int Main(int argc, char** argv) {
     std::cerr << "train: " << world.status().message() << "\n";
     return 1;
   }
+  // Before the backend: NCCL creates its context on the current device.
+  absl::StatusOr<int> cuda_device = SelectCudaDevice(*options, *world);
+  if (!cuda_device.ok()) {
+    std::cerr << "train: [rank " << world->rank << "] "
+              << cuda_device.status().message() << "\n";
+    return 1;
+  }
   backend::BackendConfig config;
   config.name = options->dist_backend;
   config.rank = world->rank;
@@ -345,8 +378,7 @@ int Main(int argc, char** argv) {
   config.store = world->store;
   config.timeout = options->timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
-  config.cuda_device =
-      std::max(0, CudaDeviceIndex(*options, world->local_rank));
+  config.cuda_device = std::max(0, *cuda_device);
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
       backend::CreateBackend(config);
   if (!backend.ok()) {
@@ -360,6 +392,7 @@ int Main(int argc, char** argv) {
   context.log = &std::cerr;
   context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
   context.start = start;
+  context.cuda_device = *cuda_device;
   absl::StatusOr<TrainResult> result =
       Train(*options, *world, **backend, context);
   if (!result.ok()) {
