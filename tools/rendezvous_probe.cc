@@ -27,6 +27,9 @@ ABSL_FLAG(int, rank, -1,
 ABSL_FLAG(int, world_size, -1,
           "Number of processes; -1: from the URL or the launcher.");
 ABSL_FLAG(int, local_rank, -1, "Rank on this node; -1: from the launcher.");
+ABSL_FLAG(int, local_world_size, -1,
+          "Ranks on this node, with --local_rank; -1: from the launcher or "
+          "LOCAL_WORLD_SIZE.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "How long to wait for the store and the other ranks.");
 ABSL_FLAG(std::string, bind_host, "",
@@ -73,6 +76,9 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_local_rank) >= 0) {
     options.args.local_rank = absl::GetFlag(FLAGS_local_rank);
+  }
+  if (absl::GetFlag(FLAGS_local_world_size) >= 0) {
+    options.args.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   }
 
   absl::StatusOr<rdzv::World> world =

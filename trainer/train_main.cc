@@ -34,6 +34,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/cuda_device.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "dist/backend/factory.h"
@@ -89,6 +90,9 @@ ABSL_FLAG(int, world_size, -1, "Number of processes (default: launcher's).");
 ABSL_FLAG(int, rank, -1, "This process's rank (default: launcher's).");
 ABSL_FLAG(int, local_rank, -1,
           "This process's rank on its node (default: launcher's).");
+ABSL_FLAG(int, local_world_size, -1,
+          "Ranks on this node, with --local_rank (default: launcher's, or "
+          "LOCAL_WORLD_SIZE).");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5),
           "Bounds the rendezvous and every collective.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda (cuda:LOCAL_RANK) or cuda:N.");
@@ -214,6 +218,8 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   if (Specified("world_size")) o.world_size = absl::GetFlag(FLAGS_world_size);
   if (Specified("rank")) o.rank = absl::GetFlag(FLAGS_rank);
   if (Specified("local_rank")) o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (Specified("local_world_size"))
+    o.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   if (Specified("master_addr"))
     o.master_addr = absl::GetFlag(FLAGS_master_addr);
   if (Specified("master_port"))
@@ -291,6 +297,31 @@ int Spawn(int argc, char** argv) {
   return result->exit_code;
 }
 
+// This rank's CUDA device (-1: the CPU), made current before anything else
+// touches CUDA, so that no context lands on another rank's GPU.
+absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
+                                     const rendezvous::World& world) {
+  if (options.device == "cpu") return -1;
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", options.device,
+        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
+        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
+        "README) or train with --device=cpu --dist_backend=gloo"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
+  RankPlacement placement;
+  placement.rank = world.rank;
+  placement.world_size = world.world_size;
+  placement.local_rank = world.local_rank;
+  placement.local_world_size = world.local_world_size;
+  placement.local_inferred = world.launch.local_inferred;
+  DTRAIN_ASSIGN_OR_RETURN(const int device,
+                          ChooseCudaDevice(options.device, placement, visible));
+  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
+  return device;
+}
+
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   base::TuneMallocForTraining();
@@ -324,12 +355,20 @@ int Main(int argc, char** argv) {
   init.args.rank = options->rank;
   init.args.world_size = options->world_size;
   init.args.local_rank = options->local_rank;
+  init.args.local_world_size = options->local_world_size;
   init.args.master_addr = options->master_addr;
   init.args.master_port = options->master_port;
   absl::StatusOr<rendezvous::World> world =
       rendezvous::InitWorld(init, rendezvous::ProcessEnv());
   if (!world.ok()) {
     std::cerr << "train: " << world.status().message() << "\n";
+    return 1;
+  }
+  // Before the backend: NCCL creates its context on the current device.
+  absl::StatusOr<int> cuda_device = SelectCudaDevice(*options, *world);
+  if (!cuda_device.ok()) {
+    std::cerr << "train: [rank " << world->rank << "] "
+              << cuda_device.status().message() << "\n";
     return 1;
   }
   backend::BackendConfig config;
@@ -339,8 +378,7 @@ int Main(int argc, char** argv) {
   config.store = world->store;
   config.timeout = options->timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
-  config.cuda_device =
-      std::max(0, CudaDeviceIndex(*options, world->local_rank));
+  config.cuda_device = std::max(0, *cuda_device);
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
       backend::CreateBackend(config);
   if (!backend.ok()) {
@@ -354,6 +392,7 @@ int Main(int argc, char** argv) {
   context.log = &std::cerr;
   context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
   context.start = start;
+  context.cuda_device = *cuda_device;
   absl::StatusOr<TrainResult> result =
       Train(*options, *world, **backend, context);
   if (!result.ok()) {

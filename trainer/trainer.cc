@@ -51,24 +51,31 @@ uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
   return (z ^ (z >> 31)) >> 1;  // manual_seed takes it as uint64; keep < 2^63
 }
 
-absl::StatusOr<c10::Device> ResolveDevice(const TrainOptions& o,
-                                          int local_rank) {
-  if (o.device == "cpu") return c10::Device(c10::kCPU);
-  if (!torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+// The device the caller chose (TrainContext::cuda_device), checked against
+// the options: the choice itself is made once, before the backend exists.
+absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
+                                           int cuda_device) {
+  if (o.device == "cpu") {
+    if (cuda_device < 0) return c10::Device(c10::kCPU);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=cpu, but TrainContext::cuda_device is ",
+                     cuda_device, " (leave it -1 for the CPU)"));
+  }
+  if (cuda_device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "--device=", o.device,
-        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
-        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
-        "README) or train with --device=cpu --dist_backend=gloo"));
+        ": TrainContext::cuda_device is not set; choose it with "
+        "ChooseCudaDevice and make it current before creating the backend"));
   }
-  const int index = CudaDeviceIndex(o, local_rank);
-  const int count = static_cast<int>(torch::cuda::device_count());
-  if (index >= count) {
+  if (!torch::cuda::is_available() ||
+      cuda_device >= static_cast<int>(torch::cuda::device_count())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", o.device, ": device ", index, " requested (local rank ",
-        local_rank, ") but only ", count, " visible"));
+        "--device=", o.device, ": cuda:", cuda_device,
+        " is not usable from LibTorch (it sees ",
+        torch::cuda::is_available() ? torch::cuda::device_count() : 0,
+        " CUDA devices; a CPU-only LibTorch sees none)"));
   }
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
 }
 
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
@@ -204,7 +211,7 @@ absl::Status Run::Setup() {
       o_.progress, context_.log_is_terminal, o_.print_freq,
       context_.log != nullptr ? *context_.log : std::cerr);
   DTRAIN_ASSIGN_OR_RETURN(c10::Device device,
-                          ResolveDevice(o_, world_.local_rank));
+                          TrainingDevice(o_, context_.cuda_device));
   device_ = device;
 
   DTRAIN_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(o_));

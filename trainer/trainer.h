@@ -62,6 +62,11 @@ struct TrainContext {
   // rank 0 writes a checkpoint there, and Train returns kCancelled. Null: no
   // graceful stop, and no extra collective.
   const std::atomic<bool>* stop_requested = nullptr;
+  // The CUDA device to train on, or -1 for the CPU; must be >= 0 exactly when
+  // the options' device is not "cpu". Choose it with ChooseCudaDevice
+  // (train_options.h) and make it current (base::SetCurrentCudaDevice) before
+  // creating the backend, as //trainer:train does.
+  int cuda_device = -1;
 };
 
 struct TrainResult {
@@ -71,6 +76,7 @@ struct TrainResult {
 };
 
 // Runs the whole training. `options` must be resolved (ResolveDefaults);
+// context.cuda_device must agree with options.device (kInvalidArgument);
 // Validate's errors, dataset and checkpoint errors, and backend errors come
 // back as they are, prefixed with "[rank R]". A graceful stop (see
 // TrainContext::stop_requested) returns kCancelled saying at which step it

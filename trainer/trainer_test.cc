@@ -5,6 +5,7 @@
 
 #include "trainer/trainer.h"
 
+#include <torch/cuda.h>
 #include <torch/nn/module.h>
 
 #include <atomic>
@@ -61,7 +62,8 @@ std::string TempDir(const std::string& name) {
 
 // Runs Train on `world_size` threads; returns each rank's result.
 std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
-    const TrainOptions& options, int world_size, std::ostream* log = nullptr) {
+    const TrainOptions& options, int world_size, std::ostream* log = nullptr,
+    int cuda_device = -1) {
   std::vector<absl::StatusOr<TrainResult>> results(
       world_size, absl::UnknownError("rank did not run"));
   backend::testing::RunRanks(world_size, Gloo, [&](backend::Backend& b) {
@@ -71,6 +73,7 @@ std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
     world.local_rank = b.rank();
     world.local_world_size = b.size();
     TrainContext context;
+    context.cuda_device = cuda_device;
     std::ostringstream quiet;
     context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
     results[b.rank()] = Train(options, world, b, context);
@@ -282,12 +285,35 @@ TEST(TrainerTest, MissingDataFailsOnEveryRankNamingThePath) {
 }
 
 TEST(TrainerTest, CudaWithoutDeviceIsAClearError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible";
   TrainOptions o = SmallRun();
   o.device = "cuda";
   o.dist_backend = "nccl";
-  auto results = TrainOnRanks(o, 1);
-  if (results[0].ok()) GTEST_SKIP() << "a CUDA device is visible";
-  EXPECT_THAT(results[0].status().message(), HasSubstr("CUDA"));
+  auto results = TrainOnRanks(o, 1, nullptr, /*cuda_device=*/0);
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(results[0].status().message(),
+              HasSubstr("--device=cuda: cuda:0 is not usable from LibTorch"));
+}
+
+// The device is chosen once, by the caller (ChooseCudaDevice); Train only
+// checks that the choice fits the options.
+TEST(TrainerTest, DeviceMustAgreeWithTheCallersChoice) {
+  TrainOptions o = SmallRun();
+  o.device = "cuda";
+  o.dist_backend = "nccl";
+  auto unset = TrainOnRanks(o, 1);
+  ASSERT_FALSE(unset[0].ok());
+  EXPECT_EQ(unset[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unset[0].status().message(),
+              HasSubstr("--device=cuda: TrainContext::cuda_device is not set"));
+
+  auto cpu_with_gpu = TrainOnRanks(SmallRun(), 1, nullptr, /*cuda_device=*/1);
+  ASSERT_FALSE(cpu_with_gpu[0].ok());
+  EXPECT_EQ(cpu_with_gpu[0].status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cpu_with_gpu[0].status().message(),
+              HasSubstr("--device=cpu, but TrainContext::cuda_device is 1"));
 }
 
 }  // namespace

@@ -26,12 +26,19 @@
 // Construction (Create) is collective: it checks that every rank has the same
 // parameters and buffers (names, shapes, dtypes, in registration order) and
 // fails on every rank with the first difference and the ranks on each side;
-// then it broadcasts parameters and buffers from rank 0.
+// then it broadcasts parameters and buffers from rank 0. Before any
+// collective it refuses, naming the parameters, a model the backend cannot
+// serve: parameters and buffers on several devices, on anything but CUDA for
+// the nccl backend or the CPU for gloo, or of a dtype no backend reduces
+// (trainable parameters: float32, float64, float16, bfloat16). Mixed floating
+// dtypes, such as float16 layers in a float32 model, are supported: each
+// bucket holds one dtype.
 //
 // Buckets: parameters that require grad, in reverse registration order, are
 // grouped into flat buckets (a bucket closes once it reaches its cap:
 // first_bucket_cap_bytes for the first, bucket_cap_bytes for the rest, as in
-// PyTorch; one dtype and device per bucket). A hook on each parameter copies
+// PyTorch; one dtype per bucket, allocated on the parameters' device, so
+// NCCL's gradients never leave the GPU). A hook on each parameter copies
 // its gradient into its bucket during backward; a complete bucket is
 // allreduced at once, asynchronously, but only after every earlier bucket was
 // launched, so every rank issues the same collectives in the same order and
@@ -119,6 +126,8 @@ class DistributedDataParallel {
   // Call after each synchronised backward, before the optimizer step: launches
   // the buckets still pending (filling parameters that had no gradient),
   // waits for all of them and writes the averages into each parameter's .grad.
+  // The wait blocks the host on each bucket's Work (backend.h offers no wait
+  // on a CUDA stream).
   // A no-op returning OK while gradient sync is off (inside a NoSyncGuard).
   absl::Status SynchronizeGradients();
 

@@ -5,6 +5,7 @@
 #ifndef DTRAIN_DIST_DDP_DDP_TYPES_H_
 #define DTRAIN_DIST_DDP_DDP_TYPES_H_
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -51,6 +52,8 @@ struct BucketInfo {
   std::vector<std::string> parameters;
   int64_t numel = 0;
   c10::ScalarType dtype = c10::ScalarType::Float;
+  // Where the bucket lives: its parameters' device.
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
   // Gradient bytes, and bytes on the wire per allreduce (half with
   // fp16_compression).
   int64_t bytes = 0;

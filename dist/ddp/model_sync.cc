@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
@@ -39,6 +43,96 @@ std::string DescribeEntry(absl::string_view kind, const std::string& name,
   return s;
 }
 
+// The gradient dtypes both backends average (Gloo stages bfloat16 in
+// float32).
+bool Averageable(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf ||
+         t == at::kBFloat16;
+}
+
+// What the broadcasts carry: the above, the integers both backends sum, and
+// bool (sent as uint8).
+bool Carryable(at::ScalarType t) {
+  return Averageable(t) || t == at::kInt || t == at::kLong || t == at::kByte ||
+         t == at::kChar || t == at::kBool;
+}
+
+// "fc1.weight, fc1.bias, fc2.weight and 3 more".
+std::string SomeNames(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 3;
+  std::vector<std::string> shown(
+      names.begin(), names.begin() + std::min(names.size(), kShown));
+  std::string out = absl::StrJoin(shown, ", ");
+  if (names.size() > kShown)
+    absl::StrAppend(&out, " and ", names.size() - kShown, " more");
+  return out;
+}
+
+// Refuses, before any collective, what the backend cannot reduce: tensors on
+// several devices (a rank drives one device), on a device of the wrong kind
+// for the backend ("gloo": the CPU, "nccl": CUDA; other backends are not
+// checked), and dtypes neither backend reduces. Mixed floating dtypes are
+// fine: each bucket and each broadcast holds one dtype.
+absl::Status CheckPlacement(
+    const std::string& prefix, absl::string_view backend,
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<at::Device> devices;
+  std::vector<std::vector<std::string>> names;  // per entry of `devices`
+  std::vector<std::string> refused;
+  for (const auto& [name, t] : tensors) {
+    auto it = std::find(devices.begin(), devices.end(), t.device());
+    if (it == devices.end()) {
+      devices.push_back(t.device());
+      names.emplace_back();
+      it = devices.end() - 1;
+    }
+    names[it - devices.begin()].push_back(name);
+    const bool trainable = t.requires_grad();
+    if (trainable ? !Averageable(t.scalar_type())
+                  : !Carryable(t.scalar_type())) {
+      refused.push_back(absl::StrCat(name, " (", DtypeName(t.scalar_type()),
+                                     trainable ? ", trainable)" : ")"));
+    }
+  }
+  if (devices.size() > 1) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < devices.size(); ++i)
+      parts.push_back(
+          absl::StrCat(devices[i].str(), ": ", SomeNames(names[i])));
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "the model's parameters and buffers are on ", devices.size(),
+        " devices (", absl::StrJoin(parts, "; "),
+        "); DDP needs them all on this rank's one device: move the module "
+        "there (module->to(device)) before wrapping it"));
+  }
+  if (devices.size() == 1) {
+    const at::Device device = devices[0];
+    if (backend == "nccl" && !device.is_cuda()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "the nccl backend reduces CUDA tensors, but the model is on ",
+          device.str(), " (", SomeNames(names[0]),
+          "): move the module to this rank's GPU (module->to(device)) before "
+          "wrapping it"));
+    }
+    if (backend == "gloo" && !device.is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "the gloo backend reduces CPU tensors, but the model is on ",
+          device.str(), " (", SomeNames(names[0]),
+          "): use the nccl backend for a model on the GPU, or keep it on the "
+          "CPU"));
+    }
+  }
+  if (!refused.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "the ", backend, " backend cannot reduce ", SomeNames(refused),
+        ": trainable parameters must be float32, float64, float16 or bfloat16 "
+        "(mixing them is fine), other parameters and buffers one of those, "
+        "an integer type (8, 32 or 64 bits) or bool; convert the module's "
+        "tensors or freeze them"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ModelSync::ModelSync(backend::Backend& backend, absl::Duration timeout)
@@ -52,6 +146,7 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
   // Entries for the model check, and the tensors to broadcast.
   std::vector<std::string> entries;
   std::vector<at::Tensor> all_tensors;
+  std::vector<std::pair<std::string, at::Tensor>> named;
   DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
       absl::StatusCode::kInternal, sync->comm_.torch_prefix(), [&] {
         for (const auto& item : module.named_parameters(/*recurse=*/true)) {
@@ -59,6 +154,7 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
           if (!t.defined()) continue;
           entries.push_back(DescribeEntry("parameter", item.key(), t));
           all_tensors.push_back(t);
+          named.emplace_back(item.key(), t);
           if (t.requires_grad()) sync->trainable_.emplace_back(item.key(), t);
         }
         for (const auto& item : module.named_buffers(/*recurse=*/true)) {
@@ -66,6 +162,7 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
           if (!t.defined()) continue;
           entries.push_back(DescribeEntry("buffer", item.key(), t));
           all_tensors.push_back(t);
+          named.emplace_back(item.key(), t);
           sync->buffers_.push_back(t);
         }
         if (!all_tensors.empty()) {
@@ -74,6 +171,8 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
         return absl::OkStatus();
       }));
 
+  DTRAIN_RETURN_IF_ERROR(
+      CheckPlacement(sync->comm_.prefix(), backend.name(), named));
   DTRAIN_RETURN_IF_ERROR(sync->CheckSameModel(entries));
   DTRAIN_RETURN_IF_ERROR(
       sync->BroadcastFromRank0(all_tensors, "parameters and buffers"));

@@ -31,9 +31,15 @@ namespace dtrain::ddp::internal {
 
 class ModelSync {
  public:
-  // Collective. Checks that every rank has the same parameters and buffers
+  // Collective. First, before any collective, refuses a module the backend
+  // cannot serve (kInvalidArgument naming the parameters): tensors on
+  // several devices, on a device other than CUDA for "nccl" or the CPU for
+  // "gloo", trainable parameters of a dtype other than float32, float64,
+  // float16 and bfloat16 (mixing those is fine: buckets are per dtype), and
+  // other tensors the backends cannot carry (complex, int16, ...).
+  // Then checks that every rank has the same parameters and buffers
   // (kInvalidArgument naming the first difference and the ranks on each
-  // side), then copies rank 0's values to every rank. LibTorch exceptions
+  // side), and copies rank 0's values to every rank. LibTorch exceptions
   // become kInternal; a failed collective returns the backend's error.
   // `timeout` bounds each wait (DdpOptions::timeout).
   static absl::StatusOr<std::unique_ptr<ModelSync>> Create(

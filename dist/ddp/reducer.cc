@@ -110,6 +110,7 @@ void Reducer::AddBucket(
   }
   info.numel = numel;
   info.dtype = first.scalar_type();
+  info.device = b.flat.device();
   info.bytes = a.bytes;
   info.communicated_bytes = numel * b.comm.element_size();
   b.label = absl::StrCat("bucket ", index);

@@ -133,18 +133,28 @@ absl::StatusOr<absl::optional<Setting>> Pick(const absl::optional<int>& arg,
   return ReadInt(env, var);
 }
 
-// One of a pair that must come together is missing.
+// One of a pair that must come together is missing. `missing_arg` is also
+// the flag of //trainer:train and //tools:rendezvous_probe that supplies it;
+// `or_else` names another way to supply it, if any.
 absl::Status Incomplete(const Launcher* launcher, absl::string_view missing_var,
-                        absl::string_view missing_arg, const Setting& present) {
-  if (launcher != nullptr) {
+                        absl::string_view missing_arg, const Setting& present,
+                        bool present_explicit, absl::string_view or_else = "") {
+  if (launcher != nullptr && !present_explicit) {
     return absl::InvalidArgumentError(absl::StrCat(
         launcher->label, " environment is incomplete: ", missing_var,
         " is not set, though ", present.what, " is"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      present.what, " needs ", missing_arg,
-      " too, and no launcher environment (torchrun, Open MPI, MPICH, Slurm) "
-      "supplies it"));
+  const std::string source =
+      launcher == nullptr
+          ? std::string(
+                "no launcher environment (torchrun, Open MPI, MPICH, "
+                "Slurm) supplies it")
+          : absl::StrCat("the ", launcher->label,
+                         " environment does not supply it (", missing_var,
+                         " is not set)");
+  return absl::InvalidArgumentError(
+      absl::StrCat(present.what, " needs ", missing_arg, " too: pass --",
+                   missing_arg, or_else, "; ", source));
 }
 
 // Under Slurm the tasks-per-node list at this node's index is exact even when
@@ -177,10 +187,12 @@ absl::StatusOr<absl::optional<Setting>> SlurmLocalWorldSize(const EnvMap& env) {
 }
 
 // Local rank and size come together; when neither is known this is taken to
-// be a one-node job.
+// be a one-node job. `explicit_local_rank`: the local rank came from
+// ExplicitArgs.
 absl::Status ResolveLocal(const absl::optional<Setting>& local_rank,
                           const absl::optional<Setting>& local_world_size,
-                          const Launcher* launcher, Settings* out) {
+                          const Launcher* launcher, bool explicit_local_rank,
+                          bool explicit_local_world_size, Settings* out) {
   if (local_rank.has_value() && local_world_size.has_value()) {
     out->local_rank = *local_rank;
     out->local_world_size = *local_world_size;
@@ -192,11 +204,15 @@ absl::Status ResolveLocal(const absl::optional<Setting>& local_rank,
       var = launcher->local_world_size != nullptr ? launcher->local_world_size
                                                   : kSlurmLocalWorldSizeVars;
     }
-    return Incomplete(launcher, var, "local_world_size", *local_rank);
+    return Incomplete(launcher, var, "local_world_size", *local_rank,
+                      explicit_local_rank,
+                      " (the number of ranks on this node) or set "
+                      "LOCAL_WORLD_SIZE");
   }
   if (local_world_size.has_value()) {
     return Incomplete(launcher, launcher == nullptr ? "" : launcher->local_rank,
-                      "local_rank", *local_world_size);
+                      "local_rank", *local_world_size,
+                      explicit_local_world_size);
   }
   out->local_rank = Setting{out->rank.value, "local rank (= rank)"};
   out->local_world_size =
@@ -358,10 +374,10 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     s.world_size = *world_size;
   } else if (rank.has_value()) {
     return Incomplete(launcher, launcher ? launcher->world_size : "",
-                      "world_size", *rank);
+                      "world_size", *rank, args.rank.has_value());
   } else if (world_size.has_value()) {
     return Incomplete(launcher, launcher ? launcher->rank : "", "rank",
-                      *world_size);
+                      *world_size, args.world_size.has_value());
   } else {
     // DetectLauncher found a marker variable, so this means no launcher.
     s.rank = Setting{0, "rank 0 (single process)"};
@@ -381,8 +397,15 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     local_world_size = SlurmLocalWorldSize(env);
   }
   if (!local_world_size.ok()) return local_world_size.status();
-  DTRAIN_RETURN_IF_ERROR(
-      ResolveLocal(local_rank, *local_world_size, launcher, &s));
+  // The tutorials' explicit form passes --local_rank alone: torchrun's
+  // LOCAL_WORLD_SIZE, where set, supplies what no launcher did.
+  if (args.local_rank.has_value() && !local_world_size->has_value()) {
+    local_world_size = ReadInt(env, "LOCAL_WORLD_SIZE");
+    if (!local_world_size.ok()) return local_world_size.status();
+  }
+  DTRAIN_RETURN_IF_ERROR(ResolveLocal(local_rank, *local_world_size, launcher,
+                                      args.local_rank.has_value(),
+                                      args.local_world_size.has_value(), &s));
   DTRAIN_RETURN_IF_ERROR(Validate(s));
 
   LaunchEnv out;

@@ -104,8 +104,13 @@ struct LaunchEnv {
 //             size from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE at
 //             index SLURM_NODEID (exact even when nodes run different
 //             counts), else SLURM_NTASKS_PER_NODE.
-// Without a launcher, rank 0 of 1. When neither local rank nor local world
-// size is known, they equal rank and world size (local_inferred is set).
+// Without a launcher, rank 0 of 1. The local world size comes from a flag or
+// the launch environment: an explicit local rank (the AWS tutorial's
+// `--local_rank=N`) whose local world size neither `args` nor the launcher
+// gives takes LOCAL_WORLD_SIZE when it is set, and is an error saying to pass
+// --local_world_size otherwise. When neither local rank nor local world size
+// is known, they equal rank and world size (local_inferred is set): right on
+// one node only.
 // Master address: args, MASTER_ADDR, under Slurm the first host of
 // SLURM_STEP_NODELIST, SLURM_JOB_NODELIST or SLURM_NODELIST (first set one),
 // else 127.0.0.1 (master_addr_from "default"). Master port: args,
@@ -119,8 +124,10 @@ struct LaunchEnv {
 // error. kInvalidArgument, naming the variable (or argument) and its value,
 // for: a value that is not an integer ("RANK='abc' is not an integer"), a
 // launcher that sets only one of rank / world size or of local rank / local
-// world size (names the missing variable), rank or world size given only in
-// `args` with no launcher to supply the other, world_size < 1, rank outside
+// world size (names the missing variable), one of a pair given in `args` with
+// nothing to supply the other (names the flag to pass: "explicit
+// local_rank=1 needs local_world_size too: pass --local_world_size ..."),
+// world_size < 1, rank outside
 // [0, world_size), local_world_size < 1 or > world_size, local_rank outside
 // [0, local_world_size), a port outside 1..65535, an empty MASTER_ADDR, a bad
 // Slurm node or tasks-per-node list.
