@@ -3,7 +3,8 @@
 # of result each, stopping at the first failure with what to do about it (docs/GPU.md).
 #   (a) driver and devices: nvidia-smi, and how many CUDA devices the project's LibTorch sees
 #   (b) the project's NCCL allreduce bus bandwidth over all GPUs, against a rough lower bound
-#   (c) a 2-process ResNet-18 DDP training over NCCL on synthetic data: it finishes and the loss falls
+#   (c) a 2-process ResNet-18 DDP training over NCCL on synthetic data: it finishes, the loss falls
+#       and the ranks end with identical parameters
 #   (d) one of two NCCL ranks SIGKILLed: the other ends within --timeout and names it
 #   (e) the scaling sweep with --backends=nccl
 #
@@ -173,21 +174,27 @@ if ! timeout 900 "$train" --nproc_per_node=2 --master_port="$(free_port)" --devi
   fail "$check" "training failed: $(tail -1 "$logs/ddp.log")" \
     "See $logs/ddp.log; rerun with NCCL_DEBUG=INFO."
 fi
-read -r ws backend first last < <(python3 -c '
+read -r ws backend identical first last < <(python3 -c '
 import json, sys
 m = json.load(open(sys.argv[1]))
 e = m["epochs"]
-print(m["world_size"], m["backend"], e[0]["train_loss"], e[-1]["train_loss"])' "$logs/ddp.json" \
+print(m["config"]["world_size"], m["backend"], m.get("ranks_identical"), e[0]["train_loss"],
+      e[-1]["train_loss"])' "$logs/ddp.json" \
   2>"$logs/ddp_json.err") || fail "$check" "no metrics in $logs/ddp.json" "See $logs/ddp.log."
 if [[ $ws != 2 || $backend != nccl ]]; then
   fail "$check" "the metrics say world size $ws, backend $backend" "Want 2 and nccl: see $logs/ddp.json."
+fi
+# train compares every parameter's bytes across the ranks at the end and fails when they differ.
+if [[ $identical != True ]]; then
+  fail "$check" "the ranks' parameters were not confirmed identical (ranks_identical: $identical)" \
+    "See $logs/ddp.log and $logs/ddp.json."
 fi
 if ! python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) < float(sys.argv[1]) else 1)' \
     "$first" "$last"; then
   fail "$check" "the training loss did not fall: epoch 1 $first, epoch 3 $last" \
     "Gradients are probably not averaged correctly over NCCL: see $logs/ddp.log."
 fi
-pass "$check" "train loss $first -> $last over 3 epochs"
+pass "$check" "train loss $first -> $last over 3 epochs, parameters identical on both ranks"
 
 # --- (d) a rank killed ---------------------------------------------------------------------------------
 check="(d) a rank killed"

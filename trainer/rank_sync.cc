@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -52,6 +53,65 @@ absl::Status BroadcastBytes(backend::Backend& backend, int root,
                   static_cast<size_t>(n));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// FNV-1a over the tensor's bytes, on the CPU: exact, whatever the device.
+int64_t BytesFingerprint(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  int64_t out;
+  std::memcpy(&out, &h, sizeof(out));
+  return out;
+}
+
+}  // namespace
+
+absl::Status CheckIdenticalAcrossRanks(
+    backend::Backend& backend,
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    c10::Device device, absl::Duration timeout) {
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  if (n == 0) return absl::OkStatus();
+  at::Tensor mine = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t i = 0; i < n; ++i) {
+    mine[i] = BytesFingerprint(tensors[static_cast<size_t>(i)].second);
+  }
+  at::Tensor high = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor low = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
+  DTRAIN_RETURN_IF_ERROR(
+      backend.AllReduce(high, backend::ReduceOp::kMax)->Wait(timeout));
+  DTRAIN_RETURN_IF_ERROR(
+      backend.AllReduce(low, backend::ReduceOp::kMin)->Wait(timeout));
+  high = high.cpu();
+  low = low.cpu();
+  std::vector<std::string> differ;
+  for (int64_t i = 0; i < n; ++i) {
+    if (high[i].item<int64_t>() != low[i].item<int64_t>()) {
+      differ.push_back(tensors[static_cast<size_t>(i)].first);
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  const size_t shown = std::min<size_t>(differ.size(), 5);
+  std::string names;
+  for (size_t i = 0; i < shown; ++i) {
+    absl::StrAppend(&names, i == 0 ? "" : ", ", differ[i]);
+  }
+  if (differ.size() > shown) {
+    absl::StrAppend(&names, " and ", differ.size() - shown, " more");
+  }
+  return absl::InternalError(absl::StrCat(
+      "[rank ", backend.rank(), "] ", differ.size(), " of ", n,
+      " parameters differ between the ranks: ", names,
+      "; DDP keeps them identical, so a rank diverged (a nondeterministic "
+      "kernel, or a bug)"));
 }
 
 }  // namespace dtrain::trainer

@@ -110,6 +110,7 @@ std::string ToJson(const RunMetrics& m) {
       {"epochs", epochs},
       {"best_top1", m.best_top1},
       {"global_step", m.global_step},
+      {"ranks_identical", Optional(m.ranks_identical)},
       {"resumed_from", m.resumed_from},
       {"startup_seconds", m.startup_seconds},
       {"wall_seconds", m.wall_seconds},

@@ -72,6 +72,9 @@ struct RunMetrics {
   std::vector<EpochMetrics> epochs;
   double best_top1 = 0;
   int64_t global_step = 0;
+  // Whether every rank ended with bit-identical parameters; unset when not
+  // checked (one rank, or gradient sync off).
+  absl::optional<bool> ranks_identical;
   // The checkpoint this run resumed from, if any.
   std::string resumed_from;
   // Rank 0's, from the process start (or the start of Train) to the first

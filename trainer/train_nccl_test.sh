@@ -49,6 +49,7 @@ if [[ $rc -eq 0 ]]; then
   [[ $(json "$tmp/spawn.json" 'm["backend"]') == nccl ]] || fail "spawn: backend"
   [[ $(json "$tmp/spawn.json" 'm["device"]') == cuda:0 ]] || fail "spawn: rank 0's device"
   [[ $(json "$tmp/spawn.json" 'm["global_step"]') == 6 ]] || fail "spawn: steps"
+  [[ $(json "$tmp/spawn.json" 'm["ranks_identical"]') == True ]] || fail "spawn: ranks not identical"
   [[ $(json "$tmp/spawn.json" 'int(all(__import__("math").isfinite(e["train_loss"]) and __import__("math").isfinite(e["val_loss"]) for e in m["epochs"]))') == 1 ]] \
     || fail "spawn: a loss is not finite: $(cat "$tmp/spawn.json")"
 fi

@@ -607,6 +607,15 @@ absl::StatusOr<TrainResult> Run::Execute() {
       break;
     }
   }
+  if (o_.sync_gradients && world_.world_size > 1) {
+    std::vector<std::pair<std::string, at::Tensor>> parameters;
+    for (const auto& p : model_->named_parameters()) {
+      parameters.emplace_back(p.key(), p.value());
+    }
+    DTRAIN_RETURN_IF_ERROR(
+        CheckIdenticalAcrossRanks(backend_, parameters, device_, o_.timeout));
+    metrics_.ranks_identical = true;
+  }
   DTRAIN_RETURN_IF_ERROR(WriteMetrics());
   return TrainResult{metrics_, model_};
 }

@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "trainer/rank_sync.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -152,6 +153,26 @@ TEST(TrainerTest, TwoRanksEndIdenticalAndCountEveryTestExampleOnce) {
   const double correct = *e0.val_top1 * 101 / 100;
   EXPECT_NEAR(correct, std::round(correct), 1e-9);
   EXPECT_EQ(results[0]->metrics.world_size, 2);
+  EXPECT_EQ(results[0]->metrics.ranks_identical, absl::optional<bool>(true));
+}
+
+TEST(TrainerTest, IdentityCheckNamesTheParameterThatDiffers) {
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    std::vector<std::pair<std::string, at::Tensor>> params = {
+        {"conv.weight", torch::ones({3, 3})},
+        {"fc.bias", torch::full({4}, b.rank() == 1 ? 0.5 : 0.25)},
+        {"fc.weight", torch::zeros({2, 4}, torch::kDouble)}};
+    absl::Status s = CheckIdenticalAcrossRanks(
+        b, params, c10::Device(c10::kCPU), absl::Seconds(30));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("1 of 3 parameters differ between the "
+                                     "ranks: fc.bias;"));
+    params.erase(params.begin() + 1);
+    EXPECT_TRUE(CheckIdenticalAcrossRanks(b, params, c10::Device(c10::kCPU),
+                                          absl::Seconds(30))
+                    .ok());
+  });
 }
 
 TEST(TrainerTest, WithoutGradientSyncRanksDrift) {
@@ -169,6 +190,7 @@ TEST(TrainerTest, WithoutGradientSyncRanksDrift) {
   for (size_t i = 0; i < a.size(); ++i) differ |= !a[i].equal(b[i]);
   EXPECT_TRUE(differ) << "shards trained without communication ended equal";
   EXPECT_EQ(results[0]->metrics.epochs[0].exposed_communication_seconds, 0);
+  EXPECT_FALSE(results[0]->metrics.ranks_identical.has_value());
 }
 
 TEST(TrainerTest, ResumedRunEndsExactlyAsUninterruptedOne) {

@@ -126,8 +126,9 @@ class DistributedDataParallel {
   // Call after each synchronised backward, before the optimizer step: launches
   // the buckets still pending (filling parameters that had no gradient),
   // waits for all of them and writes the averages into each parameter's .grad.
-  // The wait blocks the host on each bucket's Work (backend.h offers no wait
-  // on a CUDA stream).
+  // On CPU (Gloo) the wait blocks the host on each bucket; on CUDA (NCCL) it
+  // makes the compute stream wait for each bucket's allreduce and the host
+  // goes on queuing the averaging copies and the optimizer step (backend.h).
   // A no-op returning OK while gradient sync is off (inside a NoSyncGuard).
   absl::Status SynchronizeGradients();
 
