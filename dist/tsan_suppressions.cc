@@ -46,5 +46,12 @@ extern "C" const char* __tsan_default_suppressions() {
       // racing with the later read (seen intermittently in
       // ddp_equivalence_test). Matched on the library, whose frames are on
       // both stacks; none of the project's memory is involved.
-      "race:libdnnl.so\n";
+      "race:libdnnl.so\n"
+      // A tensor's last reference may be dropped on another thread (the Gloo
+      // worker releasing a collective's tensors). intrusive_ptr's decrement
+      // is inline and instrumented, but the delete that follows runs inside
+      // libtorch_cpu, which is not, so TSan misses the acquire that orders it
+      // and reports the delete as racing with the other thread's decrement
+      // (the same pattern as absl::Status above).
+      "race:c10::intrusive_ptr<c10::TensorImpl*>::reset_\n";
 }
