@@ -1,0 +1,66 @@
+// One thread that runs a backend's collectives in issue order, numbering
+// them and completing their Work handles: the asynchrony the CPU backends
+// share. A collective that fails breaks the worker: every later one fails at
+// once with the first error, as backend.h requires.
+//
+// Thread safety: Enqueue may be called from any thread; the one lock that
+// numbers collectives also queues them, so numbers follow issue order.
+// Destruction runs what was queued, then joins the thread.
+#ifndef DTRAIN_DIST_BACKEND_ORDERED_WORKER_H_
+#define DTRAIN_DIST_BACKEND_ORDERED_WORKER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "dist/backend/backend.h"
+#include "dist/backend/collective.h"
+#include "dist/backend/work.h"
+
+namespace dtrain::backend::internal {
+
+class OrderedWorker {
+ public:
+  // `backend` ("shm") and `rank` prefix every message: "[rank 1] shm
+  // allreduce #3 (...) failed after 1.2s: <the run's message>".
+  OrderedWorker(std::string backend, int rank);
+  ~OrderedWorker();
+  OrderedWorker(const OrderedWorker&) = delete;
+  OrderedWorker& operator=(const OrderedWorker&) = delete;
+
+  // Runs a collective on the worker thread; `who` names it for messages.
+  // LibTorch exceptions become kInternal.
+  using Run = std::function<absl::Status(const std::string& who)>;
+  std::shared_ptr<Work> Enqueue(const Description& description, Run run);
+
+  // The first failure, or OK.
+  absl::Status broken();
+
+ private:
+  struct Task {
+    std::string what;
+    Run run;
+    std::shared_ptr<CompletionWork> work;
+  };
+  void Loop();
+
+  const std::string backend_;
+  const int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  absl::Status broken_;
+  bool stop_ = false;
+  int64_t seq_ = 0;
+  std::thread thread_;  // Last: starts once everything above exists.
+};
+
+}  // namespace dtrain::backend::internal
+
+#endif  // DTRAIN_DIST_BACKEND_ORDERED_WORKER_H_

@@ -1,0 +1,53 @@
+// The shared-memory backend: collectives among ranks that share one host's
+// memory, on CPU tensors, without the kernel's network stack. Every rank maps
+// one segment (segment.h) holding a control block, one slot per rank and a
+// result area. Messages go through in chunks of the slot size: each rank
+// copies its chunk into its slot, every rank reduces its own share of the
+// chunk across all slots in rank order into the result area, and each copies
+// the result out, with a barrier (group_barrier.h) between the steps. Every
+// element is reduced once, in rank order, so all ranks get bit-identical
+// results, the same for any chunk size.
+//
+// Creation is the proof that the ranks share memory: rank 0 creates the
+// segment and publishes its locator through the store; every other rank maps
+// it and checks its token; all ranks then learn who could not (through the
+// store, so all of them fail alike, naming those ranks). Ranks on several
+// hosts are refused (kFailedPrecondition); use the gloo backend there.
+//
+// Same contract as backend.h: asynchronous, collectives run in issue order on
+// one worker thread, errors name the rank, the collective, how long it ran and
+// the peer ("rank 1 (pid 4242) has exited", "ranks 1, 3 have not arrived");
+// after a failure every later call fails at once. A rank that fails tells
+// the others through the segment, so they fail at once too.
+#ifndef DTRAIN_DIST_BACKEND_SHM_SHM_BACKEND_H_
+#define DTRAIN_DIST_BACKEND_SHM_SHM_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+#include "dist/store/store.h"
+
+namespace dtrain::backend {
+
+struct ShmBackendOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::shared_ptr<store::Store> store;
+  // Bounds creation and every collective.
+  absl::Duration timeout = absl::Minutes(30);
+  // Bytes per rank's slot: messages larger than this go in several chunks.
+  int64_t slot_bytes = int64_t{4} << 20;
+};
+
+// kInvalidArgument for a bad rank, size or slot; kFailedPrecondition when some
+// rank cannot map rank 0's segment (naming them); kDeadlineExceeded when a
+// rank does not arrive within the timeout.
+absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
+    const ShmBackendOptions& options);
+
+}  // namespace dtrain::backend
+
+#endif  // DTRAIN_DIST_BACKEND_SHM_SHM_BACKEND_H_
