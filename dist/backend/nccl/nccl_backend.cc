@@ -18,6 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "base/cuda_device.h"
+#include "base/process_liveness.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/nccl/peers.h"
@@ -166,7 +167,7 @@ class NcclOps : public CommOps {
 
   std::string LostPeers() override {
     return nccl_internal::DescribeLostPeers(peers_, self_,
-                                            nccl_internal::ProcessAlive);
+                                            base::ProcessRunning);
   }
 
   void Abort() override {

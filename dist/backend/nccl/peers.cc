@@ -1,9 +1,6 @@
 #include "dist/backend/nccl/peers.h"
 
-#include <signal.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,11 +30,6 @@ absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value) {
   }
   peer.host = std::string(value.substr(space + 1));
   return peer;
-}
-
-bool ProcessAlive(int64_t pid) {
-  // EPERM: it exists, owned by someone else.
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 std::string DescribeLostPeers(absl::Span<const Peer> peers, const Peer& self,

@@ -35,9 +35,6 @@ Peer ThisProcess(int rank);
 std::string EncodePeer(const Peer& peer);
 absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value);
 
-// Whether the process `pid` on this host still exists.
-bool ProcessAlive(int64_t pid);
-
 // "rank 1 (pid 4242 on node01) has exited", joined with "; ", for the peers
 // other than `self` on `self`'s host that `alive` says are gone; empty when
 // none is.

@@ -1,11 +1,9 @@
 #include "dist/backend/shm/shm_backend.h"
 
 #include <ATen/core/Tensor.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/process_liveness.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/ordered_worker.h"
@@ -40,11 +39,6 @@ constexpr int64_t AlignUp(int64_t n, int64_t to) {
 }
 constexpr int64_t kControlBytes = AlignUp(sizeof(Control), 64);
 
-bool ProcessAlive(int64_t pid) {
-  // EPERM: it exists, owned by someone else.
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
 class ShmBackend : public Backend {
  public:
   ShmBackend(const ShmBackendOptions& options, std::unique_ptr<Segment> segment)
@@ -55,7 +49,7 @@ class ShmBackend : public Backend {
         segment_(std::move(segment)),
         base_(static_cast<char*>(segment_->data()) + kControlBytes),
         barrier_(static_cast<Control*>(segment_->data()), rank_, size_,
-                 ProcessAlive),
+                 base::ProcessRunning),
         worker_(kName, rank_) {}
 
   absl::string_view name() const override { return kName; }

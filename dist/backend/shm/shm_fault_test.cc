@@ -1,0 +1,146 @@
+// The shared-memory backend in real processes: three ranks allreduce
+// through a file store's rendezvous; one is SIGKILLed, or stopped with
+// SIGSTOP, mid-run. The others must fail naming it, the killed one within a
+// fraction of the timeout (its exit is seen while waiting), the stopped one
+// at the timeout; nobody hangs.
+
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dist/backend/shm/shm_backend.h"
+#include "dist/store/file_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::backend {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 3;
+constexpr int kVictim = 2;
+
+std::string Path(absl::string_view name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Exit 0: saw an error (written to the report); 3: never did; 4: no start.
+[[noreturn]] void RunRank(int rank, absl::string_view scenario,
+                          absl::Duration timeout, int ready_fd) {
+  alarm(120);  // Never outlive a broken test.
+  auto store = store::FileStore::Open(Path(absl::StrCat(scenario, ".store")),
+                                      kWorld, absl::Seconds(60));
+  if (!store.ok()) _exit(4);
+  ShmBackendOptions o;
+  o.rank = rank;
+  o.world_size = kWorld;
+  o.store = *store;
+  o.timeout = timeout;
+  o.slot_bytes = 4096;
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(o);
+  if (!b.ok()) {
+    std::ofstream(Path(absl::StrCat(scenario, rank))) << b.status();
+    _exit(4);
+  }
+  if (rank == kVictim) {
+    const char byte = 1;
+    if (write(ready_fd, &byte, 1) != 1) _exit(4);
+  }
+  for (int step = 0; step < 1000000; ++step) {
+    if (scenario == "kill" && rank == kVictim && step == 20) raise(SIGKILL);
+    at::Tensor t = at::ones({3000});
+    absl::Status s = (*b)->AllReduce(t)->Wait();
+    if (!s.ok()) {
+      std::ofstream(Path(absl::StrCat(scenario, rank))) << s.message();
+      _exit(0);
+    }
+  }
+  _exit(3);
+}
+
+struct Outcome {
+  int status[kWorld];
+  std::string report[kWorld];
+  absl::Duration elapsed;
+};
+
+Outcome RunScenario(absl::string_view scenario, absl::Duration timeout) {
+  int ready[2];
+  EXPECT_EQ(pipe(ready), 0);
+  pid_t pids[kWorld];
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < kWorld; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) RunRank(r, scenario, timeout, ready[1]);
+  }
+  close(ready[1]);
+  if (scenario == "stop") {
+    char byte;
+    EXPECT_EQ(read(ready[0], &byte, 1), 1);  // The victim has joined.
+    absl::SleepFor(absl::Milliseconds(100));
+    kill(pids[kVictim], SIGSTOP);
+  }
+  close(ready[0]);
+  Outcome out;
+  for (int r = 0; r < kWorld; ++r) {
+    if (scenario == "stop" && r == kVictim) continue;
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    out.status[r] =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    out.report[r] = ReadFile(Path(absl::StrCat(scenario, r)));
+  }
+  out.elapsed = absl::Now() - start;
+  if (scenario == "stop") {
+    kill(pids[kVictim], SIGKILL);
+    int status = 0;
+    waitpid(pids[kVictim], &status, 0);
+    out.status[kVictim] = 128 + SIGKILL;
+  }
+  return out;
+}
+
+TEST(ShmFaultTest, KilledRankIsNamedWithinAFractionOfTheTimeout) {
+  const Outcome out = RunScenario("kill", absl::Seconds(60));
+  EXPECT_EQ(out.status[kVictim], 128 + SIGKILL);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    EXPECT_EQ(out.status[r], 0) << "rank " << r << ": " << out.report[r];
+    EXPECT_THAT(out.report[r],
+                HasSubstr(absl::StrCat("[rank ", r, "] shm allreduce #")));
+    EXPECT_THAT(out.report[r],
+                AnyOf(HasSubstr("rank 2 (pid "), HasSubstr("gave up")));
+  }
+  EXPECT_LT(out.elapsed, absl::Seconds(30)) << "waited for the timeout";
+}
+
+TEST(ShmFaultTest, StoppedRankIsNamedAtTheTimeout) {
+  const Outcome out = RunScenario("stop", absl::Seconds(2));
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    EXPECT_EQ(out.status[r], 0) << "rank " << r << ": " << out.report[r];
+    EXPECT_THAT(out.report[r], AnyOf(HasSubstr("rank 2 has not arrived"),
+                                     HasSubstr("gave up")));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::backend
