@@ -75,9 +75,9 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   std::vector<std::string> implementations = {"dtrain"};
   if (o.reference_pytorch) implementations.push_back("pytorch");
   for (const std::string& backend : o.backends) {
-    if (backend != "gloo" && backend != "nccl") {
+    if (backend != "gloo" && backend != "nccl" && backend != "shm") {
       return Invalid("backends", absl::StrCat("unknown backend '", backend,
-                                              "'; known: gloo, nccl"));
+                                              "'; known: gloo, nccl, shm"));
     }
   }
   for (const std::string& model : o.models) {
@@ -139,6 +139,8 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
             skip(absl::StrCat("nccl np=", n),
                  absl::StrCat("needs ", devices_needed, ", ", o.cuda_devices,
                               " visible"));
+          } else if (impl == "pytorch" && backend == "shm") {
+            skip("pytorch shm", "PyTorch has no shared-memory backend");
           } else if (impl == "pytorch" && backend == "nccl" &&
                      !py_nccl_missing.empty()) {
             skip("pytorch nccl", py_nccl_missing);

@@ -83,7 +83,9 @@ ABSL_FLAG(int64_t, lr_step_epochs, 30,
           "Multiply the learning rate by --lr_gamma every N epochs.");
 ABSL_FLAG(double, lr_gamma, 0.1, "See --lr_step_epochs.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of weights, shuffling and dropout.");
-ABSL_FLAG(std::string, dist_backend, "gloo", "gloo (CPU) or nccl (CUDA).");
+ABSL_FLAG(std::string, dist_backend, "gloo",
+          "gloo (CPU), nccl (CUDA) or shm (CPU, every rank on one host, "
+          "through shared memory).");
 ABSL_FLAG(std::string, dist_url, "env://",
           "tcp://HOST:PORT, file:///PATH or env://.");
 ABSL_FLAG(int, world_size, -1, "Number of processes (default: launcher's).");

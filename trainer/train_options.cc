@@ -120,10 +120,11 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.lr_step_epochs < 1) return Invalid("lr_step_epochs", "must be >= 1");
   if (!(o.lr_gamma > 0) || !std::isfinite(o.lr_gamma))
     return Invalid("lr_gamma", "must be a finite number > 0");
-  if (o.dist_backend != "gloo" && o.dist_backend != "nccl") {
+  if (o.dist_backend != "gloo" && o.dist_backend != "nccl" &&
+      o.dist_backend != "shm") {
     return Invalid("dist_backend",
                    absl::StrCat("unknown backend '", o.dist_backend,
-                                "'; known: gloo, nccl"));
+                                "'; known: gloo, nccl, shm"));
   }
   if (!absl::StartsWith(o.dist_url, "tcp://") &&
       !absl::StartsWith(o.dist_url, "file://") &&
@@ -138,10 +139,11 @@ absl::Status Validate(const TrainOptions& o) {
     return index.status();
   if (o.dist_backend == "nccl" && o.device == "cpu")
     return Invalid("dist_backend", "nccl needs --device=cuda");
-  if (o.dist_backend == "gloo" && o.device != "cpu") {
+  if (o.dist_backend != "nccl" && o.device != "cpu") {
     return Invalid("dist_backend",
-                   "the gloo backend here reduces CPU tensors; use nccl with "
-                   "--device=cuda");
+                   absl::StrCat("the ", o.dist_backend,
+                                " backend reduces CPU tensors; use nccl with "
+                                "--device=cuda"));
   }
   if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
     return Invalid("bucket_cap_mb", "must be a finite number > 0");

@@ -3,10 +3,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dist/backend/nccl/nccl_backend.h"
+#include "dist/backend/shm/shm_backend.h"
 
 namespace dtrain::backend {
 
-std::vector<std::string> KnownBackends() { return {"gloo", "nccl"}; }
+std::vector<std::string> KnownBackends() { return {"gloo", "nccl", "shm"}; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const BackendConfig& config) {
@@ -29,6 +30,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     o.device = config.cuda_device;
     o.timeout = config.timeout;
     return CreateNcclBackend(o);
+  }
+  if (config.name == "shm") {
+    ShmBackendOptions o;
+    o.rank = config.rank;
+    o.world_size = config.world_size;
+    o.store = config.store;
+    o.timeout = config.timeout;
+    return CreateShmBackend(o);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", config.name,

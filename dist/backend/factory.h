@@ -1,4 +1,4 @@
-// Creates a backend by name ("gloo", "nccl"), as
+// Creates a backend by name ("gloo", "nccl", "shm": shm_backend.h), as
 // torch.distributed.init_process_group's `backend` argument does. Every rank
 // calls it with the same name and the same store namespace.
 #ifndef DTRAIN_DIST_BACKEND_FACTORY_H_

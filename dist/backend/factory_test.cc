@@ -20,7 +20,7 @@ TEST(FactoryTest, UnknownNameListsKnownBackends) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.status().message()),
-              HasSubstr("unknown backend 'mpi' (known: gloo, nccl)"));
+              HasSubstr("unknown backend 'mpi' (known: gloo, nccl, shm)"));
 }
 
 TEST(FactoryTest, GlooByNameRunsACollective) {

@@ -26,6 +26,7 @@ namespace {
 using testing::Gloo;
 using testing::MaxParameterDifference;
 using testing::Mlp;
+using testing::Shm;
 
 constexpr double kTolerance = 1e-5;
 constexpr int kSteps = 4;
@@ -58,10 +59,10 @@ torch::optim::SGD MakeSgd(torch::nn::Module& model) {
 }
 
 class EquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
 
 TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
-  const auto [world, micro_batches, small_buckets] = GetParam();
+  const auto [world, micro_batches, small_buckets, shared_memory] = GetParam();
   const auto data = MakeData(world, micro_batches, 8, 4);
 
   // The reference: one process, the global batch, same accumulation.
@@ -93,53 +94,54 @@ TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
     options.first_bucket_cap_bytes = 300;
     options.bucket_cap_bytes = 600;
   }
-  backend::testing::RunRanks(world, Gloo(), [&](backend::Backend& b) {
-    const int r = b.rank();
-    Mlp model = models[r];
-    auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
-    ASSERT_TRUE(ddp.ok()) << ddp.status();
-    EXPECT_EQ((*ddp)->buckets().size(), small_buckets ? 3u : 1u);
-    torch::optim::SGD sgd = MakeSgd(*model);
-    auto run = [&](const Batch& batch) {
-      ASSERT_TRUE((*ddp)->PrepareForward().ok());
-      const at::Tensor x =
-          batch.input.narrow(0, r * kPerRankBatch, kPerRankBatch);
-      const at::Tensor y =
-          batch.target.narrow(0, r * kPerRankBatch, kPerRankBatch);
-      torch::nn::functional::mse_loss(model->forward(x), y).backward();
-    };
-    for (const auto& step : data) {
-      sgd.zero_grad();
-      for (int m = 0; m < micro_batches; ++m) {
-        if (m + 1 < micro_batches) {
-          auto no_sync = (*ddp)->NoSync();
-          run(step[m]);
-        } else {
-          run(step[m]);
+  backend::testing::RunRanks(
+      world, shared_memory ? Shm() : Gloo(), [&](backend::Backend& b) {
+        const int r = b.rank();
+        Mlp model = models[r];
+        auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
+        ASSERT_TRUE(ddp.ok()) << ddp.status();
+        EXPECT_EQ((*ddp)->buckets().size(), small_buckets ? 3u : 1u);
+        torch::optim::SGD sgd = MakeSgd(*model);
+        auto run = [&](const Batch& batch) {
+          ASSERT_TRUE((*ddp)->PrepareForward().ok());
+          const at::Tensor x =
+              batch.input.narrow(0, r * kPerRankBatch, kPerRankBatch);
+          const at::Tensor y =
+              batch.target.narrow(0, r * kPerRankBatch, kPerRankBatch);
+          torch::nn::functional::mse_loss(model->forward(x), y).backward();
+        };
+        for (const auto& step : data) {
+          sgd.zero_grad();
+          for (int m = 0; m < micro_batches; ++m) {
+            if (m + 1 < micro_batches) {
+              auto no_sync = (*ddp)->NoSync();
+              run(step[m]);
+            } else {
+              run(step[m]);
+            }
+          }
+          absl::Status s = (*ddp)->SynchronizeGradients();
+          ASSERT_TRUE(s.ok()) << s;
+          sgd.step();
         }
-      }
-      absl::Status s = (*ddp)->SynchronizeGradients();
-      ASSERT_TRUE(s.ok()) << s;
-      sgd.step();
-    }
-    EXPECT_EQ((*ddp)->steps(), kSteps);
-    EXPECT_EQ((*ddp)->last_step_stats().buckets_launched_in_backward,
-              static_cast<int>((*ddp)->buckets().size()));
-    EXPECT_LE(MaxParameterDifference(*model, *reference), kTolerance)
-        << "rank " << r;
-  });
+        EXPECT_EQ((*ddp)->steps(), kSteps);
+        EXPECT_EQ((*ddp)->last_step_stats().buckets_launched_in_backward,
+                  static_cast<int>((*ddp)->buckets().size()));
+        EXPECT_LE(MaxParameterDifference(*model, *reference), kTolerance)
+            << "rank " << r;
+      });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, EquivalenceTest,
-                         ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values(1, 3),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return absl::StrCat(
-                               "w", std::get<0>(info.param), "_micro",
-                               std::get<1>(info.param),
-                               std::get<2>(info.param) ? "_small_buckets" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, EquivalenceTest,
+    ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 3),
+                       ::testing::Bool(), ::testing::Bool()),
+    [](const auto& info) {
+      return absl::StrCat("w", std::get<0>(info.param), "_micro",
+                          std::get<1>(info.param),
+                          std::get<2>(info.param) ? "_small_buckets" : "",
+                          std::get<3>(info.param) ? "_shm" : "_gloo");
+    });
 
 // The book's ConvNet in eval mode (dropout off), default buckets: fc1.weight
 // (1.1 MiB) does not fit the 1 MiB first bucket, so there are two.

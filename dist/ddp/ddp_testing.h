@@ -1,7 +1,8 @@
 // Test helpers for DistributedDataParallel: Gloo ranks as threads on
-// 127.0.0.1, a small MLP whose parameters keep PyTorch's names, and a Backend
-// wrapper that records what DDP issues and can fail a chosen bucket.
-// Header-only: each test is one LibTorch translation unit.
+// 127.0.0.1 (or shared-memory ranks), a small MLP whose parameters keep
+// PyTorch's names, and a Backend wrapper that records what DDP issues and can
+// fail a chosen bucket. Header-only: each test is one LibTorch translation
+// unit.
 #ifndef DTRAIN_DIST_DDP_DDP_TESTING_H_
 #define DTRAIN_DIST_DDP_DDP_TESTING_H_
 
@@ -21,6 +22,7 @@
 #include "dist/backend/backend.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
+#include "dist/backend/shm/shm_backend.h"
 
 namespace dtrain::ddp::testing {
 
@@ -38,6 +40,19 @@ inline backend::testing::BackendFactory Gloo(
     o.hostname = "127.0.0.1";
     o.timeout = timeout;
     return backend::CreateGlooBackend(o);
+  };
+}
+
+// The shared-memory backend, the same way.
+inline backend::testing::BackendFactory Shm(
+    absl::Duration timeout = kTestTimeout) {
+  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    backend::ShmBackendOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.store = std::move(store);
+    o.timeout = timeout;
+    return backend::CreateShmBackend(o);
   };
 }
 

@@ -70,8 +70,8 @@ std::string SomeNames(const std::vector<std::string>& names) {
 
 // Refuses, before any collective, what the backend cannot reduce: tensors on
 // several devices (a rank drives one device), on a device of the wrong kind
-// for the backend ("gloo": the CPU, "nccl": CUDA; other backends are not
-// checked), and dtypes neither backend reduces. Mixed floating dtypes are
+// for the backend ("gloo" and "shm": the CPU, "nccl": CUDA; other backends are
+// not checked), and dtypes neither backend reduces. Mixed floating dtypes are
 // fine: each bucket and each broadcast holds one dtype.
 absl::Status CheckPlacement(
     const std::string& prefix, absl::string_view backend,
@@ -114,10 +114,11 @@ absl::Status CheckPlacement(
           "): move the module to this rank's GPU (module->to(device)) before "
           "wrapping it"));
     }
-    if (backend == "gloo" && !device.is_cpu()) {
+    if ((backend == "gloo" || backend == "shm") && !device.is_cpu()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          prefix, "the gloo backend reduces CPU tensors, but the model is on ",
-          device.str(), " (", SomeNames(names[0]),
+          prefix, "the ", backend,
+          " backend reduces CPU tensors, but the model is on ", device.str(),
+          " (", SomeNames(names[0]),
           "): use the nccl backend for a model on the GPU, or keep it on the "
           "CPU"));
     }
