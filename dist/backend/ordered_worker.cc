@@ -14,13 +14,19 @@ namespace dtrain::backend::internal {
 OrderedWorker::OrderedWorker(std::string backend, int rank)
     : backend_(std::move(backend)), rank_(rank), thread_([this] { Loop(); }) {}
 
-OrderedWorker::~OrderedWorker() {
+OrderedWorker::~OrderedWorker() { Shutdown().IgnoreError(); }
+
+absl::Status OrderedWorker::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (!joined_) {
+    thread_.join();
+    joined_ = true;
+  }
+  return broken();
 }
 
 absl::Status OrderedWorker::broken() {

@@ -5,7 +5,7 @@
 //
 // Thread safety: Enqueue may be called from any thread; the one lock that
 // numbers collectives also queues them, so numbers follow issue order.
-// Destruction runs what was queued, then joins the thread.
+// Shutdown (or destruction) runs what was queued, then joins the thread.
 #ifndef DTRAIN_DIST_BACKEND_ORDERED_WORKER_H_
 #define DTRAIN_DIST_BACKEND_ORDERED_WORKER_H_
 
@@ -42,6 +42,10 @@ class OrderedWorker {
   // The first failure, or OK.
   absl::Status broken();
 
+  // Runs what was queued, stops the thread and returns broken(). Later
+  // Enqueue calls must not happen. Idempotent.
+  absl::Status Shutdown();
+
  private:
   struct Task {
     std::string what;
@@ -57,6 +61,7 @@ class OrderedWorker {
   std::deque<Task> queue_;
   absl::Status broken_;
   bool stop_ = false;
+  bool joined_ = false;
   int64_t seq_ = 0;
   std::thread thread_;  // Last: starts once everything above exists.
 };

@@ -9,13 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -25,6 +21,7 @@
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/gloo/gloo_store.h"
+#include "dist/backend/ordered_worker.h"
 #include "dist/backend/work.h"
 #include "dist/store/prefix_store.h"
 #include "gloo/allgather.h"
@@ -236,16 +233,11 @@ class GlooBackend : public Backend {
         store_(std::move(store)),
         context_(std::move(context)),
         peer_addresses_(std::move(peer_addresses)),
-        worker_([this] { Loop(); }) {}
+        worker_(std::make_unique<internal::OrderedWorker>(kName, rank_)) {}
 
   // Runs what was issued, then waits (bounded) until every rank got here.
   ~GlooBackend() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
+    const absl::Status broken = worker_->Shutdown();
     if (size_ > 1) {
       // Gloo shuts its sockets down abruptly, which can discard data a slower
       // peer has not read yet: close only once every rank has finished its last
@@ -253,7 +245,7 @@ class GlooBackend : public Backend {
       // peers do not wait for it, but does not wait itself.
       std::vector<std::string> keys;
       for (int r = 0; r < size_; ++r) keys.push_back(absl::StrCat("exit/", r));
-      if (store_->Set(keys[rank_], "").ok() && broken_.ok()) {
+      if (store_->Set(keys[rank_], "").ok() && broken.ok()) {
         (void)store_->Wait(keys, exit_timeout_);
       }
     }
@@ -377,12 +369,6 @@ class GlooBackend : public Backend {
   }
 
  private:
-  struct Task {
-    std::string what;
-    std::function<void()> run;
-    std::shared_ptr<CompletionWork> work;
-  };
-
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
     absl::Status s =
         internal::CheckTensor(kName, op, t, /*want_cuda=*/false, kSupported);
@@ -399,80 +385,38 @@ class GlooBackend : public Backend {
     return Check(op, t);
   };
 
-  // Numbers the collective and queues it; one lock for both, so numbers follow
-  // issue order.
+  // Queues `run` on the ordered worker, turning Gloo's exceptions into a
+  // Status: its timeouts (IoExceptions saying so) into kDeadlineExceeded, and
+  // the peer named by address into "peer: rank R".
   std::shared_ptr<Work> Enqueue(const internal::Description& description,
                                 std::function<void()> run) {
-    std::shared_ptr<CompletionWork> work;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      std::string what = internal::Describe(description, ++seq_);
-      work = std::make_shared<CompletionWork>(
-          absl::StrCat("[rank ", rank_, "] gloo ", what));
-      queue_.push_back(Task{std::move(what), std::move(run), work});
-    }
-    cv_.notify_one();
-    return work;
-  }
-
-  // The worker: runs tasks in issue order until stopped and drained.
-  void Loop() {
-    // The worker writes results in place (div_, copy_): into tensors that may
-    // require grad, such as parameters being averaged, which autograd would
-    // refuse.
-    at::NoGradGuard no_grad;
-    while (true) {
-      Task task;
-      absl::Status broken;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-        broken = broken_;
-      }
-      if (!broken.ok()) {
-        task.work->Complete(absl::Status(
-            broken.code(), absl::StrCat("[rank ", rank_, "] gloo ", task.what,
-                                        " not run: ", broken.message())));
-        continue;
-      }
-      const absl::Time start = absl::Now();
-      absl::Status result;
-      try {
-        task.run();
-      } catch (const gloo::IoException& e) {
-        result = absl::UnavailableError(e.what());
-      } catch (const c10::Error& e) {
-        result = absl::InternalError(e.what_without_backtrace());
-      } catch (const std::exception& e) {
-        result = absl::InternalError(e.what());
-      }
-      if (!result.ok()) {
-        const std::string message(result.message());
-        // Gloo reports its timeouts as IoExceptions ("Read timeout", "Timed out
-        // waiting").
-        const std::string lower = absl::AsciiStrToLower(message);
-        const bool timed_out = absl::StrContains(lower, "timeout") ||
-                               absl::StrContains(lower, "timed out");
-        std::string peer;
-        for (const auto& [address, peer_rank] : peer_addresses_) {
-          if (absl::StrContains(message, address)) {
-            peer = absl::StrCat(" (peer: rank ", peer_rank, ")");
+    return worker_->Enqueue(
+        description, [this, run = std::move(run)](const std::string&) {
+          absl::Status result;
+          try {
+            run();
+          } catch (const gloo::IoException& e) {
+            result = absl::UnavailableError(e.what());
+          } catch (const c10::Error& e) {
+            result = absl::InternalError(e.what_without_backtrace());
+          } catch (const std::exception& e) {
+            result = absl::InternalError(e.what());
           }
-        }
-        result = absl::Status(
-            timed_out ? absl::StatusCode::kDeadlineExceeded : result.code(),
-            absl::StrCat("[rank ", rank_, "] gloo ", task.what,
-                         " failed after ",
-                         internal::FormatElapsed(absl::Now() - start), ": ",
-                         message, peer));
-        std::lock_guard<std::mutex> lock(mu_);
-        if (broken_.ok()) broken_ = result;
-      }
-      task.work->Complete(result);
-    }
+          if (result.ok()) return result;
+          const std::string message(result.message());
+          const std::string lower = absl::AsciiStrToLower(message);
+          const bool timed_out = absl::StrContains(lower, "timeout") ||
+                                 absl::StrContains(lower, "timed out");
+          std::string peer;
+          for (const auto& [address, peer_rank] : peer_addresses_) {
+            if (absl::StrContains(message, address)) {
+              peer = absl::StrCat(" (peer: rank ", peer_rank, ")");
+            }
+          }
+          return absl::Status(
+              timed_out ? absl::StatusCode::kDeadlineExceeded : result.code(),
+              absl::StrCat(message, peer));
+        });
   }
 
   const int rank_;
@@ -485,14 +429,8 @@ class GlooBackend : public Backend {
   // in errors.
   const std::vector<std::pair<std::string, int>> peer_addresses_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool stop_ = false;
-  absl::Status broken_;  // The first failure; the context is unusable after it.
-  int64_t seq_ = 0;
-
-  std::thread worker_;  // Last: starts once everything above is constructed.
+  // Last: its thread starts once everything above is constructed.
+  std::unique_ptr<internal::OrderedWorker> worker_;
 };
 
 }  // namespace
