@@ -19,13 +19,16 @@
 //
 // Prints a table (algbw = bytes / time; busbw = algbw * 2(n-1)/n; the last
 // column is the second backend's time over the first's, "gloo/shm" by
-// default), then one JSON line, the last line of stdout:
+// default; cpu/wall is the CPU time all ranks spent per allreduce over its
+// time, so at most the host's cores: near that, the ranks' waiting spins),
+// then one JSON line, the last line of stdout:
 //   {"format": "dtrain.shm_allreduce_bandwidth.v1", "processes": 2,
 //    "backends": ["shm", "gloo"], "ratio": "gloo/shm",
 //    "barrier_us": {"shm": 8.3, "gloo": 190.2},
 //    "results": [{"bytes": 4, "correct": true, "ratio": 6.1,
 //                 "shm": {"iters": 9000, "time_us": 4.1, "algbw_GBps": ...,
-//                         "busbw_GBps": ..., "repeats_us": [...]},
+//                         "busbw_GBps": ..., "cpu_us": 7.9,
+//                         "correct": true, "repeats_us": [...]},
 //                 "gloo": {...}}, ...]}
 // Exits 0 when every size was correct for every backend; 1 with the reason on
 // stderr when a rank failed or a result was wrong; 2 for bad flags.
@@ -34,6 +37,7 @@
 #include <ATen/Parallel.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,6 +115,12 @@ struct Measured {
   int iters = 0;
   std::vector<double> repeat_seconds;  // slowest rank's, per allreduce
   double seconds = 0;                  // the median repeat
+  // CPU time (user + system, every thread) of all ranks together per
+  // allreduce, per repeat and the median: over `seconds`, how many cores the
+  // ranks kept busy (at most the host's), which tells waiting that spins
+  // from waiting that sleeps.
+  std::vector<double> repeat_cpu_seconds;
+  double cpu_seconds = 0;
   bool correct = false;
 };
 
@@ -166,18 +176,26 @@ absl::Status AllReduce(backend::Backend& b, const at::Tensor& t,
   return b.AllReduce(t, op, absl::StrCat(bytes, " B"))->Wait(timeout);
 }
 
-// Every rank's largest value of each element of `values`, through `b`.
-absl::StatusOr<std::vector<double>> AgreeMax(backend::Backend& b,
-                                             std::vector<double> values,
-                                             absl::Duration timeout) {
+// Each element of `values` reduced by `op` over the ranks, through `b`.
+absl::StatusOr<std::vector<double>> Agree(backend::Backend& b,
+                                          std::vector<double> values,
+                                          backend::ReduceOp op,
+                                          absl::Duration timeout) {
   at::Tensor t =
       at::from_blob(values.data(), {static_cast<int64_t>(values.size())},
                     at::kDouble)
           .clone();
-  DTRAIN_RETURN_IF_ERROR(
-      b.AllReduce(t, backend::ReduceOp::kMax, "agree")->Wait(timeout));
+  DTRAIN_RETURN_IF_ERROR(b.AllReduce(t, op, "agree")->Wait(timeout));
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());
+}
+
+// This process's CPU time so far, every thread.
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
 }
 
 double Seconds(std::chrono::steady_clock::time_point start) {
@@ -196,8 +214,9 @@ absl::StatusOr<bool> Check(backend::Backend& b, const Config& c, int rank,
   const bool right =
       t.eq(static_cast<float>(n * (n + 1) / 2)).all().item<bool>();
   t.zero_();
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<double> wrong,
-                          AgreeMax(b, {right ? 0.0 : 1.0}, c.timeout));
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> wrong,
+      Agree(b, {right ? 0.0 : 1.0}, backend::ReduceOp::kMax, c.timeout));
   return wrong[0] == 0;
 }
 
@@ -215,8 +234,9 @@ absl::StatusOr<int> Calibrate(backend::Backend& b, const Config& c,
   for (int64_t batch = c.warmup_iters;; batch *= 4) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < batch; ++i) DTRAIN_RETURN_IF_ERROR(op());
-    DTRAIN_ASSIGN_OR_RETURN(std::vector<double> took,
-                            AgreeMax(b, {Seconds(start)}, c.timeout));
+    DTRAIN_ASSIGN_OR_RETURN(
+        std::vector<double> took,
+        Agree(b, {Seconds(start)}, backend::ReduceOp::kMax, c.timeout));
     per_op = took[0] / batch;
     if (took[0] >= c.target_seconds / 5 || batch >= c.max_iters) break;
   }
@@ -230,9 +250,11 @@ absl::StatusOr<int> Calibrate(backend::Backend& b, const Config& c,
 absl::Status TimeRepeat(backend::Backend& b, const Config& c, const Op& op,
                         Measured& m) {
   DTRAIN_RETURN_IF_ERROR(b.Barrier()->Wait(c.timeout));
+  const double cpu_start = CpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < m.iters; ++i) DTRAIN_RETURN_IF_ERROR(op());
   m.repeat_seconds.push_back(Seconds(start) / m.iters);
+  m.repeat_cpu_seconds.push_back((CpuSeconds() - cpu_start) / m.iters);
   return absl::OkStatus();
 }
 
@@ -258,10 +280,14 @@ absl::StatusOr<std::vector<Measured>> MeasureSideBySide(
     }
   }
   for (size_t i = 0; i < backends.size(); ++i) {
-    DTRAIN_ASSIGN_OR_RETURN(
-        m[i].repeat_seconds,
-        AgreeMax(*backends[i], m[i].repeat_seconds, c.timeout));
+    DTRAIN_ASSIGN_OR_RETURN(m[i].repeat_seconds,
+                            Agree(*backends[i], m[i].repeat_seconds,
+                                  backend::ReduceOp::kMax, c.timeout));
     m[i].seconds = Median(m[i].repeat_seconds);
+    DTRAIN_ASSIGN_OR_RETURN(m[i].repeat_cpu_seconds,
+                            Agree(*backends[i], m[i].repeat_cpu_seconds,
+                                  backend::ReduceOp::kSum, c.timeout));
+    m[i].cpu_seconds = Median(m[i].repeat_cpu_seconds);
   }
   return m;
 }
@@ -300,10 +326,10 @@ void PrintHeader(const Config& c, int blas_threads) {
   std::string groups = absl::StrFormat("#%13s", "");
   std::string columns = absl::StrFormat("#%13s", "bytes");
   for (const std::string& b : c.backends) {
-    absl::StrAppend(&groups, absl::StrFormat(" %-44s", absl::StrCat("-- ", b)));
-    absl::StrAppend(&columns,
-                    absl::StrFormat(" %8s %11s %11s %11s", "iters", "time_us",
-                                    "algbw_GBps", "busbw_GBps"));
+    absl::StrAppend(&groups, absl::StrFormat(" %-53s", absl::StrCat("-- ", b)));
+    absl::StrAppend(
+        &columns, absl::StrFormat(" %8s %11s %11s %11s %8s", "iters", "time_us",
+                                  "algbw_GBps", "busbw_GBps", "cpu/wall"));
   }
   if (c.backends.size() == 2) {
     absl::StrAppend(
@@ -318,8 +344,9 @@ void PrintHeader(const Config& c, int blas_threads) {
 void PrintBarrier(const Config& c, const std::vector<Measured>& m) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < m.size(); ++i) {
-    parts.push_back(absl::StrFormat("%s %.2f us (%d iters)", c.backends[i],
-                                    m[i].seconds * 1e6, m[i].iters));
+    parts.push_back(absl::StrFormat(
+        "%s %.2f us (%d iters, cpu/wall %.2f)", c.backends[i],
+        m[i].seconds * 1e6, m[i].iters, m[i].cpu_seconds / m[i].seconds));
   }
   std::printf("# Barrier(), the latency floor: %s\n",
               absl::StrJoin(parts, ", ").c_str());
@@ -335,9 +362,10 @@ std::string PrintRow(const Config& c, int64_t bytes,
   for (size_t i = 0; i < m.size(); ++i) {
     const double algbw = bytes / m[i].seconds * 1e-9;
     const double busbw = algbw * AllReduceBusFactor(c.processes);
-    absl::StrAppend(&row,
-                    absl::StrFormat(" %8d %11.2f %11.4f %11.4f", m[i].iters,
-                                    m[i].seconds * 1e6, algbw, busbw));
+    absl::StrAppend(
+        &row, absl::StrFormat(" %8d %11.2f %11.4f %11.4f %8.2f", m[i].iters,
+                              m[i].seconds * 1e6, algbw, busbw,
+                              m[i].cpu_seconds / m[i].seconds));
     std::vector<std::string> repeats_us;
     for (double s : m[i].repeat_seconds) {
       repeats_us.push_back(absl::StrCat(s * 1e6));
@@ -345,7 +373,7 @@ std::string PrintRow(const Config& c, int64_t bytes,
     json.push_back(absl::StrCat(
         "\"", c.backends[i], "\": {\"iters\": ", m[i].iters,
         ", \"time_us\": ", m[i].seconds * 1e6, ", \"algbw_GBps\": ", algbw,
-        ", \"busbw_GBps\": ", busbw,
+        ", \"busbw_GBps\": ", busbw, ", \"cpu_us\": ", m[i].cpu_seconds * 1e6,
         ", \"correct\": ", m[i].correct ? "true" : "false",
         ", \"repeats_us\": [", absl::StrJoin(repeats_us, ", "), "]}"));
     correct = correct && m[i].correct;
