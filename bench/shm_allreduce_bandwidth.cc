@@ -60,6 +60,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/compute_threads.h"
 #include "base/status_macros.h"
@@ -171,9 +172,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
 }
 
 absl::Status AllReduce(backend::Backend& b, const at::Tensor& t,
-                       backend::ReduceOp op, absl::Duration timeout,
-                       int64_t bytes) {
-  return b.AllReduce(t, op, absl::StrCat(bytes, " B"))->Wait(timeout);
+                       backend::ReduceOp op, absl::Duration timeout) {
+  return b.AllReduce(t, op)->Wait(timeout);
 }
 
 // Each element of `values` reduced by `op` over the ranks, through `b`.
@@ -209,8 +209,7 @@ absl::StatusOr<bool> Check(backend::Backend& b, const Config& c, int rank,
                            int64_t bytes, at::Tensor& t) {
   t = at::full({bytes / 4}, static_cast<float>(rank + 1), at::kFloat);
   const double n = c.processes;
-  DTRAIN_RETURN_IF_ERROR(
-      AllReduce(b, t, backend::ReduceOp::kSum, c.timeout, bytes));
+  DTRAIN_RETURN_IF_ERROR(AllReduce(b, t, backend::ReduceOp::kSum, c.timeout));
   const bool right =
       t.eq(static_cast<float>(n * (n + 1) / 2)).all().item<bool>();
   t.zero_();
@@ -427,9 +426,8 @@ absl::Status RunRank(int rank, int port, const Config& c) {
           for (size_t i = 0; i < backends.size(); ++i) {
             DTRAIN_ASSIGN_OR_RETURN(
                 correct[i], Check(*backends[i], c, rank, bytes, tensors[i]));
-            ops.push_back([&c, b = backends[i].get(), t = tensors[i], bytes] {
-              return AllReduce(*b, t, backend::ReduceOp::kSum, c.timeout,
-                               bytes);
+            ops.push_back([&c, b = backends[i].get(), t = tensors[i]] {
+              return AllReduce(*b, t, backend::ReduceOp::kSum, c.timeout);
             });
           }
           DTRAIN_ASSIGN_OR_RETURN(std::vector<Measured> m,
@@ -501,27 +499,52 @@ absl::Status RunRank(int rank, int port, const Config& c) {
   _exit(code);
 }
 
-// Waits for every rank; at the first that fails, kills the rest (they would
-// otherwise wait for it until the timeout). Returns how many failed.
-int WaitForRanks(std::vector<pid_t> pids) {
+// After one rank fails, how long the others get to notice (a backend fails
+// its collectives within a second once a peer has exited) and say why
+// themselves, before they are killed.
+constexpr absl::Duration kGrace = absl::Seconds(5);
+
+// Waits for every rank (pids[r] is rank r); once one fails, kills those still
+// running after kGrace (they might otherwise wait for it until the timeout).
+// Returns how many failed.
+int WaitForRanks(const std::vector<pid_t>& pids) {
+  std::vector<bool> running(pids.size(), true);
+  size_t left = pids.size();
   int failed = 0;
-  while (!pids.empty()) {
+  absl::Time kill_at = absl::InfiniteFuture();
+  bool killed = false;
+  while (left > 0) {
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
+    // Blocks until the first failure (no wakeups to disturb the timing),
+    // then polls for the grace period.
+    const pid_t pid =
+        waitpid(-1, &status, kill_at == absl::InfiniteFuture() ? 0 : WNOHANG);
+    if (pid < 0 && errno != EINTR) break;
+    if (pid <= 0) {
+      if (!killed && absl::Now() >= kill_at) {
+        for (size_t r = 0; r < pids.size(); ++r) {
+          if (running[r]) kill(pids[r], SIGKILL);
+        }
+        std::fprintf(stderr,
+                     "%s: killed the ranks still running %s after "
+                     "the first failure\n",
+                     kName, absl::FormatDuration(kGrace).c_str());
+        killed = true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+      continue;
     }
-    auto it = std::find(pids.begin(), pids.end(), pid);
-    if (it == pids.end()) continue;
-    pids.erase(it);
+    const size_t rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
+    if (rank == pids.size()) continue;
+    running[rank] = false;
+    --left;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     ++failed;
-    if (WIFSIGNALED(status)) {
-      std::fprintf(stderr, "%s: rank process %d killed by signal %d\n", kName,
-                   pid, WTERMSIG(status));
+    kill_at = std::min(kill_at, absl::Now() + kGrace);
+    if (WIFSIGNALED(status) && !killed) {
+      std::fprintf(stderr, "%s: rank %zu (pid %d) was killed by signal %d\n",
+                   kName, rank, pid, WTERMSIG(status));
     }
-    for (const pid_t other : pids) kill(other, SIGKILL);
   }
   return failed;
 }

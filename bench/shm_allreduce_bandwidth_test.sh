@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # shm_allreduce_bandwidth as a person runs it, briefly: bad flags exit 2 naming the flag; a sweep of
 # tiny sizes with 2 and then 4 processes must be correct at every size for both backends, and end with
-# the JSON line. Timings from this run mean nothing.
+# the JSON line; a rank killed mid-run makes the driver exit 1 within seconds, with the dead rank named
+# by the driver and by the ranks that saw it go. Timings from these runs mean nothing.
 set -uo pipefail
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 
@@ -39,4 +40,26 @@ for n in 2 4; do
     || fail "$n processes: no table header: $(head -3 "$tmp/run$n.out")"
   cat "$tmp/run$n.out"
 done
+
+# Long enough to be killed while timing (1000 repeats of 100 ms); the header comes once connected.
+"$driver" --processes=3 --backends=shm --max_bytes=4 --repeats=1000 --target_ms=100 --timeout=30s \
+  >"$tmp/kill.out" 2>"$tmp/kill.err" &
+pid=$!
+pids+=("$pid")
+if wait_for_text "$tmp/kill.out" '^# shm_allreduce_bandwidth' 20; then
+  victim=$(pgrep -P "$pid" | sed -n 2p)
+  kill -KILL "$victim"
+  wait_exit "$pid" 15 || fail "killed rank: the driver still runs 15 s later"
+  wait "$pid"
+  rc=$?
+  pids=()
+  [[ $rc -eq 1 ]] || fail "killed rank: exit $rc, want 1"
+  grep -q "rank 1 (pid $victim) was killed by signal 9" "$tmp/kill.err" \
+    || fail "killed rank: the driver does not name it: $(cat "$tmp/kill.err")"
+  grep -q "has exited" "$tmp/kill.err" \
+    || fail "killed rank: no rank saw it exit: $(cat "$tmp/kill.err")"
+  cat "$tmp/kill.err"
+else
+  fail "killed rank: the run did not start: $(cat "$tmp/kill.err")"
+fi
 finish
