@@ -41,13 +41,13 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/cuda_device.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
+#include "bench/sweep.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/nccl/nccl_backend.h"
 #include "dist/store/hash_store.h"
@@ -66,40 +66,6 @@ namespace dtrain::bench {
 namespace {
 
 constexpr char kName[] = "nccl_allreduce_bandwidth";
-
-// "1M" -> 1048576. Positive multiples of 4 bytes (float32 elements) only.
-absl::StatusOr<int64_t> ParseBytes(const std::string& flag,
-                                   const std::string& given) {
-  std::string text = given;
-  int64_t unit = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K':
-      case 'k':
-        unit = int64_t{1} << 10;
-        break;
-      case 'M':
-      case 'm':
-        unit = int64_t{1} << 20;
-        break;
-      case 'G':
-      case 'g':
-        unit = int64_t{1} << 30;
-        break;
-      default:
-        break;
-    }
-    if (unit != 1) text.pop_back();
-  }
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value <= 0 ||
-      value > (int64_t{1} << 40) / unit || value * unit % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", given,
-        ": want a positive multiple of 4 bytes, e.g. 1048576 or 1M"));
-  }
-  return value * unit;
-}
 
 // Lets the rank threads start each timed batch together (C++17 has no
 // std::barrier). Reusable: each Arrive waits for the current generation. A
@@ -243,14 +209,9 @@ absl::StatusOr<Config> ConfigFromFlags() {
   DTRAIN_ASSIGN_OR_RETURN(
       const int64_t max_bytes,
       ParseBytes("max_bytes", absl::GetFlag(FLAGS_max_bytes)));
-  const int factor = absl::GetFlag(FLAGS_step_factor);
-  if (min_bytes > max_bytes || factor < 2) {
-    return absl::InvalidArgumentError(
-        "want --min_bytes <= --max_bytes and --step_factor >= 2");
-  }
-  for (int64_t b = min_bytes; b <= max_bytes; b *= factor) {
-    c.sizes.push_back(b);
-  }
+  DTRAIN_ASSIGN_OR_RETURN(
+      c.sizes,
+      SweepSizes(min_bytes, max_bytes, absl::GetFlag(FLAGS_step_factor)));
   c.iters = absl::GetFlag(FLAGS_iters);
   c.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
   c.timeout = absl::GetFlag(FLAGS_timeout);
@@ -296,8 +257,6 @@ absl::StatusOr<std::vector<SizeResult>> Measure(const Config& c) {
   return results;
 }
 
-double BusFactor(int n) { return 2.0 * (n - 1) / n; }
-
 void Report(const Config& c, const std::vector<SizeResult>& results) {
   std::printf(
       "# %s: allreduce sum of float32, %d GPU(s), %d iterations per "
@@ -309,7 +268,7 @@ void Report(const Config& c, const std::vector<SizeResult>& results) {
   double max_busbw = 0;
   for (const SizeResult& r : results) {
     const double algbw = r.bytes / r.seconds * 1e-9;
-    const double busbw = algbw * BusFactor(c.world_size);
+    const double busbw = algbw * AllReduceBusFactor(c.world_size);
     max_busbw = std::max(max_busbw, busbw);
     std::printf("%14lld %12.1f %12.2f %12.2f %8s\n",
                 static_cast<long long>(r.bytes), r.seconds * 1e6, algbw, busbw,
