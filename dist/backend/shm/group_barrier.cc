@@ -1,6 +1,7 @@
 #include "dist/backend/shm/group_barrier.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,8 +19,9 @@ namespace dtrain::backend::shm {
 namespace {
 
 // Spinning this long covers a peer running on another core; beyond it, the
-// peer is probably waiting for a core, so give ours up.
-constexpr int kSpins = 2000;
+// peer is probably waiting for a core, so give ours up. Measured with
+// //bench:shm_allreduce_bandwidth (docs/PERFORMANCE.md).
+constexpr absl::Duration kSpin = absl::Microseconds(50);
 // Sleeps are cut into slices this long to check liveness and the deadline.
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
 
@@ -49,9 +51,23 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 
 Control* Control::Init(void* memory) { return new (memory) Control(); }
 
+absl::Duration GroupBarrier::DefaultSpin(int ranks) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (ranks <= 0 || ::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) {
+    return kSpin;
+  }
+  return ranks <= CPU_COUNT(&cpus) ? kSpin : absl::ZeroDuration();
+}
+
 GroupBarrier::GroupBarrier(Control* control, int rank, int size,
-                           std::function<bool(int64_t)> alive)
-    : control_(control), rank_(rank), size_(size), alive_(std::move(alive)) {}
+                           std::function<bool(int64_t)> alive,
+                           absl::Duration spin)
+    : control_(control),
+      rank_(rank),
+      size_(size),
+      alive_(std::move(alive)),
+      spin_(spin) {}
 
 void GroupBarrier::Register(int64_t pid) {
   control_->ranks[rank_].pid.store(pid, std::memory_order_release);
@@ -74,21 +90,33 @@ absl::Status GroupBarrier::Arrive(absl::Time deadline) {
     // The last to arrive opens the next generation. Reset before the
     // release: a rank that sees the new generation may arrive again at once.
     control_->arrived.store(0, std::memory_order_relaxed);
-    control_->generation.fetch_add(1, std::memory_order_release);
-    FutexWakeAll(&control_->generation);
+    control_->generation.fetch_add(1, std::memory_order_seq_cst);
+    // A sleeper counts itself before it sleeps, and the kernel rechecks the
+    // generation: either it is seen here or it does not sleep.
+    if (control_->sleepers.load(std::memory_order_seq_cst) != 0) {
+      FutexWakeAll(&control_->generation);
+    }
     return absl::OkStatus();
   }
-  for (int i = 0; i < kSpins; ++i) {
-    if (control_->generation.load(std::memory_order_acquire) != generation) {
-      return absl::OkStatus();
-    }
-    CpuRelax();
+  if (spin_ > absl::ZeroDuration()) {
+    const absl::Time until = absl::Now() + spin_;
+    do {
+      for (int i = 0; i < 64; ++i) {
+        if (control_->generation.load(std::memory_order_acquire) !=
+            generation) {
+          return absl::OkStatus();
+        }
+        CpuRelax();
+      }
+    } while (absl::Now() < until);
   }
   while (control_->generation.load(std::memory_order_acquire) == generation) {
     absl::Status why = WhyNotYet(target, deadline);
     if (!why.ok()) return why;
+    control_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     FutexWait(&control_->generation, generation,
               std::min(kSlice, deadline - absl::Now()));
+    control_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
   return absl::OkStatus();
 }

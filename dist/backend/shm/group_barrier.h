@@ -32,6 +32,7 @@ struct Control {
   alignas(64) std::atomic<uint32_t> generation;  // the futex word
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> aborted_by;  // 0, or 1 + the rank
+  std::atomic<uint32_t> sleepers;                // ranks inside a futex wait
   Rank ranks[kMaxLocalRanks];
 
   // Constructs the block in place in zeroed shared memory.
@@ -40,9 +41,16 @@ struct Control {
 
 class GroupBarrier {
  public:
-  // `alive(pid)` says whether a peer's process still exists.
+  // `alive(pid)` says whether a peer's process still exists. `spin` is how
+  // long a waiter polls before it sleeps; zero when the ranks outnumber the
+  // cores, since the rank being waited for then needs this core.
   GroupBarrier(Control* control, int rank, int size,
-               std::function<bool(int64_t pid)> alive);
+               std::function<bool(int64_t pid)> alive,
+               absl::Duration spin = DefaultSpin(0));
+
+  // 50 us when `ranks` fit on the cores this process may run on, else 0
+  // (`ranks` = 0: assume they fit).
+  static absl::Duration DefaultSpin(int ranks);
 
   // Records this rank's process id for the others' liveness checks.
   void Register(int64_t pid);
@@ -63,6 +71,7 @@ class GroupBarrier {
   const int rank_;
   const int size_;
   const std::function<bool(int64_t)> alive_;
+  const absl::Duration spin_;
   uint64_t arrivals_ = 0;
 };
 

@@ -49,7 +49,7 @@ class ShmBackend : public Backend {
         segment_(std::move(segment)),
         base_(static_cast<char*>(segment_->data()) + kControlBytes),
         barrier_(static_cast<Control*>(segment_->data()), rank_, size_,
-                 base::ProcessRunning),
+                 base::ProcessRunning, GroupBarrier::DefaultSpin(size_)),
         worker_(kName, rank_) {}
 
   absl::string_view name() const override { return kName; }
