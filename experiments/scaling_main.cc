@@ -42,8 +42,10 @@
 #include "experiments/sweep.h"
 #include "prometheus/exposer.h"
 
-ABSL_FLAG(std::vector<std::string>, backends, {"gloo"},
-          "Backends: gloo, nccl (NCCL runs where CUDA devices exist).");
+ABSL_FLAG(
+    std::vector<std::string>, backends, {"gloo"},
+    "Backends: gloo, nccl (NCCL runs where CUDA devices exist), shm (CPU, "
+    "shared memory, every rank on one host).");
 ABSL_FLAG(std::vector<std::string>, models,
           std::vector<std::string>({"convnet", "resnet18"}),
           "Models: convnet (full epochs), resnet18 (a short run on 28-pixel "
