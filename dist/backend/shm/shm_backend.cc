@@ -82,9 +82,10 @@ class ShmBackend : public Backend {
       const int64_t total = tensor.numel() * tensor.element_size();
       for (int64_t off = 0; off < total; off += slot_bytes_) {
         const int64_t n = std::min(slot_bytes_, total - off);
-        if (rank_ == root) std::memcpy(result(), data + off, n);
+        // Through the root's slot, never the result area: see Reduce.
+        if (rank_ == root) std::memcpy(slot(root), data + off, n);
         DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
-        if (rank_ != root) std::memcpy(data + off, result(), n);
+        if (rank_ != root) std::memcpy(data + off, slot(root), n);
         DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
       }
       return absl::OkStatus();
@@ -163,6 +164,14 @@ class ShmBackend : public Backend {
   // Reduces `input` over the ranks, chunk by chunk, into `output` on rank
   // `destination` (every rank when -1). Each rank reduces its own share of
   // each chunk, in rank order.
+  //
+  // Two barriers per chunk are enough. A rank writes its slot (the next
+  // chunk's copy-in) only after the barrier that follows every rank's
+  // reduction, the last read of the slots; and the result area is written
+  // only after the barrier that follows the copy-in, which every rank reaches
+  // after copying the previous chunk's result out. The other collectives
+  // keep to the same rule: they write only slots, each before a barrier, and
+  // read them only before the next one.
   absl::Status Reduce(const at::Tensor& input, ReduceOp op, absl::Time deadline,
                       int destination, const at::Tensor& output) {
     const int64_t element = input.element_size();
@@ -186,7 +195,6 @@ class ShmBackend : public Backend {
       if (destination < 0 || destination == rank_) {
         std::memcpy(out + first * element, result(), n * element);
       }
-      DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
     }
     return absl::OkStatus();
   }

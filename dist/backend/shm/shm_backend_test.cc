@@ -87,6 +87,38 @@ at::Tensor Values(int64_t n, int rank) {
          std::pow(10.0f, rank);
 }
 
+// Collectives of every kind back to back, in many chunks: none may overwrite
+// memory a slower rank is still reading (the two-barrier schedule's rule).
+TEST(ShmBackendTest, InterleavedCollectivesStayCorrect) {
+  constexpr int kRanks = 3;
+  testing::RunRanks(kRanks, Shm(64), [&](Backend& b) {
+    for (int round = 0; round < 150; ++round) {
+      const int64_t n = 1 + (round * 37) % 200;
+      at::Tensor i = at::arange(n, at::kFloat);
+      at::Tensor t = i + b.rank() + round;
+      ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
+      ASSERT_TRUE(at::equal(t, i * kRanks + 3 + kRanks * round))
+          << "round " << round;
+      const int root = round % kRanks;
+      at::Tensor c = i * (b.rank() + 1) + round;
+      ASSERT_TRUE(b.Broadcast(c, root)->Wait().ok());
+      ASSERT_TRUE(at::equal(c, i * (root + 1) + round)) << "round " << round;
+      std::vector<at::Tensor> outs;
+      for (int r = 0; r < kRanks; ++r) outs.push_back(at::empty({n}));
+      ASSERT_TRUE(b.AllGather(outs, i - b.rank())->Wait().ok());
+      for (int r = 0; r < kRanks; ++r) {
+        ASSERT_TRUE(at::equal(outs[r], i - r)) << "round " << round;
+      }
+      std::vector<at::Tensor> inputs;
+      for (int r = 0; r < kRanks; ++r) inputs.push_back(i * (r + 1));
+      at::Tensor out = at::empty({n});
+      ASSERT_TRUE(b.ReduceScatter(out, inputs)->Wait().ok());
+      ASSERT_TRUE(at::equal(out, i * (b.rank() + 1) * kRanks))
+          << "round " << round;
+    }
+  });
+}
+
 TEST(ShmBackendTest, AverageAndBitIdenticalResultsForAnySlotSize) {
   constexpr int kRanks = 3;
   const int64_t n = 100003;
