@@ -98,7 +98,8 @@ absl::StatusOr<std::unique_ptr<Segment>> Segment::Attach(
         absl::StrCat("opening ", path, ": ", base::ErrnoText(errno),
                      " (not on the creator's host, or it has exited)"));
   }
-  struct stat st {};
+  struct stat st;
+  std::memset(&st, 0, sizeof(st));
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != mapped) {
     ::close(fd);
     return absl::FailedPreconditionError(
