@@ -28,6 +28,11 @@ using backend::FormatElapsed;
 // "4096 x float32 = 16 KiB".
 std::string DescribeTensor(const at::Tensor& t);
 
+// The dtypes every backend (Gloo, NCCL, shared memory) reduces and carries.
+inline constexpr at::ScalarType kCollectiveDtypes[] = {
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
+    at::kInt,   at::kLong,   at::kByte, at::kChar};
+
 // Checks a tensor given to `op` on a backend that needs `device_kind` ("CPU" or
 // "CUDA") tensors: defined, on that kind of device, contiguous, and of a dtype
 // in `supported`.

@@ -43,6 +43,16 @@ inline backend::testing::BackendFactory Gloo(
   };
 }
 
+// A deterministic input batch, different per rank.
+inline at::Tensor Input(int rank, int64_t batch = 5, int64_t features = 8) {
+  return at::arange(batch * features, at::kFloat)
+      .reshape({batch, features})
+      .mul(0.37 * (rank + 1))
+      .sin();
+}
+
+inline at::Tensor Loss(const at::Tensor& out) { return out.pow(2).mean(); }
+
 // The shared-memory backend, the same way.
 inline backend::testing::BackendFactory Shm(
     absl::Duration timeout = kTestTimeout) {

@@ -57,9 +57,6 @@ void IgnoreSigpipe() {
 
 using internal::CompletionWork;
 
-constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
-                                         at::kBFloat16, at::kInt,    at::kLong,
-                                         at::kByte,     at::kChar};
 constexpr char kName[] = "gloo";
 // kAuto: on 2 and 4 ranks the unbound-buffer ring was fastest at every size
 // from 4 B to 64 MiB (docs/PERFORMANCE.md). Halving-doubling is used for small
@@ -370,8 +367,8 @@ class GlooBackend : public Backend {
 
  private:
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
-    absl::Status s =
-        internal::CheckTensor(kName, op, t, /*want_cuda=*/false, kSupported);
+    absl::Status s = internal::CheckTensor(kName, op, t, /*want_cuda=*/false,
+                                           internal::kCollectiveDtypes);
     if (s.ok() && t.numel() > std::numeric_limits<int>::max() / size_) {
       s = absl::InvalidArgumentError(
           absl::StrCat("gloo ", op, ": ", internal::DescribeTensor(t),

@@ -60,9 +60,6 @@ using nccl_internal::Watchdog;
 using nccl_internal::WorkKind;
 
 constexpr char kName[] = "nccl";
-constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
-                                         at::kBFloat16, at::kInt,    at::kLong,
-                                         at::kByte,     at::kChar};
 constexpr absl::Duration kPollInterval = absl::Microseconds(200);
 
 std::string CudaError(cudaError_t e) {
@@ -354,8 +351,8 @@ class NcclBackend : public Backend {
   }
 
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
-    absl::Status s =
-        internal::CheckTensor(kName, op, t, /*want_cuda=*/true, kSupported);
+    absl::Status s = internal::CheckTensor(kName, op, t, /*want_cuda=*/true,
+                                           internal::kCollectiveDtypes);
     if (s.ok() && t.device().index() != device_) {
       s = absl::InvalidArgumentError(
           absl::StrCat("nccl ", op, ": tensor on ", t.device().str(),

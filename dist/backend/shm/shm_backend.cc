@@ -30,9 +30,6 @@ using shm::GroupBarrier;
 using shm::Segment;
 
 constexpr char kName[] = "shm";
-constexpr at::ScalarType kSupported[] = {at::kFloat,    at::kDouble, at::kHalf,
-                                         at::kBFloat16, at::kInt,    at::kLong,
-                                         at::kByte,     at::kChar};
 
 constexpr int64_t AlignUp(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
@@ -50,6 +47,7 @@ class ShmBackend : public Backend {
         base_(static_cast<char*>(segment_->data()) + kControlBytes),
         barrier_(static_cast<Control*>(segment_->data()), rank_, size_,
                  base::ProcessRunning, GroupBarrier::DefaultSpin(size_)),
+        slots_(Slots()),
         worker_(kName, rank_) {}
 
   absl::string_view name() const override { return kName; }
@@ -139,10 +137,16 @@ class ShmBackend : public Backend {
   using Body = std::function<absl::Status(absl::Time deadline)>;
 
   char* slot(int r) const { return base_ + r * slot_bytes_; }
+  std::vector<const void*> Slots() const {
+    std::vector<const void*> out;
+    for (int r = 0; r < size_; ++r) out.push_back(slot(r));
+    return out;
+  }
   char* result() const { return base_ + size_ * slot_bytes_; }
 
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
-    return internal::CheckTensor(kName, op, t, /*want_cuda=*/false, kSupported);
+    return internal::CheckTensor(kName, op, t, /*want_cuda=*/false,
+                                 internal::kCollectiveDtypes);
   }
   const internal::TensorCheck check_ = [this](absl::string_view op,
                                               const at::Tensor& t) {
@@ -179,8 +183,6 @@ class ShmBackend : public Backend {
     const int64_t total = input.numel();
     const char* in = static_cast<const char*>(input.data_ptr());
     char* out = static_cast<char*>(output.data_ptr());
-    std::vector<const void*> slots(size_);
-    for (int r = 0; r < size_; ++r) slots[r] = slot(r);
     for (int64_t first = 0; first < total; first += chunk) {
       const int64_t n = std::min(chunk, total - first);
       std::memcpy(slot(rank_), in + first * element, n * element);
@@ -189,7 +191,7 @@ class ShmBackend : public Backend {
       const int64_t share = AlignUp((n + size_ - 1) / size_, 64);
       const int64_t begin = std::min(n, rank_ * share);
       const int64_t end = std::min(n, begin + share);
-      DTRAIN_RETURN_IF_ERROR(shm::ReduceInOrder(input.scalar_type(), op, slots,
+      DTRAIN_RETURN_IF_ERROR(shm::ReduceInOrder(input.scalar_type(), op, slots_,
                                                 begin, end, result()));
       DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
       if (destination < 0 || destination == rank_) {
@@ -206,7 +208,8 @@ class ShmBackend : public Backend {
   const std::unique_ptr<Segment> segment_;
   char* const base_;
   GroupBarrier barrier_;  // Used on the worker thread only, after Join.
-  internal::OrderedWorker worker_;  // Last: drains before the rest goes.
+  const std::vector<const void*> slots_;  // slot(r) for every rank
+  internal::OrderedWorker worker_;        // Last: drains before the rest goes.
 };
 
 }  // namespace
