@@ -1,0 +1,327 @@
+#include "dist/backend/hierarchical/hierarchical_backend.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "dist/backend/collective.h"
+#include "dist/backend/hierarchical/host_layout.h"
+#include "dist/backend/ordered_worker.h"
+#include "dist/backend/shm/shm_backend.h"
+#include "dist/backend/work.h"
+#include "dist/store/prefix_store.h"
+
+namespace dtrain::backend {
+namespace {
+
+using hierarchical::HostLayout;
+using internal::CompletionWork;
+
+constexpr char kName[] = "gloo+shm";
+
+// The sum for kAverage: the division happens once, on the leader, at the end.
+ReduceOp Partial(ReduceOp op) {
+  return op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+}
+
+class HierarchicalBackend : public Backend {
+ public:
+  // `local` is null on a host with one rank, `leaders` null on non-leaders.
+  HierarchicalBackend(int rank, HostLayout layout,
+                      std::unique_ptr<Backend> local,
+                      std::unique_ptr<Backend> leaders)
+      : rank_(rank),
+        size_(0),
+        layout_(std::move(layout)),
+        local_(std::move(local)),
+        leaders_(std::move(leaders)),
+        local_step_(LocalStepName()),
+        leaders_step_(LeadersStepName()),
+        worker_(kName, rank_) {
+    for (const std::vector<int>& h : layout_.hosts)
+      size_ += static_cast<int>(h.size());
+  }
+
+  absl::string_view name() const override { return kName; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
+                                  absl::string_view label) override {
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllReduce(kName, check_, tensor, op, {label});
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return worker_.Enqueue(
+        *what, [this, tensor, op, label = std::string(label)](
+                   const std::string&) { return Reduce(tensor, op, label); });
+  }
+
+  std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareBroadcast(kName, check_, size_, tensor, root);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return worker_.Enqueue(*what, [this, tensor, root](const std::string&) {
+      const int root_host = layout_.HostOf(root);
+      const bool root_here = root_host == layout_.host;
+      // The root's host first, so that its leader holds the data.
+      if (root_here && local_ != nullptr) {
+        DTRAIN_RETURN_IF_ERROR(
+            Local(local_->Broadcast(tensor, layout_.LocalRankOf(root))));
+      }
+      if (leaders_ != nullptr)
+        DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->Broadcast(tensor, root_host)));
+      if (!root_here && local_ != nullptr)
+        DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(tensor, 0)));
+      return absl::OkStatus();
+    });
+  }
+
+  std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
+                                  at::Tensor input) override {
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllGather(kName, check_, size_, outputs, input);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return worker_.Enqueue(*what, [this, outputs, input](const std::string&) {
+      return Gather(outputs, input);
+    });
+  }
+
+  std::shared_ptr<Work> ReduceScatter(at::Tensor output,
+                                      std::vector<at::Tensor> inputs,
+                                      ReduceOp op) override {
+    absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
+        kName, check_, size_, output, inputs, op);
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    return worker_.Enqueue(
+        *what, [this, output, inputs, op](const std::string&) {
+          // Not on DDP's path: an allreduce of all the inputs, keeping this
+          // rank's share, is simple and gives every rank bit-identical sums.
+          std::vector<at::Tensor> flat;
+          for (const at::Tensor& t : inputs) flat.push_back(t.reshape({-1}));
+          at::Tensor all = at::cat(flat);
+          DTRAIN_RETURN_IF_ERROR(Reduce(all, op, ""));
+          const int64_t n = output.numel();
+          output.view({-1}).copy_(all.narrow(0, rank_ * n, n));
+          return absl::OkStatus();
+        });
+  }
+
+  std::shared_ptr<Work> Barrier() override {
+    return worker_.Enqueue(
+        internal::Description{"barrier", ""}, [this](const std::string&) {
+          if (local_ != nullptr)
+            DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
+          if (leaders_ != nullptr)
+            DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->Barrier()));
+          if (local_ != nullptr)
+            DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  // Within the host, among the leaders, back within the host. The leader
+  // divides for kAverage, so that the broadcast carries the final values.
+  absl::Status Reduce(const at::Tensor& t, ReduceOp op,
+                      const std::string& label) {
+    if (local_ != nullptr)
+      DTRAIN_RETURN_IF_ERROR(Local(local_->AllReduce(t, Partial(op), label)));
+    if (leaders_ != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(
+          Leaders(leaders_->AllReduce(t, Partial(op), label)));
+    }
+    if (op == ReduceOp::kAverage && layout_.leader()) t.div_(size_);
+    if (local_ != nullptr)
+      DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(t, 0)));
+    return absl::OkStatus();
+  }
+
+  // Within the host into the outputs of its ranks; among the leaders, each
+  // sending its host's block padded to the largest host's size; then each
+  // leader hands its ranks everything from the other hosts.
+  absl::Status Gather(const std::vector<at::Tensor>& outputs,
+                      const at::Tensor& input) {
+    const std::vector<int>& here = layout_.hosts[layout_.host];
+    std::vector<at::Tensor> mine;
+    for (int r : here) mine.push_back(outputs[r]);
+    if (local_ != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(Local(local_->AllGather(mine, input)));
+    } else {
+      mine[0].copy_(input);
+    }
+    if (layout_.hosts.size() == 1) return absl::OkStatus();
+    const int64_t n = input.numel();
+    if (leaders_ != nullptr) {
+      int64_t widest = 0;
+      for (const std::vector<int>& h : layout_.hosts)
+        widest = std::max<int64_t>(widest, h.size());
+      at::Tensor send = at::zeros({widest * n}, input.options());
+      for (size_t j = 0; j < mine.size(); ++j)
+        send.narrow(0, j * n, n).copy_(mine[j].reshape({-1}));
+      std::vector<at::Tensor> received;
+      for (size_t h = 0; h < layout_.hosts.size(); ++h)
+        received.push_back(at::empty_like(send));
+      DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->AllGather(received, send)));
+      for (size_t h = 0; h < layout_.hosts.size(); ++h) {
+        for (size_t j = 0; j < layout_.hosts[h].size(); ++j) {
+          outputs[layout_.hosts[h][j]].view({-1}).copy_(
+              received[h].narrow(0, j * n, n));
+        }
+      }
+    }
+    if (local_ != nullptr) {
+      at::Tensor all = at::empty({size_ * n}, input.options());
+      if (layout_.leader()) {
+        for (int r = 0; r < size_; ++r)
+          all.narrow(0, r * n, n).copy_(outputs[r].reshape({-1}));
+      }
+      DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(all, 0)));
+      if (!layout_.leader()) {
+        for (int r = 0; r < size_; ++r) {
+          if (layout_.HostOf(r) != layout_.host)
+            outputs[r].view({-1}).copy_(all.narrow(0, r * n, n));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for a step of the inner backends and says which step failed.
+  static absl::Status Step(const std::shared_ptr<Work>& work,
+                           const std::string& step) {
+    absl::Status s = work->Wait();
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat(step, ": ", s.message()));
+  }
+  absl::Status Local(const std::shared_ptr<Work>& work) const {
+    return Step(work, local_step_);
+  }
+  absl::Status Leaders(const std::shared_ptr<Work>& work) const {
+    return Step(work, leaders_step_);
+  }
+
+  std::string LocalStepName() const {
+    return absl::StrCat("shared-memory step on host ", layout_.host,
+                        " (local ranks 0..", layout_.local_size() - 1,
+                        " are ranks ",
+                        absl::StrJoin(layout_.hosts[layout_.host], ", "), ")");
+  }
+  std::string LeadersStepName() const {
+    std::vector<int> leaders;
+    for (const std::vector<int>& h : layout_.hosts) leaders.push_back(h[0]);
+    return absl::StrCat("Gloo step among the host leaders (leaders 0..",
+                        leaders.size() - 1, " are ranks ",
+                        absl::StrJoin(leaders, ", "), ")");
+  }
+
+  const internal::TensorCheck check_ = [](absl::string_view op,
+                                          const at::Tensor& t) {
+    return internal::CheckTensor(kName, op, t, /*want_cuda=*/false,
+                                 internal::kCollectiveDtypes);
+  };
+
+  const int rank_;
+  int size_;
+  const HostLayout layout_;
+  const std::unique_ptr<Backend> local_;
+  const std::unique_ptr<Backend> leaders_;
+  const std::string local_step_;
+  const std::string leaders_step_;
+  internal::OrderedWorker worker_;  // Last: drains before the rest goes.
+};
+
+absl::Status Prefixed(const std::string& who, absl::string_view doing,
+                      const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(who, ": ", doing, s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
+    const HierarchicalBackendOptions& o) {
+  const int rank = o.gloo.rank;
+  const int world_size = o.gloo.world_size;
+  const std::string who = absl::StrCat("[rank ", rank, "] ", kName);
+  DTRAIN_RETURN_IF_ERROR(
+      internal::CheckMembership(who, o.gloo.store.get(), rank, world_size));
+  const absl::Time deadline = absl::Now() + o.gloo.timeout;
+  std::string key = o.host_key;
+  if (key.empty()) {
+    absl::StatusOr<std::string> local = hierarchical::LocalHostKey();
+    if (!local.ok()) return Prefixed(who, "", local.status());
+    key = *std::move(local);
+  }
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::shared_ptr<store::Store> store,
+      internal::BackendNamespace(o.gloo.store, "hierarchical", rank));
+  absl::StatusOr<std::vector<std::string>> keys =
+      hierarchical::ExchangeHostKeys(*store, rank, world_size, key, deadline);
+  if (!keys.ok()) return Prefixed(who, "", keys.status());
+  absl::StatusOr<HostLayout> layout = hierarchical::LayoutFromKeys(*keys, rank);
+  if (!layout.ok()) return Prefixed(who, "", layout.status());
+
+  auto shm = [&](int shm_rank, int shm_size,
+                 std::shared_ptr<store::Store> shm_store)
+      -> absl::StatusOr<std::unique_ptr<Backend>> {
+    ShmBackendOptions s;
+    s.rank = shm_rank;
+    s.world_size = shm_size;
+    s.store = std::move(shm_store);
+    s.timeout = o.gloo.timeout;
+    s.slot_bytes = o.shm_slot_bytes;
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(s);
+    if (!b.ok() && b.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Prefixed(
+          who,
+          absl::StrCat("ranks ",
+                       absl::StrJoin(layout->hosts[layout->host], ", "),
+                       " run on one kernel in one PID namespace but cannot "
+                       "share memory (turn shared memory off to use TCP "
+                       "between them): "),
+          b.status());
+    }
+    return b;
+  };
+  if (layout->hosts.size() == 1) return shm(rank, world_size, store);
+  if (static_cast<int>(layout->hosts.size()) == world_size) {
+    GlooBackendOptions g = o.gloo;
+    g.store = store;
+    return CreateGlooBackend(g);
+  }
+
+  std::unique_ptr<Backend> local;
+  if (layout->local_size() > 1) {
+    DTRAIN_ASSIGN_OR_RETURN(
+        local,
+        shm(layout->local_rank, layout->local_size(),
+            std::make_shared<store::PrefixStore>(
+                absl::StrCat("host", layout->hosts[layout->host][0]), store)));
+  }
+  std::unique_ptr<Backend> leaders;
+  if (layout->leader()) {
+    GlooBackendOptions g = o.gloo;
+    g.rank = layout->host;
+    g.world_size = static_cast<int>(layout->hosts.size());
+    g.store = std::make_shared<store::PrefixStore>("leaders", store);
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(g);
+    if (!b.ok()) {
+      return Prefixed(
+          who,
+          absl::StrCat("connecting the leaders of the ", layout->hosts.size(),
+                       " hosts (this rank is leader ", layout->host, "): "),
+          b.status());
+    }
+    leaders = *std::move(b);
+  }
+  return std::unique_ptr<Backend>(std::make_unique<HierarchicalBackend>(
+      rank, *std::move(layout), std::move(local), std::move(leaders)));
+}
+
+}  // namespace dtrain::backend

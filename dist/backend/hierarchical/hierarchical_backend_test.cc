@@ -1,0 +1,193 @@
+// The hierarchical backend with ranks as threads, each given a "host" by its
+// key: every collective against closed forms on layouts with equal, unequal
+// and interleaved hosts, bit-identical results on every rank, the simpler
+// backend where the layout allows it, and a missing rank named with the step
+// it failed in. Real hosts (network and PID namespaces) are tested by
+// //trainer:train_two_hosts_test.
+
+#include "dist/backend/hierarchical/hierarchical_backend.h"
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dist/backend/backend_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::backend {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Rank r runs on host hosts[r].
+testing::BackendFactory OnHosts(std::vector<std::string> hosts,
+                                absl::Duration timeout = absl::Seconds(60)) {
+  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    HierarchicalBackendOptions o;
+    o.gloo.rank = rank;
+    o.gloo.world_size = world_size;
+    o.gloo.store = std::move(store);
+    o.gloo.hostname = "127.0.0.1";
+    o.gloo.timeout = timeout;
+    o.shm_slot_bytes = 256;  // Many chunks in the shared-memory steps.
+    o.host_key = hosts[rank];
+    return CreateHierarchicalBackend(o);
+  };
+}
+
+const std::vector<std::vector<std::string>>& Layouts() {
+  static const auto* layouts = new std::vector<std::vector<std::string>>{
+      {"a", "a", "b", "b"},  // two hosts of two
+      {"a", "b", "a"},       // interleaved, unequal
+      {"a", "a", "a", "b"},  // a host of one
+  };
+  return *layouts;
+}
+
+TEST(HierarchicalBackendTest, CollectivesOnEveryLayoutAndDtype) {
+  for (const std::vector<std::string>& hosts : Layouts()) {
+    const int w = static_cast<int>(hosts.size());
+    testing::RunRanks(w, OnHosts(hosts), [&](Backend& b) {
+      EXPECT_EQ(b.name(), "gloo+shm");
+      EXPECT_EQ(b.size(), w);
+      for (at::ScalarType dtype :
+           {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt,
+            at::kLong, at::kChar, at::kByte}) {
+        const std::string where =
+            absl::StrCat(c10::toString(dtype), " on ",
+                         hosts.size() == 3 ? "a, b, a" : hosts[2]);
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{300}}) {
+          at::Tensor i = at::arange(n, at::kLong).remainder(5);
+          at::Tensor t = (i + b.rank() + 1).to(dtype);
+          ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
+          EXPECT_TRUE(at::equal(t.to(at::kLong), i * w + w * (w + 1) / 2))
+              << where << " n=" << n;
+          at::Tensor m = (i + b.rank()).to(dtype);
+          ASSERT_TRUE(b.AllReduce(m, ReduceOp::kMin)->Wait().ok());
+          EXPECT_TRUE(at::equal(m.to(at::kLong), i)) << where;
+          for (int root = 0; root < w; ++root) {
+            at::Tensor c = at::full({n}, b.rank(), dtype);
+            ASSERT_TRUE(b.Broadcast(c, root)->Wait().ok());
+            EXPECT_TRUE(at::equal(c, at::full({n}, root, dtype)))
+                << where << " root " << root;
+          }
+          std::vector<at::Tensor> outs;
+          for (int r = 0; r < w; ++r) outs.push_back(at::empty({n, 2}, dtype));
+          ASSERT_TRUE(b.AllGather(outs, at::full({n, 2}, b.rank() + 1, dtype))
+                          ->Wait()
+                          .ok());
+          for (int r = 0; r < w; ++r)
+            EXPECT_TRUE(at::equal(outs[r], at::full({n, 2}, r + 1, dtype)))
+                << where << " from " << r;
+          std::vector<at::Tensor> ins;
+          for (int r = 0; r < w; ++r)
+            ins.push_back(at::full({n}, r * 10 + b.rank(), dtype));
+          at::Tensor out = at::empty({n}, dtype);
+          ASSERT_TRUE(b.ReduceScatter(out, ins)->Wait().ok());
+          EXPECT_TRUE(at::equal(
+              out, at::full({n}, b.rank() * 10 * w + w * (w - 1) / 2, dtype)))
+              << where;
+        }
+        if (at::isFloatingType(dtype)) {
+          at::Tensor a = at::full({100}, b.rank() + 1, dtype);
+          ASSERT_TRUE(b.AllReduce(a, ReduceOp::kAverage)->Wait().ok());
+          EXPECT_TRUE(at::allclose(a.to(at::kDouble),
+                                   at::full({100}, (w + 1) / 2.0, at::kDouble)))
+              << where;
+        }
+      }
+      ASSERT_TRUE(b.Barrier()->Wait().ok());
+    });
+  }
+}
+
+TEST(HierarchicalBackendTest, EveryRankGetsTheSameBits) {
+  for (const std::vector<std::string>& hosts : Layouts()) {
+    const int w = static_cast<int>(hosts.size());
+    std::mutex mu;
+    std::map<int, at::Tensor> results;
+    testing::RunRanks(w, OnHosts(hosts), [&](Backend& b) {
+      // Values whose float sums depend on the order of addition.
+      at::Tensor t = at::randn({5000}, at::TensorOptions().dtype(at::kFloat)) *
+                     std::pow(10.0f, static_cast<float>(b.rank() % 3) * 3);
+      at::Tensor h = t.to(at::kHalf);
+      ASSERT_TRUE(b.AllReduce(t, ReduceOp::kAverage)->Wait().ok());
+      ASSERT_TRUE(b.AllReduce(h)->Wait().ok());
+      std::lock_guard<std::mutex> lock(mu);
+      results[b.rank()] =
+          at::cat({t.view(at::kInt), h.view(at::kShort).to(at::kInt)});
+    });
+    ASSERT_EQ(results.size(), static_cast<size_t>(w));
+    for (int r = 1; r < w; ++r)
+      EXPECT_TRUE(at::equal(results[r], results[0])) << "rank " << r;
+  }
+}
+
+TEST(HierarchicalBackendTest, TakesTheSimplerBackendWhereTheLayoutAllows) {
+  testing::RunRanks(3, OnHosts({"a", "a", "a"}), [&](Backend& b) {
+    EXPECT_EQ(b.name(), "shm");
+    at::Tensor t = at::ones({10});
+    ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
+    EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));
+  });
+  testing::RunRanks(3, OnHosts({"a", "b", "c"}), [&](Backend& b) {
+    EXPECT_EQ(b.name(), "gloo");
+    at::Tensor t = at::ones({10});
+    ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
+    EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));
+  });
+}
+
+TEST(HierarchicalBackendTest, BadArgumentsFailTheWorkNotTheBackend) {
+  testing::RunRanks(4, OnHosts(Layouts()[0]), [&](Backend& b) {
+    absl::Status s =
+        b.AllReduce(at::ones({4}, at::kInt), ReduceOp::kAverage)->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("gloo+shm"));
+    s = b.Broadcast(at::ones({4}), 4)->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    s = b.AllReduce(at::ones({4}, at::kBool))->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    at::Tensor t = at::ones({4});
+    ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
+    EXPECT_TRUE(at::equal(t, at::full({4}, 4.0)));
+  });
+}
+
+TEST(HierarchicalBackendTest, MissingRankIsNamedWithTheStep) {
+  testing::Notification others_done;
+  std::mutex mu;
+  int finished = 0;
+  testing::RunRanks(
+      4, OnHosts(Layouts()[0], absl::Seconds(2)), [&](Backend& b) {
+        if (b.rank() == 3) {
+          // Joins, then never issues the collective.
+          ASSERT_TRUE(
+              others_done.WaitForNotificationWithTimeout(absl::Minutes(1)));
+          return;
+        }
+        const absl::Status s =
+            b.AllReduce(at::ones({8}), ReduceOp::kSum, "bucket 0")->Wait();
+        EXPECT_FALSE(s.ok());
+        EXPECT_THAT(std::string(s.message()),
+                    HasSubstr(absl::StrCat("[rank ", b.rank(),
+                                           "] gloo+shm allreduce #1")));
+        if (b.rank() == 2) {
+          // Rank 3's host: its own shared-memory step names local rank 1.
+          EXPECT_THAT(std::string(s.message()),
+                      HasSubstr("shared-memory step on host 1 (local ranks "
+                                "0..1 are ranks 2, 3)"));
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (++finished == 3) others_done.Notify();
+      });
+}
+
+}  // namespace
+}  // namespace dtrain::backend
