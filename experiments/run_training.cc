@@ -112,7 +112,8 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
            absl::StrCat("--batch_size=", c.batch_size),
            absl::StrCat("--epochs=", c.epochs),
            absl::StrCat("--max_steps=", c.max_steps),
-           absl::StrCat("--dist_backend=", c.backend),
+           absl::StrCat("--dist_backend=",
+                        c.backend == "gloo+shm" ? "gloo" : c.backend),
            absl::StrCat("--device=", c.backend == "nccl" ? "cuda" : "cpu"),
            absl::StrCat("--sync_gradients=",
                         c.sync_gradients ? "true" : "false"),
@@ -128,6 +129,10 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
     cmd.push_back(absl::StrCat("--train_limit=", c.train_limit));
   // ResNet-18 on Fashion-MNIST's 28-pixel images: the small-image stem.
   if (c.model == "resnet18") cmd.push_back("--small_input_stem");
+  // The sweep's "gloo" is Gloo over TCP, as PyTorch's; "gloo+shm" train's
+  // default.
+  if (c.implementation != "pytorch" && c.backend == "gloo")
+    cmd.push_back("--shm=false");
   return cmd;
 }
 

@@ -44,11 +44,20 @@ TEST(RunTrainingTest, CommandGoesThroughTheLauncher) {
   EXPECT_THAT(cmd, Contains("--metrics_json=/o/m.json"));
   EXPECT_THAT(cmd, Contains("--small_input_stem"));
   EXPECT_THAT(cmd, Contains("--max_steps=8"));
+  // The sweep's gloo is Gloo over TCP; gloo+shm is train's default.
+  EXPECT_THAT(cmd, Contains("--dist_backend=gloo"));
+  EXPECT_THAT(cmd, Contains("--shm=false"));
+  c.backend = "gloo+shm";
+  const std::vector<std::string> shm = TrainingCommand(c, p, 0, "", 1);
+  EXPECT_THAT(shm, Contains("--dist_backend=gloo"));
+  EXPECT_THAT(shm, Not(Contains("--shm=false")));
+  c.backend = "gloo";
   c.implementation = "pytorch";
   const std::string py =
       absl::StrJoin(TrainingCommand(c, p, 0, "/o/m.json", 1), " ");
   EXPECT_THAT(py, HasSubstr("-- /usr/bin/python3 /x/ref.py --model=resnet18"));
   EXPECT_THAT(py, Not(HasSubstr("--nnodes")));
+  EXPECT_THAT(py, Not(HasSubstr("--shm")));
 }
 
 TEST(RunTrainingTest, OverNodesEachNodeStartsItsShare) {

@@ -43,9 +43,13 @@
 #include "prometheus/exposer.h"
 
 ABSL_FLAG(
-    std::vector<std::string>, backends, {"gloo"},
-    "Backends: gloo, nccl (NCCL runs where CUDA devices exist), shm (CPU, "
-    "shared memory, every rank on one host).");
+    std::vector<std::string>, backends,
+    std::vector<std::string>({"gloo", "gloo+shm"}),
+    "Backends: gloo (CPU, Gloo over TCP between every pair of ranks: train "
+    "--shm=false, as PyTorch's gloo), gloo+shm (CPU, train's default: shared "
+    "memory between the ranks of a host, Gloo between hosts), nccl (NCCL runs "
+    "where CUDA devices exist), shm (CPU, shared memory only, every rank on "
+    "one host).");
 ABSL_FLAG(std::vector<std::string>, models,
           std::vector<std::string>({"convnet", "resnet18"}),
           "Models: convnet (full epochs), resnet18 (a short run on 28-pixel "

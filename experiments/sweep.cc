@@ -75,9 +75,11 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   std::vector<std::string> implementations = {"dtrain"};
   if (o.reference_pytorch) implementations.push_back("pytorch");
   for (const std::string& backend : o.backends) {
-    if (backend != "gloo" && backend != "nccl" && backend != "shm") {
-      return Invalid("backends", absl::StrCat("unknown backend '", backend,
-                                              "'; known: gloo, nccl, shm"));
+    if (backend != "gloo" && backend != "gloo+shm" && backend != "nccl" &&
+        backend != "shm") {
+      return Invalid("backends",
+                     absl::StrCat("unknown backend '", backend,
+                                  "'; known: gloo, gloo+shm, nccl, shm"));
     }
   }
   for (const std::string& model : o.models) {
@@ -139,8 +141,10 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
             skip(absl::StrCat("nccl np=", n),
                  absl::StrCat("needs ", devices_needed, ", ", o.cuda_devices,
                               " visible"));
-          } else if (impl == "pytorch" && backend == "shm") {
-            skip("pytorch shm", "PyTorch has no shared-memory backend");
+          } else if (impl == "pytorch" &&
+                     (backend == "shm" || backend == "gloo+shm")) {
+            skip(absl::StrCat("pytorch ", backend),
+                 "PyTorch has no shared-memory transport");
           } else if (impl == "pytorch" && backend == "nccl" &&
                      !py_nccl_missing.empty()) {
             skip("pytorch nccl", py_nccl_missing);

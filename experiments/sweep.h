@@ -33,7 +33,11 @@ struct PythonTorch {
 inline constexpr int kDefaultMasterPort = 29500;
 
 struct SweepOptions {
-  std::vector<std::string> backends = {"gloo"};
+  // "gloo": Gloo over TCP between every pair of ranks (train --shm=false, as
+  // PyTorch's gloo); "gloo+shm": train's default CPU path, shared memory
+  // within a host and Gloo between hosts; "shm": shared memory only;
+  // "nccl".
+  std::vector<std::string> backends = {"gloo", "gloo+shm"};
   std::vector<std::string> models = {"convnet", "resnet18"};
   std::vector<int> world_sizes = {1, 2, 4};
   // Per process, one per world size (or one for all). Ignored when

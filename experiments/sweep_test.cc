@@ -11,8 +11,10 @@ using ::testing::HasSubstr;
 TEST(SweepTest, DefaultIsTheBooksExperimentPlusResNetAndBounds) {
   absl::StatusOr<SweepPlan> plan = PlanSweep(SweepOptions());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  // Per model: 1, 2, 4 processes synchronised, 2 and 4 without sync.
-  ASSERT_EQ(plan->runs.size(), 10u);
+  // Per backend (Gloo over TCP, then with shared memory) and model: 1, 2, 4
+  // processes synchronised, 2 and 4 without sync.
+  ASSERT_EQ(plan->runs.size(), 20u);
+  EXPECT_EQ(plan->runs[10].Name(), "dtrain gloo+shm convnet np=1 bs=128");
   const RunConfig& first = plan->runs[0];
   EXPECT_EQ(first.Name(), "dtrain gloo convnet np=1 bs=128");
   EXPECT_EQ(first.max_steps, 0);  // a whole epoch
@@ -45,6 +47,7 @@ TEST(SweepTest, NcclWithoutDevicesIsSkippedWithTheReason) {
 
 TEST(SweepTest, GlobalBatchRepeatsAndReference) {
   SweepOptions o;
+  o.backends = {"gloo"};
   o.models = {"convnet"};
   o.global_batch = 256;
   o.repeats = 2;
@@ -72,8 +75,23 @@ TEST(SweepTest, NoMultiNodeFlagsKeepOneNodeAndFreePorts) {
   }
 }
 
+TEST(SweepTest, PyTorchHasNoSharedMemoryRunsAndSaysSo) {
+  SweepOptions o;
+  o.models = {"convnet"};
+  o.bound = false;
+  o.reference_pytorch = true;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // dtrain: both backends; PyTorch: gloo only.
+  ASSERT_EQ(plan->runs.size(), 3u * 3u);
+  ASSERT_EQ(plan->skipped.size(), 1u);
+  EXPECT_EQ(plan->skipped[0].what, "pytorch gloo+shm");
+  EXPECT_THAT(plan->skipped[0].why, HasSubstr("no shared-memory"));
+}
+
 TEST(SweepTest, OverTwoNodesWorldSizesSpreadEvenlyWithOwnPorts) {
   SweepOptions o;
+  o.backends = {"gloo"};
   o.models = {"convnet"};
   o.world_sizes = {1, 2, 4};
   o.nnodes = 2;

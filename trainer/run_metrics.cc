@@ -40,6 +40,7 @@ json ConfigJson(const TrainOptions& o) {
       {"seed", o.seed},
       {"dist_backend", o.dist_backend},
       {"dist_url", o.dist_url},
+      {"shm", o.shm},
       {"device", o.device},
       {"bucket_cap_mb", o.bucket_cap_mb},
       {"sync_gradients", o.sync_gradients},

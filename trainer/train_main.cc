@@ -86,6 +86,10 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of weights, shuffling and dropout.");
 ABSL_FLAG(std::string, dist_backend, "gloo",
           "gloo (CPU), nccl (CUDA) or shm (CPU, every rank on one host, "
           "through shared memory).");
+ABSL_FLAG(bool, shm, true,
+          "gloo: ranks that share a host reduce through shared memory, and "
+          "one leader per host talks Gloo over TCP to the other hosts. "
+          "--shm=false: Gloo over TCP between every pair of ranks.");
 ABSL_FLAG(std::string, dist_url, "env://",
           "tcp://HOST:PORT, file:///PATH or env://.");
 ABSL_FLAG(int, world_size, -1, "Number of processes (default: launcher's).");
@@ -217,6 +221,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.dist_backend = absl::GetFlag(FLAGS_dist_backend);
   o.dist_url = absl::GetFlag(FLAGS_dist_url);
+  o.shm = absl::GetFlag(FLAGS_shm);
   if (Specified("world_size")) o.world_size = absl::GetFlag(FLAGS_world_size);
   if (Specified("rank")) o.rank = absl::GetFlag(FLAGS_rank);
   if (Specified("local_rank")) o.local_rank = absl::GetFlag(FLAGS_local_rank);
@@ -380,6 +385,7 @@ int Main(int argc, char** argv) {
   config.store = world->store;
   config.timeout = options->timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
+  config.shm = options->shm;
   config.cuda_device = std::max(0, *cuda_device);
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
       backend::CreateBackend(config);

@@ -126,6 +126,11 @@ absl::Status Validate(const TrainOptions& o) {
                    absl::StrCat("unknown backend '", o.dist_backend,
                                 "'; known: gloo, nccl, shm"));
   }
+  if (!o.shm && o.dist_backend != "gloo") {
+    return Invalid("shm", absl::StrCat("--shm=false applies to the gloo "
+                                       "backend, not ",
+                                       o.dist_backend));
+  }
   if (!absl::StartsWith(o.dist_url, "tcp://") &&
       !absl::StartsWith(o.dist_url, "file://") &&
       !absl::StartsWith(o.dist_url, "env://")) {

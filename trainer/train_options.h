@@ -81,6 +81,8 @@ struct TrainOptions {
   // Distribution.
   std::string dist_backend = "gloo";
   std::string dist_url = "env://";
+  // gloo: shared memory between the ranks of a host (BackendConfig::shm).
+  bool shm = true;
   // Explicit rank layout; unset: from the launcher's environment.
   absl::optional<int> world_size;
   absl::optional<int> rank;

@@ -22,6 +22,7 @@ TEST(TrainOptionsTest, ConvNetDefaultsAreTheBooks) {
   EXPECT_EQ(*o->batch_size, 128);
   EXPECT_EQ(*o->epochs, 1);
   EXPECT_EQ(o->dist_backend, "gloo");
+  EXPECT_TRUE(o->shm);
   EXPECT_EQ(o->dist_url, "env://");
   EXPECT_EQ(o->intra_op_threads, 1);
   EXPECT_FALSE(o->image_size.has_value());
@@ -72,6 +73,11 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
       {[](TrainOptions& o) { o.optimizer = "adam"; }, "--optimizer"},
       {[](TrainOptions& o) { o.momentum = 0.9; }, "--momentum"},
       {[](TrainOptions& o) { o.dist_backend = "mpi"; }, "--dist_backend"},
+      {[](TrainOptions& o) {
+         o.dist_backend = "shm";
+         o.shm = false;
+       },
+       "--shm"},
       {[](TrainOptions& o) { o.dist_url = "http://x"; }, "--dist_url"},
       {[](TrainOptions& o) { o.device = "tpu"; }, "--device"},
       {[](TrainOptions& o) { o.device = "cuda:x"; }, "--device"},

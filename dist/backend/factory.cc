@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dist/backend/hierarchical/hierarchical_backend.h"
 #include "dist/backend/nccl/nccl_backend.h"
 #include "dist/backend/shm/shm_backend.h"
 
@@ -20,7 +21,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     o.hostname = config.gloo_hostname;
     o.timeout = config.timeout;
     o.algorithm = config.gloo_algorithm;
-    return CreateGlooBackend(o);
+    if (!config.shm) return CreateGlooBackend(o);
+    HierarchicalBackendOptions h;
+    h.gloo = o;
+    return CreateHierarchicalBackend(h);
   }
   if (config.name == "nccl") {
     NcclBackendOptions o;

@@ -1,6 +1,12 @@
 // Creates a backend by name ("gloo", "nccl", "shm": shm_backend.h), as
 // torch.distributed.init_process_group's `backend` argument does. Every rank
-// calls it with the same name and the same store namespace.
+// calls it with the same name, the same `shm` and the same store namespace.
+//
+// "gloo" is the CPU backend: with `shm` (the default) ranks that share a host
+// reduce through shared memory and only one leader per host talks Gloo over
+// TCP (hierarchical_backend.h: the backend is then named "shm" when every rank
+// is on one host, "gloo+shm" across hosts, "gloo" when no two ranks share a
+// host); without it, Gloo over TCP between every pair of ranks.
 #ifndef DTRAIN_DIST_BACKEND_FACTORY_H_
 #define DTRAIN_DIST_BACKEND_FACTORY_H_
 
@@ -28,6 +34,8 @@ struct BackendConfig {
   std::string gloo_iface;
   std::string gloo_hostname;
   GlooAlgorithm gloo_algorithm = GlooAlgorithm::kAuto;
+  // gloo: shared memory between the ranks of each host (see above).
+  bool shm = true;
   // nccl: this rank's CUDA device.
   int cuda_device = 0;
 };

@@ -1,4 +1,5 @@
-// The factory: names map to backends; an unknown name lists the known ones.
+// The factory: names map to backends; an unknown name lists the known ones;
+// "gloo" uses shared memory between ranks of one host unless told not to.
 
 #include "dist/backend/factory.h"
 
@@ -23,24 +24,28 @@ TEST(FactoryTest, UnknownNameListsKnownBackends) {
               HasSubstr("unknown backend 'mpi' (known: gloo, nccl, shm)"));
 }
 
-TEST(FactoryTest, GlooByNameRunsACollective) {
-  testing::RunRanks(
-      2,
-      [](int rank, int world_size, std::shared_ptr<store::Store> store) {
-        BackendConfig c;
-        c.name = "gloo";
-        c.rank = rank;
-        c.world_size = world_size;
-        c.store = std::move(store);
-        c.gloo_hostname = "127.0.0.1";
-        return CreateBackend(c);
-      },
-      [](Backend& b) {
-        EXPECT_EQ(b.name(), "gloo");
-        at::Tensor t = at::full({3}, b.rank() + 1.0);
-        ASSERT_TRUE(b.AllReduce(t, ReduceOp::kAverage)->Wait().ok());
-        EXPECT_TRUE(at::allclose(t, at::full({3}, 1.5)));
-      });
+TEST(FactoryTest, GlooByNameRunsACollectiveThroughSharedMemoryOrTcp) {
+  for (bool shm : {true, false}) {
+    testing::RunRanks(
+        2,
+        [shm](int rank, int world_size, std::shared_ptr<store::Store> store) {
+          BackendConfig c;
+          c.name = "gloo";
+          c.rank = rank;
+          c.world_size = world_size;
+          c.store = std::move(store);
+          c.gloo_hostname = "127.0.0.1";
+          c.shm = shm;
+          return CreateBackend(c);
+        },
+        [shm](Backend& b) {
+          // Both ranks are threads of this process: one host.
+          EXPECT_EQ(b.name(), shm ? "shm" : "gloo");
+          at::Tensor t = at::full({3}, b.rank() + 1.0);
+          ASSERT_TRUE(b.AllReduce(t, ReduceOp::kAverage)->Wait().ok());
+          EXPECT_TRUE(at::allclose(t, at::full({3}, 1.5)));
+        });
+  }
 }
 
 TEST(FactoryTest, NcclByNameSaysWhyItCannotRunWithoutAGpu) {

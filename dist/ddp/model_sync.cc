@@ -70,7 +70,7 @@ std::string SomeNames(const std::vector<std::string>& names) {
 
 // Refuses, before any collective, what the backend cannot reduce: tensors on
 // several devices (a rank drives one device), on a device of the wrong kind
-// for the backend ("gloo" and "shm": the CPU, "nccl": CUDA; other backends are
+// for the backend ("gloo", "shm", "gloo+shm": the CPU, "nccl": CUDA; others are
 // not checked), and dtypes neither backend reduces. Mixed floating dtypes are
 // fine: each bucket and each broadcast holds one dtype.
 absl::Status CheckPlacement(
@@ -114,7 +114,8 @@ absl::Status CheckPlacement(
           "): move the module to this rank's GPU (module->to(device)) before "
           "wrapping it"));
     }
-    if ((backend == "gloo" || backend == "shm") && !device.is_cpu()) {
+    if ((backend == "gloo" || backend == "shm" || backend == "gloo+shm") &&
+        !device.is_cpu()) {
       return absl::InvalidArgumentError(absl::StrCat(
           prefix, "the ", backend,
           " backend reduces CPU tensors, but the model is on ", device.str(),
