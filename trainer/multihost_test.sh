@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Two "hosts" on one machine: two network namespaces joined by a veth pair, two ranks in each, Gloo
-# across them with the master on the first host's address and GLOO_SOCKET_IFNAME choosing the
-# interface. The result must equal the same training with four ranks on one host. Needs root and
-# iproute2 (`ip netns`); skips with the reason elsewhere.
+# Two "hosts" on one machine, each in its own network, PID and mount namespaces (so each sees only its
+# own processes, as a real host does), joined by a veth pair; two ranks on each, the master on the
+# first host's address and GLOO_SOCKET_IFNAME choosing the interface. With shared memory on (the
+# default) the ranks of each host reduce through shared memory and the two leaders over Gloo: the
+# metrics must say "gloo+shm", every rank must end with identical parameters, and the result must
+# match four ranks on one host to float tolerance (the order of additions differs). With
+# --shm=false, Gloo over TCP everywhere, the result must equal four Gloo ranks on one host exactly.
+# Needs root and iproute2 (`ip netns`) and util-linux's unshare; skips with the reason elsewhere.
 set -uo pipefail
 
 train=$1
 launch=$2
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
-[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network and PID namespaces"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
 
 a="dtrain_a_$$"
 b="dtrain_b_$$"
@@ -29,33 +34,61 @@ ip -n "$b" addr add 10.213.0.2/24 dev "vb$$"
 for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
 ip -n "$a" link set "va$$" up
 ip -n "$b" link set "vb$$" up
+ip netns exec "$a" unshare --pid --fork --kill-child --mount-proc true 2>"$tmp/pidns.err" \
+  || skip "cannot create a PID namespace: $(cat "$tmp/pidns.err")"
 
-args=(--train_limit=2048 --val_limit=500 --batch_size=32 --epochs=1 --timeout=60s --progress=none)
+# SGD rather than the book's Adadelta: Adadelta's normalised steps turn the last-bit differences of
+# another order of additions into percent-level ones within 16 steps; SGD keeps them at that level.
+args=(--train_limit=2048 --val_limit=500 --batch_size=32 --epochs=1 --timeout=60s --progress=none
+  --optimizer=sgd --lr=0.05 --momentum=0.9)
 
-# Four ranks on one host: the reference.
-timeout 120 "$train" --nproc_per_node=4 --master_port=29571 "${args[@]}" \
-  --metrics_json="$tmp/single.json" >/dev/null 2>"$tmp/single.err" \
-  || fail "single host: $(tail -5 "$tmp/single.err")"
-
-# Two ranks on each host; rank 0 (and its store) on host a.
-for node in 0 1; do
-  ns=$a; ifname="va$$"
-  [[ $node -eq 1 ]] && ns=$b && ifname="vb$$"
-  ip netns exec "$ns" env GLOO_SOCKET_IFNAME="$ifname" timeout 120 "$launch" --nnodes=2 \
-    --node_rank=$node --nproc_per_node=2 --master_addr=10.213.0.1 --master_port=29572 -- \
-    "$train" "${args[@]}" --metrics_json="$tmp/multi$node.json" \
-    >"$tmp/node$node.out" 2>"$tmp/node$node.err" &
-  pids+=($!)
+# Four ranks on one host: the references, with and without shared memory.
+for shm in true false; do
+  timeout 120 "$train" --nproc_per_node=4 --master_port="$(free_port)" --shm=$shm "${args[@]}" \
+    --metrics_json="$tmp/single_$shm.json" >/dev/null 2>"$tmp/single_$shm.err" \
+    || fail "single host, --shm=$shm: $(tail -5 "$tmp/single_$shm.err")"
 done
-wait_all || fail "a node failed: $(tail -5 "$tmp/node0.err" "$tmp/node1.err")"
 
-if [[ -f $tmp/multi0.json && -f $tmp/single.json ]]; then
-  [[ $(json "$tmp/multi0.json" 'm["config"]["world_size"]') == 4 ]] || fail "multi-host world size"
-  want=$(json "$tmp/single.json" 'repr(m["epochs"][-1]["val_loss"])')
-  got=$(json "$tmp/multi0.json" 'repr(m["epochs"][-1]["val_loss"])')
-  [[ $want == "$got" ]] || fail "two hosts end at val_loss $got, one host at $want"
-else
-  fail "no metrics from both runs"
+# Two ranks on each host; rank 0 (and its store) on host a. When unshare's child (the PID
+# namespace's init) ends, the kernel kills whatever is left in that namespace.
+two_hosts() {
+  local shm=$1 port=$2 node ns ifname
+  for node in 0 1; do
+    ns=$a; ifname="va$$"
+    [[ $node -eq 1 ]] && ns=$b && ifname="vb$$"
+    ip netns exec "$ns" unshare --pid --fork --kill-child --mount-proc \
+      env GLOO_SOCKET_IFNAME="$ifname" timeout 120 "$launch" --nnodes=2 \
+      --node_rank=$node --nproc_per_node=2 --master_addr=10.213.0.1 --master_port="$port" -- \
+      "$train" "${args[@]}" --shm="$shm" --metrics_json="$tmp/multi_${shm}_$node.json" \
+      >"$tmp/node${node}_$shm.out" 2>"$tmp/node${node}_$shm.err" &
+    pids+=($!)
+  done
+  wait_all || fail "--shm=$shm: a node failed: $(tail -5 "$tmp/node0_$shm.err" "$tmp/node1_$shm.err")"
+}
+two_hosts true 29572
+two_hosts false 29573
+
+have() { [[ -f $1 ]] || { fail "no metrics $1"; return 1; }; }
+if have "$tmp/multi_true_0.json" && have "$tmp/single_true.json"; then
+  m=$tmp/multi_true_0.json
+  [[ $(json "$m" 'm["config"]["world_size"]') == 4 ]] || fail "multi-host world size"
+  [[ $(json "$m" 'm["backend"]') == gloo+shm ]] \
+    || fail "two hosts with shared memory ran '$(json "$m" 'm["backend"]')', want gloo+shm"
+  [[ $(json "$tmp/single_true.json" 'm["backend"]') == shm ]] \
+    || fail "one host with shared memory ran '$(json "$tmp/single_true.json" 'm["backend"]')', want shm"
+  [[ $(json "$m" 'm["ranks_identical"]') == True ]] || fail "gloo+shm: ranks ended with different parameters"
+  close=$(python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["epochs"][-1]["val_loss"]
+b = json.load(open(sys.argv[2]))["epochs"][-1]["val_loss"]
+print(abs(a - b) <= 1e-5 * abs(b), a, b)' "$m" "$tmp/single_true.json")
+  [[ $close == True* ]] || fail "gloo+shm on two hosts and shm on one end at val_loss far apart: $close"
+fi
+if have "$tmp/multi_false_0.json" && have "$tmp/single_false.json"; then
+  [[ $(json "$tmp/multi_false_0.json" 'm["backend"]') == gloo ]] || fail "--shm=false did not run gloo"
+  want=$(json "$tmp/single_false.json" 'repr(m["epochs"][-1]["val_loss"])')
+  got=$(json "$tmp/multi_false_0.json" 'repr(m["epochs"][-1]["val_loss"])')
+  [[ $want == "$got" ]] || fail "gloo on two hosts ends at val_loss $got, on one host at $want"
 fi
 
 finish

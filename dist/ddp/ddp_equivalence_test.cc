@@ -27,6 +27,7 @@ using testing::Gloo;
 using testing::MaxParameterDifference;
 using testing::Mlp;
 using testing::Shm;
+using testing::TwoHosts;
 
 constexpr double kTolerance = 1e-5;
 constexpr int kSteps = 4;
@@ -59,10 +60,17 @@ torch::optim::SGD MakeSgd(torch::nn::Module& model) {
 }
 
 class EquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<int, int, bool, std::string>> {
+};
+
+backend::testing::BackendFactory ByName(const std::string& name) {
+  if (name == "shm") return Shm();
+  if (name == "gloo_shm") return TwoHosts();
+  return Gloo();
+}
 
 TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
-  const auto [world, micro_batches, small_buckets, shared_memory] = GetParam();
+  const auto [world, micro_batches, small_buckets, backend_name] = GetParam();
   const auto data = MakeData(world, micro_batches, 8, 4);
 
   // The reference: one process, the global batch, same accumulation.
@@ -95,7 +103,7 @@ TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
     options.bucket_cap_bytes = 600;
   }
   backend::testing::RunRanks(
-      world, shared_memory ? Shm() : Gloo(), [&](backend::Backend& b) {
+      world, ByName(backend_name), [&](backend::Backend& b) {
         const int r = b.rank();
         Mlp model = models[r];
         auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
@@ -135,12 +143,13 @@ TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(
     WorldSizes, EquivalenceTest,
     ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 3),
-                       ::testing::Bool(), ::testing::Bool()),
+                       ::testing::Bool(),
+                       ::testing::Values("gloo", "shm", "gloo_shm")),
     [](const auto& info) {
       return absl::StrCat("w", std::get<0>(info.param), "_micro",
                           std::get<1>(info.param),
-                          std::get<2>(info.param) ? "_small_buckets" : "",
-                          std::get<3>(info.param) ? "_shm" : "_gloo");
+                          std::get<2>(info.param) ? "_small_buckets" : "", "_",
+                          std::get<3>(info.param));
     });
 
 // The book's ConvNet in eval mode (dropout off), default buckets: fc1.weight

@@ -22,6 +22,7 @@
 #include "dist/backend/backend.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
+#include "dist/backend/hierarchical/hierarchical_backend.h"
 #include "dist/backend/shm/shm_backend.h"
 
 namespace dtrain::ddp::testing {
@@ -63,6 +64,22 @@ inline backend::testing::BackendFactory Shm(
     o.store = std::move(store);
     o.timeout = timeout;
     return backend::CreateShmBackend(o);
+  };
+}
+
+// Ranks as threads on two "hosts" (the first half and the rest): shared
+// memory within each, Gloo between the two leaders.
+inline backend::testing::BackendFactory TwoHosts(
+    absl::Duration timeout = kTestTimeout) {
+  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    backend::HierarchicalBackendOptions o;
+    o.gloo.rank = rank;
+    o.gloo.world_size = world_size;
+    o.gloo.store = std::move(store);
+    o.gloo.hostname = "127.0.0.1";
+    o.gloo.timeout = timeout;
+    o.host_key = rank < (world_size + 1) / 2 ? "host a" : "host b";
+    return backend::CreateHierarchicalBackend(o);
   };
 }
 

@@ -189,5 +189,39 @@ TEST(HierarchicalBackendTest, MissingRankIsNamedWithTheStep) {
       });
 }
 
+// Messages larger than a slot at the default slot size: the mean of
+// float32 values matches the double-precision mean on every rank.
+TEST(HierarchicalBackendTest, LargeMessagesAverageToTheMean) {
+  std::mutex mu;
+  std::map<int, std::pair<at::Tensor, at::Tensor>> seen;  // input, result
+  testing::RunRanks(
+      4,
+      [](int rank, int world_size, std::shared_ptr<store::Store> store) {
+        HierarchicalBackendOptions o;
+        o.gloo.rank = rank;
+        o.gloo.world_size = world_size;
+        o.gloo.store = std::move(store);
+        o.gloo.hostname = "127.0.0.1";
+        o.host_key = rank < 2 ? "a" : "b";
+        return CreateHierarchicalBackend(o);
+      },
+      [&](Backend& b) {
+        at::Tensor t = at::randn({1200000});  // 4.6 MiB: two chunks
+        at::Tensor input = t.to(at::kDouble);
+        ASSERT_TRUE(b.AllReduce(t, ReduceOp::kAverage)->Wait().ok());
+        std::lock_guard<std::mutex> lock(mu);
+        seen[b.rank()] = {input, t};
+      });
+  ASSERT_EQ(seen.size(), 4u);
+  const at::Tensor mean =
+      (seen[0].first + seen[1].first + seen[2].first + seen[3].first) / 4;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_LT(
+        (seen[r].second.to(at::kDouble) - mean).abs().max().item<double>(),
+        1e-5)
+        << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::backend
