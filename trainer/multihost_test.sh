@@ -6,6 +6,8 @@
 # metrics must say "gloo+shm", every rank must end with identical parameters, and the result must
 # match four ranks on one host to float tolerance (the order of additions differs). With
 # --shm=false, Gloo over TCP everywhere, the result must equal four Gloo ranks on one host exactly.
+# Then a rank of the second host is SIGKILLed mid-training: both hosts' jobs end non-zero well within
+# the timeout, and the second host's output names the dead rank and the step that saw it.
 # Needs root and iproute2 (`ip netns`) and util-linux's unshare; skips with the reason elsewhere.
 set -uo pipefail
 
@@ -45,28 +47,58 @@ args=(--train_limit=2048 --val_limit=500 --batch_size=32 --epochs=1 --timeout=60
 # Four ranks on one host: the references, with and without shared memory.
 for shm in true false; do
   timeout 120 "$train" --nproc_per_node=4 --master_port="$(free_port)" --shm=$shm "${args[@]}" \
-    --metrics_json="$tmp/single_$shm.json" >/dev/null 2>"$tmp/single_$shm.err" \
-    || fail "single host, --shm=$shm: $(tail -5 "$tmp/single_$shm.err")"
+    --metrics_json="$tmp/single_$shm.json" >/dev/null 2>"$tmp/single_$shm.out" \
+    || fail "single host, --shm=$shm: $(tail -5 "$tmp/single_$shm.out")"
 done
 
 # Two ranks on each host; rank 0 (and its store) on host a. When unshare's child (the PID
 # namespace's init) ends, the kernel kills whatever is left in that namespace.
 two_hosts() {
-  local shm=$1 port=$2 node ns ifname
+  local name=$1 shm=$2 port=$3 node ns ifname
+  shift 3
   for node in 0 1; do
     ns=$a; ifname="va$$"
     [[ $node -eq 1 ]] && ns=$b && ifname="vb$$"
     ip netns exec "$ns" unshare --pid --fork --kill-child --mount-proc \
       env GLOO_SOCKET_IFNAME="$ifname" timeout 120 "$launch" --nnodes=2 \
       --node_rank=$node --nproc_per_node=2 --master_addr=10.213.0.1 --master_port="$port" -- \
-      "$train" "${args[@]}" --shm="$shm" --metrics_json="$tmp/multi_${shm}_$node.json" \
-      >"$tmp/node${node}_$shm.out" 2>"$tmp/node${node}_$shm.err" &
+      "$train" "${args[@]}" "$@" --shm="$shm" --metrics_json="$tmp/multi_${name}_$node.json" \
+      >"$tmp/node${node}_$name.out" 2>&1 &
     pids+=($!)
   done
-  wait_all || fail "--shm=$shm: a node failed: $(tail -5 "$tmp/node0_$shm.err" "$tmp/node1_$shm.err")"
 }
-two_hosts true 29572
-two_hosts false 29573
+two_hosts true true 29572
+wait_all || fail "--shm=true: a node failed: $(tail -5 "$tmp/node0_true.out" "$tmp/node1_true.out")"
+two_hosts false false 29573
+wait_all || fail "--shm=false: a node failed: $(tail -5 "$tmp/node0_false.out" "$tmp/node1_false.out")"
+
+# The kill: rank 3 is the train process in host b's network namespace whose environment says RANK=3.
+rank_pid() {
+  local p
+  for p in $(ip netns pids "$b" 2>/dev/null); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == train ]] || continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1" && echo "$p" && return 0
+  done
+  return 1
+}
+two_hosts kill true 29574 --train_limit=60000 --epochs=3 --skip_validation --timeout=30s
+wait_for_text "$tmp/node0_kill.out" "Begin training" 60 || fail "kill: training never began"
+sleep 1
+victim=$(rank_pid 3) || fail "kill: no rank 3 in host b"
+start=$(date +%s)
+[[ -n $victim ]] && kill -KILL "$victim"
+for pid in "${pids[@]}"; do
+  wait "$pid" && fail "kill: a host's job exited 0 after rank 3 was killed"
+done
+pids=()
+took=$(($(date +%s) - start))
+[[ $took -lt 30 ]] || fail "kill: the job took ${took}s to end, the timeout is 30s"
+grep -q 'rank 3' "$tmp/node1_kill.out" || fail "kill: host b does not name rank 3: $(tail -5 "$tmp/node1_kill.out")"
+grep -q 'local ranks 0..1 are ranks 2, 3' "$tmp/node1_kill.out" \
+  || fail "kill: host b's error does not map its local ranks: $(tail -5 "$tmp/node1_kill.out")"
+echo "kill: both hosts ended ${took}s after rank 3 was killed"
+echo "host a:"; cat "$tmp/node0_kill.out"
+echo "host b:"; cat "$tmp/node1_kill.out"
 
 have() { [[ -f $1 ]] || { fail "no metrics $1"; return 1; }; }
 if have "$tmp/multi_true_0.json" && have "$tmp/single_true.json"; then

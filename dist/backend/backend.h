@@ -102,6 +102,15 @@ class Backend {
 
   // Completes when every rank has issued it.
   virtual std::shared_ptr<Work> Barrier() = 0;
+
+  // Gives up on this backend after a failure seen elsewhere (another backend,
+  // the caller), as PyTorch's ProcessGroup::abort does: queued and later
+  // collectives fail with `reason`, peers waiting for this rank learn it
+  // where the transport can tell them (shared memory and NCCL at once, Gloo
+  // when this process closes its connections), and destruction does not wait
+  // for peers. A Gloo collective already running still finishes or times out.
+  // Thread-safe; the first failure or reason stays.
+  virtual void Abort(const absl::Status& reason) = 0;
 };
 
 }  // namespace dtrain::backend

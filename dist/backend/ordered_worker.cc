@@ -34,6 +34,11 @@ absl::Status OrderedWorker::broken() {
   return broken_;
 }
 
+void OrderedWorker::Break(const absl::Status& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_.ok()) broken_ = reason;
+}
+
 std::shared_ptr<Work> OrderedWorker::Enqueue(const Description& description,
                                              Run run) {
   std::shared_ptr<CompletionWork> work;

@@ -42,6 +42,10 @@ class OrderedWorker {
   // The first failure, or OK.
   absl::Status broken();
 
+  // Breaks the worker with `reason` unless it is broken already: queued and
+  // later collectives fail at once; the one running finishes.
+  void Break(const absl::Status& reason);
+
   // Runs what was queued, stops the thread and returns broken(). Later
   // Enqueue calls must not happen. Idempotent.
   absl::Status Shutdown();

@@ -187,6 +187,7 @@ class RecordingBackend : public backend::Backend {
     }
     return inner_.AllReduce(std::move(tensor), op, label);
   }
+  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
   std::shared_ptr<backend::Work> Broadcast(at::Tensor tensor,
                                            int root) override {
     log_->Add("broadcast");

@@ -252,6 +252,10 @@ class GlooBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // Gloo cannot interrupt a running collective; breaking the worker stops
+  // the rest and spares destruction the wait for peers.
+  void Abort(const absl::Status& reason) override { worker_->Break(reason); }
+
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
     // Validation comes after: an undefined tensor has no element size.

@@ -391,6 +391,35 @@ TEST(GlooBackendTest, BcubeRejectsWorldSizesThatAreNotPowersOfTwo) {
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("power of 2"));
 }
 
+// An abort breaks this rank's backend for every later collective, and its
+// destruction then does not wait for its peer to leave too (without the
+// abort it would, for a minute: the timeout is an hour here).
+TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
+  auto store = std::make_shared<store::HashStore>(absl::Seconds(60));
+  std::unique_ptr<Backend> backends[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([&, r] {
+      absl::StatusOr<std::unique_ptr<Backend>> b =
+          Gloo(GlooAlgorithm::kAuto, absl::Hours(1))(r, 2, store);
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends[r] = *std::move(b);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(backends[0] && backends[1]);
+  backends[1]->Abort(absl::AbortedError("the caller gave up"));
+  const absl::Status s = backends[1]->AllReduce(at::ones({4}))->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("[rank 1] gloo allreduce #1 (sum, 4 x float32 = 16 B, "
+                        "ring) not run: the caller gave up"));
+  const absl::Time start = absl::Now();
+  backends[1].reset();  // Rank 0 is alive and has not left.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  backends[0].reset();  // Rank 1 said it was leaving: no wait either.
+}
+
 TEST(GlooAlgorithmNameTest, ParsesKnownNamesAndListsThemOtherwise) {
   EXPECT_EQ(*ParseGlooAlgorithm("ring_chunked"), GlooAlgorithm::kRingChunked);
   absl::StatusOr<GlooAlgorithm> bad = ParseGlooAlgorithm("tree");

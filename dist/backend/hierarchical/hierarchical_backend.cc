@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,21 +54,26 @@ class HierarchicalBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  void Abort(const absl::Status& reason) override {
+    worker_.Break(reason);
+    AbortInner(reason);
+  }
+
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return worker_.Enqueue(
-        *what, [this, tensor, op, label = std::string(label)](
-                   const std::string&) { return Reduce(tensor, op, label); });
+    return Enqueue(*what, [this, tensor, op, label = std::string(label)] {
+      return Reduce(tensor, op, label);
+    });
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     absl::StatusOr<internal::Description> what =
         internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return worker_.Enqueue(*what, [this, tensor, root](const std::string&) {
+    return Enqueue(*what, [this, tensor, root] {
       const int root_host = layout_.HostOf(root);
       const bool root_here = root_host == layout_.host;
       // The root's host first, so that its leader holds the data.
@@ -88,9 +94,8 @@ class HierarchicalBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllGather(kName, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return worker_.Enqueue(*what, [this, outputs, input](const std::string&) {
-      return Gather(outputs, input);
-    });
+    return Enqueue(*what,
+                   [this, outputs, input] { return Gather(outputs, input); });
   }
 
   std::shared_ptr<Work> ReduceScatter(at::Tensor output,
@@ -99,34 +104,48 @@ class HierarchicalBackend : public Backend {
     absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
         kName, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return worker_.Enqueue(
-        *what, [this, output, inputs, op](const std::string&) {
-          // Not on DDP's path: an allreduce of all the inputs, keeping this
-          // rank's share, is simple and gives every rank bit-identical sums.
-          std::vector<at::Tensor> flat;
-          for (const at::Tensor& t : inputs) flat.push_back(t.reshape({-1}));
-          at::Tensor all = at::cat(flat);
-          DTRAIN_RETURN_IF_ERROR(Reduce(all, op, ""));
-          const int64_t n = output.numel();
-          output.view({-1}).copy_(all.narrow(0, rank_ * n, n));
-          return absl::OkStatus();
-        });
+    return Enqueue(*what, [this, output, inputs, op] {
+      // Not on DDP's path: an allreduce of all the inputs, keeping this
+      // rank's share, is simple and gives every rank bit-identical sums.
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : inputs) flat.push_back(t.reshape({-1}));
+      at::Tensor all = at::cat(flat);
+      DTRAIN_RETURN_IF_ERROR(Reduce(all, op, ""));
+      const int64_t n = output.numel();
+      output.view({-1}).copy_(all.narrow(0, rank_ * n, n));
+      return absl::OkStatus();
+    });
   }
 
   std::shared_ptr<Work> Barrier() override {
-    return worker_.Enqueue(
-        internal::Description{"barrier", ""}, [this](const std::string&) {
-          if (local_ != nullptr)
-            DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
-          if (leaders_ != nullptr)
-            DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->Barrier()));
-          if (local_ != nullptr)
-            DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
-          return absl::OkStatus();
-        });
+    return Enqueue(internal::Description{"barrier", ""}, [this] {
+      if (local_ != nullptr) DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
+      if (leaders_ != nullptr)
+        DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->Barrier()));
+      if (local_ != nullptr) DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
+      return absl::OkStatus();
+    });
   }
 
  private:
+  // Runs a collective on the worker. A failure aborts both inner backends:
+  // the host's ranks stop waiting at once (through the segment), and the
+  // leaders' Gloo backend does not wait for its peers when destroyed, so
+  // that this process's exit reaches the other hosts.
+  std::shared_ptr<Work> Enqueue(const internal::Description& description,
+                                std::function<absl::Status()> body) {
+    return worker_.Enqueue(description,
+                           [this, body = std::move(body)](const std::string&) {
+                             absl::Status s = body();
+                             if (!s.ok()) AbortInner(s);
+                             return s;
+                           });
+  }
+  void AbortInner(const absl::Status& reason) {
+    if (local_ != nullptr) local_->Abort(reason);
+    if (leaders_ != nullptr) leaders_->Abort(reason);
+  }
+
   // Within the host, among the leaders, back within the host. The leader
   // divides for kAverage, so that the broadcast carries the final values.
   absl::Status Reduce(const at::Tensor& t, ReduceOp op,

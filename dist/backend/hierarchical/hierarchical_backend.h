@@ -23,9 +23,11 @@
 // the host, or host indices among the leaders: the message maps them):
 // "[rank 3] gloo+shm allreduce #7 (...) failed after 2.1s: shared-memory step
 // on host 1 (local ranks 0, 1 are ranks 2, 3): [rank 1] shm allreduce #7
-// (...): rank 0 (pid 4242) has exited". A rank that fails stops taking part:
-// the ranks of its host learn it through the segment, the other hosts when
-// its leader's Gloo connections close or the timeout passes.
+// (...): rank 0 (pid 4242) has exited". A rank whose collective fails aborts
+// both inner backends (Backend::Abort): the ranks of its host learn it at once
+// through the segment, and its Gloo connections close when the process exits
+// instead of waiting for the other leaders, so the other hosts learn it then
+// (or at their timeout, if the process lives on).
 #ifndef DTRAIN_DIST_BACKEND_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 #define DTRAIN_DIST_BACKEND_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 

@@ -184,9 +184,52 @@ TEST(HierarchicalBackendTest, MissingRankIsNamedWithTheStep) {
                       HasSubstr("shared-memory step on host 1 (local ranks "
                                 "0..1 are ranks 2, 3)"));
         }
+        if (b.rank() == 0) {
+          EXPECT_THAT(std::string(s.message()),
+                      HasSubstr("Gloo step among the host leaders (leaders "
+                                "0..1 are ranks 0, 2)"));
+        }
+
         std::lock_guard<std::mutex> lock(mu);
         if (++finished == 3) others_done.Notify();
       });
+}
+
+// A rank that gives up (Abort, then its backend goes) ends everyone's wait
+// long before the timeout: its host's ranks through the segment, the other
+// host when its Gloo connections close, and that host's ranks from their
+// leader's abort.
+TEST(HierarchicalBackendTest, AnAbortReachesEveryHostAtOnce) {
+  testing::Notification others_waiting;
+  std::mutex mu;
+  int waiting = 0;
+  testing::RunRanks(4, OnHosts(Layouts()[0], absl::Hours(1)), [&](Backend& b) {
+    if (b.rank() == 0) {
+      ASSERT_TRUE(
+          others_waiting.WaitForNotificationWithTimeout(absl::Minutes(1)));
+      b.Abort(absl::AbortedError("rank 0's caller gave up"));
+      return;  // Its backend is destroyed now.
+    }
+    std::shared_ptr<Work> w = b.AllReduce(at::ones({8}));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (++waiting == 3) others_waiting.Notify();
+    }
+    const absl::Status s = w->Wait(absl::Minutes(1));
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    if (b.rank() == 1) {
+      EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 gave up"));
+    }
+    if (b.rank() == 2) {
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr("Gloo step among the host leaders"));
+    }
+    if (b.rank() == 3) {
+      // Local rank 0 of host 1 is rank 2, which aborted its host.
+      EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 gave up"));
+    }
+  });
 }
 
 // Messages larger than a slot at the default slot size: the mean of

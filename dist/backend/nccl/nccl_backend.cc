@@ -237,6 +237,8 @@ class NcclBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  void Abort(const absl::Status& reason) override { watchdog_.Abort(reason); }
+
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
     absl::StatusOr<internal::Description> what =

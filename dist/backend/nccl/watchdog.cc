@@ -34,6 +34,11 @@ absl::Status Watchdog::broken() {
   return broken_;
 }
 
+void Watchdog::Abort(const absl::Status& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!aborted_) AbortLocked(reason, /*front_is_culprit=*/false);
+}
+
 std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
                                       WorkKind kind, const Enqueue& enqueue) {
   std::lock_guard<std::mutex> lock(mu_);

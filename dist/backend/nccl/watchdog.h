@@ -88,6 +88,11 @@ class Watchdog {
   // The first error, or OK while healthy.
   absl::Status broken();
 
+  // Aborts the communicator for `reason` (Backend::Abort): what is in flight
+  // fails ("not completed: <reason>"), later collectives fail at once, and
+  // Shutdown will not finalize. No effect once aborted.
+  void Abort(const absl::Status& reason);
+
  private:
   struct Pending {
     std::shared_ptr<StreamWork> work;

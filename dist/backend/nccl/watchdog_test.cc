@@ -201,6 +201,26 @@ TEST(WatchdogTest, AsyncErrorAbortsOnceAndFailsEverythingInFlight) {
   EXPECT_EQ(ops.aborts.load(), 1);
 }
 
+TEST(WatchdogTest, AbortFromOutsideFailsWhatIsInFlightAndWhatComes) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  w.Abort(absl::AbortedError("the host's shared-memory step failed"));
+  ASSERT_TRUE(a.work->IsCompleted());
+  EXPECT_THAT(std::string(a.work->status().message()),
+              HasSubstr("allreduce #1 (sum, 4 x float32) not completed: the "
+                        "host's shared-memory step failed"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+  Fake b;
+  Issue(w, b);
+  EXPECT_THAT(std::string(b.work->status().message()),
+              HasSubstr("allreduce #2 (sum, 4 x float32) not run: "));
+  w.Abort(absl::AbortedError("again"));  // No second abort.
+  EXPECT_EQ(ops.aborts.load(), 1);
+  EXPECT_FALSE(w.Shutdown());  // Not finalized: the communicator is gone.
+}
+
 TEST(WatchdogTest, TimeoutAbortsTheCommunicator) {
   ScriptedOps ops;
   WatchdogOptions o = Options();

@@ -61,7 +61,8 @@ class GroupBarrier {
   // failure the group is unusable.
   absl::Status Arrive(absl::Time deadline);
 
-  // Tells every rank that this one gave up, waking those that wait.
+  // Tells every rank that this one gave up, waking those that wait. Unlike
+  // the rest, callable from any thread.
   void Abort();
 
  private:

@@ -54,6 +54,13 @@ class ShmBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // The barrier's abort is atomics in the segment, safe from any thread: the
+  // collective running here and the peers' fail at once.
+  void Abort(const absl::Status& reason) override {
+    worker_.Break(reason);
+    barrier_.Abort();
+  }
+
   // Creation's last step: every rank registers and meets the others once.
   absl::Status Join(absl::Time deadline) {
     barrier_.Register(::getpid());

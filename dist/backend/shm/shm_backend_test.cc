@@ -182,6 +182,30 @@ TEST(ShmBackendTest, RefusesBadOptions) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// An abort from another thread ends the collective this rank's peers wait
+// in at once (not at the one-hour timeout), and fails this rank's later
+// collectives with the reason.
+TEST(ShmBackendTest, AbortFromAnotherThreadFailsThePeersAtOnce) {
+  testing::Notification rank0_waiting;
+  testing::RunRanks(2, Shm(4096, absl::Hours(1)), [&](Backend& b) {
+    if (b.rank() == 1) {
+      ASSERT_TRUE(
+          rank0_waiting.WaitForNotificationWithTimeout(absl::Minutes(1)));
+      b.Abort(absl::AbortedError("the caller gave up"));
+      const absl::Status s = b.Barrier()->Wait();
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr("[rank 1] shm barrier #1 not run: the caller "
+                            "gave up"));
+      return;
+    }
+    std::shared_ptr<Work> w = b.AllReduce(at::ones({8}));
+    rank0_waiting.Notify();
+    const absl::Status s = w->Wait(absl::Minutes(1));
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 gave up"));
+  });
+}
+
 TEST(ShmBackendTest, MissingPeerTimesOutNamingIt) {
   testing::Notification rank0_done;
   testing::RunRanks(3, Shm(4096, absl::Seconds(1)), [&](Backend& b) {
