@@ -254,11 +254,13 @@ def fake_exposition(out, run_id):
     buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
     gauges = {name: [] for name, kind in EXPECTED.items() if kind == "gauge"}
     hist, runs = [], []
-    for impl in ("dtrain", "pytorch"):
-        one = 0.065 * (1.2 if impl == "pytorch" else 1.0)  # epoch seconds at np=1
+    for impl, backend in (("dtrain", "gloo"), ("dtrain", "gloo+shm"), ("pytorch", "gloo")):
+        # Epoch seconds at np=1; shared memory shortens the epochs with communication.
+        one = 0.065 * (1.2 if impl == "pytorch" else 1.0)
+        shm = 0.8 if backend == "gloo+shm" else 1.0
         for ws, bs in ((1, 32), (2, 16)):
             bound = one / ws * 1.1
-            epoch = one if ws == 1 else bound + 0.01
+            epoch = one if ws == 1 else bound + 0.01 * shm
             startup = 1.0 + 0.4 * ws
             values = {
                 "ddp_epoch_duration_seconds": epoch,
@@ -274,7 +276,7 @@ def fake_exposition(out, run_id):
             }
             if ws > 1:
                 values["ddp_no_communication_epoch_duration_seconds"] = bound
-            labels = (f'implementation="{impl}",backend="gloo",model="convnet",'
+            labels = (f'implementation="{impl}",backend="{backend}",model="convnet",'
                       f'world_size="{ws}",batch_size="{bs}",run_id="{run_id}"')
             for name, v in values.items():
                 gauges[name].append(f"{name}{{{labels}}} {v!r}")
@@ -354,7 +356,7 @@ if [[ $fake == 1 ]]; then
     && mon push "$gateway/metrics/job/dtrain_scaling/run_id/$run_id" "$tmp/fake.prom" \
     || fail "fake push"
 else
-  timeout 240 "$scaling" --models=convnet --backends=gloo --world_sizes=1,2 --batch_sizes=32,16 \
+  timeout 240 "$scaling" --models=convnet --backends=gloo,gloo+shm --world_sizes=1,2 --batch_sizes=32,16 \
     --max_steps=4 --train_limit=512 --repeats=1 --output_dir="$tmp/out" \
     --pushgateway="127.0.0.1:$gw_port" --run_id="$run_id" --no_plots \
     >"$tmp/scaling.out" 2>"$tmp/scaling.err"
