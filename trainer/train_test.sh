@@ -114,7 +114,9 @@ p=$(free_port)
 spawner=$!
 pids+=($spawner)
 wait_for_text "$tmp/kill.err" "Begin training" || fail "kill: training never began"
-sleep 0.8
+# After the first checkpoint (not after a fixed time, which a loaded machine may not reach it in).
+has_checkpoint() { compgen -G "$tmp/kill_ck/checkpoint-*.dtc" >/dev/null; }
+wait_until 60 has_checkpoint || fail "kill: no checkpoint was written"
 victim=$(pgrep -P "$spawner" | tail -1)
 [[ -n $victim ]] && kill -KILL "$victim"
 wait "$spawner"

@@ -75,7 +75,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // "gloo" or "nccl".
+  // "gloo", "nccl", "shm" or "gloo+shm" (factory.h says which runs when).
   virtual absl::string_view name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
