@@ -114,8 +114,10 @@ class ShmBackend : public Backend {
     const internal::Description what{
         "buffer allocation", absl::StrCat(numel, " x ", c10::toString(dtype))};
     const auto& dtypes = internal::kCollectiveDtypes;
-    if (numel < 0 || std::find(std::begin(dtypes), std::end(dtypes), dtype) ==
-                         std::end(dtypes)) {
+    // 2^40 elements: far beyond any host's memory, and no overflow in bytes.
+    if (numel < 0 || numel > (int64_t{1} << 40) ||
+        std::find(std::begin(dtypes), std::end(dtypes), dtype) ==
+            std::end(dtypes)) {
       return absl::InvalidArgumentError(
           absl::StrCat("[rank ", rank_, "] shm: cannot allocate a buffer of ",
                        what.details));
@@ -243,11 +245,10 @@ class ShmBackend : public Backend {
         std::max<int64_t>(64, AlignUp(numel * c10::elementSize(dtype), 64));
     absl::StatusOr<std::unique_ptr<Segment>> created = Segment::Create(bytes);
     if (!created.ok()) {
-      return absl::Status(created.status().code(),
-                          absl::StrCat("creating ", bytes,
-                                       " B of shared "
-                                       "memory: ",
-                                       created.status().message()));
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("creating ", bytes,
+                       " B of shared memory: ", created.status().message()));
     }
     std::shared_ptr<Segment> own = *std::move(created);
     std::string mine =
