@@ -12,10 +12,13 @@
 // under the same load. A repeat's time is the slowest rank's; the table shows
 // the median repeat. Before the sizes, Barrier() is timed the same way: the
 // latency floor of each backend (handing a collective to its worker thread
-// and back, and one synchronisation). Rank 0 prints.
+// and back, and one synchronisation). Rank 0 prints. The backend
+// "shm_buffers" is the shm backend on tensors from AllocateBuffer (one per
+// size), which take the zero-copy allreduce.
 //
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=2
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=4 --max_bytes=1M
+//   bazel run //bench:shm_allreduce_bandwidth -- --backends=shm,shm_buffers
 //
 // Prints a table (algbw = bytes / time; busbw = algbw * 2(n-1)/n; the last
 // column is the second backend's time over the first's, "gloo/shm" by
@@ -74,8 +77,9 @@
 ABSL_FLAG(int, processes, 2, "Ranks, each a process of its own.");
 ABSL_FLAG(std::vector<std::string>, backends,
           std::vector<std::string>({"shm", "gloo"}),
-          "Backends to measure side by side (shm, gloo); with two, the last "
-          "column is the second's time over the first's.");
+          "Backends to measure side by side (shm, shm_buffers: shm on its "
+          "own buffers, gloo); with two, the last column is the second's "
+          "time over the first's.");
 ABSL_FLAG(std::string, min_bytes, "4",
           "Smallest message, in bytes (suffix K, M or G: binary units).");
 ABSL_FLAG(std::string, max_bytes, "64M", "Largest message, in bytes.");
@@ -140,9 +144,10 @@ absl::StatusOr<Config> ConfigFromFlags() {
                      ": want one or two different backends"));
   }
   for (const std::string& b : c.backends) {
-    if (b != "shm" && b != "gloo") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--backends: unknown backend '", b, "' (want shm or gloo)"));
+    if (b != "shm" && b != "shm_buffers" && b != "gloo") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backends: unknown backend '", b,
+                       "' (want shm, shm_buffers or gloo)"));
     }
   }
   DTRAIN_ASSIGN_OR_RETURN(
@@ -203,11 +208,17 @@ double Seconds(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Checks one allreduce of `bytes` on every rank. Leaves `t` zeroed: sums of
-// zeros stay finite however many iterations run.
+// Checks one allreduce of `bytes` on every rank, in a new buffer of the
+// backend's when `in_buffer`. Leaves `t` zeroed: sums of zeros stay finite
+// however many iterations run.
 absl::StatusOr<bool> Check(backend::Backend& b, const Config& c, int rank,
-                           int64_t bytes, at::Tensor& t) {
-  t = at::full({bytes / 4}, static_cast<float>(rank + 1), at::kFloat);
+                           int64_t bytes, bool in_buffer, at::Tensor& t) {
+  if (in_buffer) {
+    DTRAIN_ASSIGN_OR_RETURN(t, b.AllocateBuffer(bytes / 4, at::kFloat));
+    t.fill_(static_cast<float>(rank + 1));
+  } else {
+    t = at::full({bytes / 4}, static_cast<float>(rank + 1), at::kFloat);
+  }
   const double n = c.processes;
   DTRAIN_RETURN_IF_ERROR(AllReduce(b, t, backend::ReduceOp::kSum, c.timeout));
   const bool right =
@@ -294,7 +305,7 @@ absl::StatusOr<std::vector<Measured>> MeasureSideBySide(
 absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
     const std::string& name, int rank, const Config& c,
     std::shared_ptr<store::Store> store) {
-  if (name == "shm") {
+  if (name == "shm" || name == "shm_buffers") {
     backend::ShmBackendOptions o;
     o.rank = rank;
     o.world_size = c.processes;
@@ -316,7 +327,8 @@ void PrintHeader(const Config& c, int blas_threads) {
   std::printf(
       "# %s: allreduce (sum, float32) between %d processes of this host, "
       "%d intra-op thread(s) each (BLAS: %s); shm slot %lld B; gloo over "
-      "loopback TCP (default algorithm); per size the median of %d "
+      "loopback TCP (default algorithm); shm_buffers: shm on tensors from "
+      "AllocateBuffer (zero-copy); per size the median of %d "
       "repeats of about %g ms, interleaved across backends\n",
       kName, c.processes, at::get_num_threads(),
       blas_threads < 0 ? "not OpenBLAS"
@@ -425,7 +437,8 @@ absl::Status RunRank(int rank, int port, const Config& c) {
           ops.clear();
           for (size_t i = 0; i < backends.size(); ++i) {
             DTRAIN_ASSIGN_OR_RETURN(
-                correct[i], Check(*backends[i], c, rank, bytes, tensors[i]));
+                correct[i], Check(*backends[i], c, rank, bytes,
+                                  c.backends[i] == "shm_buffers", tensors[i]));
             ops.push_back([&c, b = backends[i].get(), t = tensors[i]] {
               return AllReduce(*b, t, backend::ReduceOp::kSum, c.timeout);
             });

@@ -41,6 +41,17 @@ for n in 2 4; do
   cat "$tmp/run$n.out"
 done
 
+# The zero-copy path (tensors from AllocateBuffer) side by side with the copying one, every size correct.
+"$driver" --processes=3 --backends=shm,shm_buffers --min_bytes=4 --max_bytes=64K --step_factor=16 \
+  --repeats=1 --target_ms=1 --warmup_iters=1 --timeout=30s >"$tmp/buffers.out" 2>"$tmp/buffers.err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "shm_buffers: exit $rc: $(tail -3 "$tmp/buffers.err")"
+tail -1 "$tmp/buffers.out" >"$tmp/buffers.json"
+[[ $(json "$tmp/buffers.json" \
+  'm["ratio"], len(m["results"]), all(r["correct"] for r in m["results"])') \
+  == "shm_buffers/shm 4 True" ]] || fail "shm_buffers: $(cat "$tmp/buffers.json")"
+cat "$tmp/buffers.out"
+
 # Long enough to be killed while timing (1000 repeats of 100 ms); the header comes once connected.
 "$driver" --processes=3 --backends=shm --max_bytes=4 --repeats=1000 --target_ms=100 --timeout=30s \
   >"$tmp/kill.out" 2>"$tmp/kill.err" &

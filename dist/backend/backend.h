@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -111,6 +112,33 @@ class Backend {
   // for peers. A Gloo collective already running still finishes or times out.
   // Thread-safe; the first failure or reason stays.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // Returns a zero-filled, contiguous 1-D CPU tensor of `numel` elements of
+  // `dtype` placed where this backend's AllReduce can work on it with fewer
+  // copies (the shm backend: shared memory every rank maps, so its allreduce
+  // of any contiguous part of it copies nothing in or out). Any tensor works
+  // with every collective; this is only a faster place for a long-lived one
+  // such as a DDP bucket.
+  //
+  // A collective: every rank calls it in the same order, relative to the
+  // other collectives too, with the same numel and dtype. It blocks until done
+  // (on the shm backend, until every rank has mapped every rank's buffer) and
+  // fails like a collective, naming the rank at fault; on the shm backend a
+  // failure breaks the backend. The fast path applies to an AllReduce whose
+  // tensor lies entirely inside one buffer at the same offset on every rank;
+  // other tensors take the ordinary path.
+  //
+  // Lifetimes: the memory stays valid while the tensor or any view of its
+  // storage lives, even after the backend is destroyed. The backend may hold
+  // resources for each buffer until it is destroyed (the shm backend keeps
+  // its mappings of every rank's buffers), so allocate a few long-lived
+  // buffers, not one per step.
+  //
+  // The default, for backends without such memory (Gloo, and NCCL, whose
+  // tensors live on the GPU: callers ask only for CPU buffers, and only of
+  // CPU backends), is an ordinary zero-filled CPU tensor and no collective.
+  virtual absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
+                                                    at::ScalarType dtype);
 };
 
 }  // namespace dtrain::backend

@@ -2,7 +2,9 @@
 // parameters after K optimizer steps as one process with batch N*b, for
 // N = 1, 2, 4, with and without no_sync gradient accumulation, with small
 // bucket caps (several buckets) and the defaults. Ranks start from different
-// weights, so the parameter broadcast at construction is part of it.
+// weights, so the parameter broadcast at construction is part of it. On the
+// shm backend every bucket's allreduce must take the zero-copy path (buckets
+// in the backend's shared buffers).
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dist/backend/backend_testing.h"
+#include "dist/backend/shm/shm_backend.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/ddp_testing.h"
 #include "gtest/gtest.h"
@@ -133,6 +136,17 @@ TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
           sgd.step();
         }
         EXPECT_EQ((*ddp)->steps(), kSteps);
+        const int64_t zero_copy = backend::ShmZeroCopyAllReducesForTesting(b);
+        // Two "hosts" of one rank are plain Gloo; one rank is plain shm; the
+        // hierarchical backend's host steps are not counted here (see
+        // hierarchical_backend_test).
+        if (backend_name == "shm" ||
+            (backend_name == "gloo_shm" && world == 1)) {
+          EXPECT_EQ(zero_copy,
+                    kSteps * static_cast<int64_t>((*ddp)->buckets().size()));
+        } else {
+          EXPECT_EQ(zero_copy, -1);
+        }
         EXPECT_EQ((*ddp)->last_step_stats().buckets_launched_in_backward,
                   static_cast<int>((*ddp)->buckets().size()));
         EXPECT_LE(MaxParameterDifference(*model, *reference), kTolerance)

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/backend_testing.h"
+#include "dist/backend/shm/shm_backend.h"
 #include "dist/ddp/ddp_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,6 +41,7 @@ using testing::Loss;
 using testing::Mlp;
 using testing::MlpOptions;
 using testing::RecordingBackend;
+using testing::Shm;
 
 using backend::testing::RunRanks;
 
@@ -380,32 +382,37 @@ TEST(DdpTest, BuffersStayLocalWithoutBroadcastBuffers) {
 }
 
 // Gradients travel as float16 divided by the world size first: close to the
-// float32 result, and half the bytes on the wire.
+// float32 result, and half the bytes on the wire. On shm the float16 copies
+// are the shared buffers (zero-copy allreduces).
 TEST(DdpTest, Fp16CompressionIsCloseToFloat32) {
   constexpr int kWorld = 2;
-  auto models = MakeModels(kWorld);
   const std::vector<at::Tensor> want = AverageLocalGradients(10, {}, kWorld);
-  RunRanks(kWorld, Gloo(), [&](backend::Backend& b) {
-    Mlp model = models[b.rank()];
-    DdpOptions options;
-    options.fp16_compression = true;
-    options.first_bucket_cap_bytes = 300;
-    auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
-    ASSERT_TRUE(ddp.ok()) << ddp.status();
-    for (const BucketInfo& bucket : (*ddp)->buckets())
-      EXPECT_EQ(bucket.communicated_bytes * 2, bucket.bytes);
-    ASSERT_TRUE((*ddp)->PrepareForward().ok());
-    Loss(model->forward(Input(b.rank()))).backward();
-    ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
-    // float16 keeps 11 significant bits: relative error about 1e-3.
-    double scale = 0;
-    for (const at::Tensor& g : want)
-      scale = std::max(scale, g.abs().max().item<double>());
-    ExpectGradientsNear(*model, want, 2e-3 * scale, "fp16");
-    const at::Tensor exact = want[0];
-    EXPECT_FALSE(model->fc1->weight.grad().equal(exact))
-        << "suspiciously exact for float16";
-  });
+  for (bool shm : {false, true}) {
+    auto models = MakeModels(kWorld);
+    RunRanks(kWorld, shm ? Shm() : Gloo(), [&](backend::Backend& b) {
+      Mlp model = models[b.rank()];
+      DdpOptions options;
+      options.fp16_compression = true;
+      options.first_bucket_cap_bytes = 300;
+      auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      for (const BucketInfo& bucket : (*ddp)->buckets())
+        EXPECT_EQ(bucket.communicated_bytes * 2, bucket.bytes);
+      ASSERT_TRUE((*ddp)->PrepareForward().ok());
+      Loss(model->forward(Input(b.rank()))).backward();
+      ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
+      // float16 keeps 11 significant bits: relative error about 1e-3.
+      double scale = 0;
+      for (const at::Tensor& g : want)
+        scale = std::max(scale, g.abs().max().item<double>());
+      ExpectGradientsNear(*model, want, 2e-3 * scale, "fp16");
+      const at::Tensor exact = want[0];
+      EXPECT_FALSE(model->fc1->weight.grad().equal(exact))
+          << "suspiciously exact for float16";
+      EXPECT_EQ(backend::ShmZeroCopyAllReducesForTesting(b),
+                shm ? static_cast<int64_t>((*ddp)->buckets().size()) : -1);
+    });
+  }
 }
 
 // A collective that fails comes back from SynchronizeGradients as a Status

@@ -148,6 +148,11 @@ class EventLog {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
   }
+  // Forgets what was logged, e.g. the bucket allocations of creation.
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.clear();
+  }
 
  private:
   std::mutex mu_;
@@ -165,7 +170,8 @@ class FailedWork : public backend::Work {
   absl::Status status_;
 };
 
-// Forwards to `inner`, logging "allreduce <label>", "broadcast", "allgather";
+// Forwards to `inner`, logging "allreduce <label>", "broadcast", "allgather",
+// "allocate buffer";
 // an allreduce labelled `fail_label` is not issued and fails at once.
 class RecordingBackend : public backend::Backend {
  public:
@@ -207,6 +213,11 @@ class RecordingBackend : public backend::Backend {
   std::shared_ptr<backend::Work> Barrier() override {
     log_->Add("barrier");
     return inner_.Barrier();
+  }
+  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
+                                            at::ScalarType dtype) override {
+    log_->Add("allocate buffer");
+    return inner_.AllocateBuffer(numel, dtype);
   }
 
  private:

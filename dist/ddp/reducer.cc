@@ -71,7 +71,7 @@ absl::Status Reducer::Init(
                           [&] {
                             at::NoGradGuard no_grad;
                             for (const BucketAssignment& a : assignment) {
-                              AddBucket(a, trainable);
+                              DTRAIN_RETURN_IF_ERROR(AddBucket(a, trainable));
                             }
                             ready_.assign(params_.size(), 0);
                             ResetStep();
@@ -80,7 +80,7 @@ absl::Status Reducer::Init(
                           });
 }
 
-void Reducer::AddBucket(
+absl::Status Reducer::AddBucket(
     const BucketAssignment& a,
     const std::vector<std::pair<std::string, at::Tensor>>& trainable) {
   const int index = static_cast<int>(buckets_.size());
@@ -90,12 +90,34 @@ void Reducer::AddBucket(
   const at::Tensor& first = trainable[a.members.front()].second;
   int64_t numel = 0;
   for (int m : a.members) numel += trainable[m].second.numel();
-  b.flat = at::zeros({numel}, first.options().requires_grad(false));
   b.compressed =
       options_.fp16_compression &&
       (first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble);
-  b.comm = b.compressed ? at::zeros({numel}, b.flat.options().dtype(at::kHalf))
-                        : b.flat;
+  // What is allreduced lives where the backend reduces it with the fewest
+  // copies (shm: shared memory); only CPU buckets, since backends allocate
+  // CPU tensors. Every rank buckets the same checked parameters the same
+  // way, so every rank makes the same allocations in the same order.
+  const at::ScalarType comm_dtype =
+      b.compressed ? at::kHalf : first.scalar_type();
+  if (first.is_cpu()) {
+    absl::StatusOr<at::Tensor> comm =
+        comm_.backend().AllocateBuffer(numel, comm_dtype);
+    if (!comm.ok()) {
+      return absl::Status(
+          comm.status().code(),
+          absl::StrCat(
+              comm_.prefix(), "allocating bucket ", index, " (", numel, " x ",
+              c10::toString(comm_dtype),
+              ") through the backend failed: ", comm.status().message()));
+    }
+    b.comm = *std::move(comm);
+  } else {
+    b.comm = at::zeros({numel}, first.options().dtype(comm_dtype));
+  }
+  b.comm.set_requires_grad(false);
+  b.flat = b.compressed
+               ? at::zeros({numel}, first.options().requires_grad(false))
+               : b.comm;
   int64_t offset = 0;
   for (int m : a.members) {
     Param p;
@@ -122,6 +144,7 @@ void Reducer::AddBucket(
       b.compressed ? ", float16 on the wire" : "", ")");
   buckets_.push_back(std::move(b));
   bucket_info_.push_back(std::move(info));
+  return absl::OkStatus();
 }
 
 void Reducer::RegisterHooks() {

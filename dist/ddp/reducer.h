@@ -4,7 +4,9 @@
 // written back into .grad, no_sync and unused parameters, and the per-step
 // statistics. PyTorch's reducer.cpp plays the same part.
 //
-// Call order: Create issues no collective. A synchronised backward launches
+// Call order: Create allocates each CPU bucket's communicated tensor through
+// Backend::AllocateBuffer (a collective on the shm backend), one per bucket
+// in bucket order, identical on every rank. A synchronised backward launches
 // bucket allreduces from the hooks, and Synchronize launches the rest and
 // waits, so every rank must run them in the same sequence (see ddp.h).
 //
@@ -95,6 +97,7 @@ class Reducer {
     std::vector<int> params;  // Indices into params_.
     at::Tensor flat;
     // What is allreduced: `flat`, or its float16 copy with fp16 compression.
+    // Allocated by the backend (AllocateBuffer) for CPU buckets.
     at::Tensor comm;
     bool compressed = false;
     std::string label;        // "bucket 3", for the backend's messages.
@@ -113,8 +116,9 @@ class Reducer {
   absl::Status Init(
       const std::vector<std::pair<std::string, at::Tensor>>& parameters);
   // Init's steps; LibTorch may throw in them (Init turns that into Status).
-  // Lays out bucket `a` over `trainable` (bucket order) and its views.
-  void AddBucket(
+  // Lays out bucket `a` over `trainable` (bucket order) and its views; fails
+  // when the backend cannot allocate it.
+  absl::Status AddBucket(
       const BucketAssignment& a,
       const std::vector<std::pair<std::string, at::Tensor>>& trainable);
   void RegisterHooks();

@@ -23,6 +23,7 @@ namespace {
 using ::testing::ElementsAre;
 using testing::EventLog;
 using testing::Gloo;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using testing::RecordingBackend;
 
@@ -50,7 +51,8 @@ void Backward(const std::vector<std::pair<std::string, at::Tensor>>& params,
       .backward();
 }
 
-TEST(ReducerTest, CreateIssuesNoCollectiveAndBucketsInReverseOrder) {
+// Create's only backend calls: one buffer per bucket, no collective else.
+TEST(ReducerTest, CreateAllocatesBucketsOnlyAndBucketsInReverseOrder) {
   RunRanks(2, Gloo(), [&](backend::Backend& inner) {
     EventLog log;
     RecordingBackend b(inner, &log);
@@ -58,7 +60,8 @@ TEST(ReducerTest, CreateIssuesNoCollectiveAndBucketsInReverseOrder) {
     auto reducer =
         Reducer::Create(Parameters(), at::kCPU, b, SmallBuckets(), sync);
     ASSERT_TRUE(reducer.ok()) << reducer.status();
-    EXPECT_THAT(log.events(), IsEmpty());
+    EXPECT_THAT(log.events(),
+                ElementsAre("allocate buffer", "allocate buffer"));
     const std::vector<BucketInfo>& buckets = (*reducer)->buckets();
     ASSERT_EQ(buckets.size(), 2u);
     EXPECT_THAT(buckets[0].parameters, ElementsAre("b"));
@@ -74,6 +77,7 @@ TEST(ReducerTest, HooksLaunchBucketsAndSynchronizeAverages) {
     const auto params = Parameters();
     auto reducer = Reducer::Create(params, at::kCPU, b, SmallBuckets(), sync);
     ASSERT_TRUE(reducer.ok()) << reducer.status();
+    log.Clear();  // The bucket allocations.
     Backward(params, b.rank());
     // Both buckets went out from the hooks, in bucket order.
     EXPECT_THAT(log.events(),
@@ -95,12 +99,36 @@ TEST(ReducerTest, NothingIsCommunicatedWhileGradientSyncIsOff) {
     const auto params = Parameters();
     auto reducer = Reducer::Create(params, at::kCPU, b, SmallBuckets(), sync);
     ASSERT_TRUE(reducer.ok()) << reducer.status();
+    log.Clear();  // The bucket allocations.
     Backward(params, b.rank());
     EXPECT_THAT(log.events(), IsEmpty());
     // Local accumulation only.
     EXPECT_TRUE(at::allclose(params[0].second.grad(),
                              at::full({4}, 1.0 * (b.rank() + 1))));
     EXPECT_TRUE((*reducer)->CheckReadyForForward().ok());
+  });
+}
+
+// A backend that cannot allocate buckets: Create fails saying which bucket.
+class NoBuffers : public RecordingBackend {
+ public:
+  using RecordingBackend::RecordingBackend;
+  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t, at::ScalarType) override {
+    return absl::ResourceExhaustedError("out of shared memory");
+  }
+};
+
+TEST(ReducerTest, BucketAllocationFailureIsAClearError) {
+  RunRanks(1, Gloo(), [&](backend::Backend& inner) {
+    EventLog log;
+    NoBuffers b(inner, &log);
+    std::atomic<bool> sync{true};
+    auto reducer =
+        Reducer::Create(Parameters(), at::kCPU, b, SmallBuckets(), sync);
+    EXPECT_EQ(reducer.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(reducer.status().message()),
+                HasSubstr("allocating bucket 0 (2 x Float) through the "
+                          "backend failed: out of shared memory"));
   });
 }
 

@@ -117,6 +117,30 @@ class HierarchicalBackend : public Backend {
     });
   }
 
+  // The host's shared memory, so that the host's step of an allreduce
+  // copies nothing (the leaders' Gloo step reads and writes it like any
+  // tensor). Through the worker, so that it keeps its place among the
+  // collectives this backend issues to the host's shm backend.
+  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
+                                            at::ScalarType dtype) override {
+    if (local_ == nullptr) return Backend::AllocateBuffer(numel, dtype);
+    at::Tensor buffer;
+    const absl::Status s =
+        Enqueue(internal::Description{"allocate buffer",
+                                      absl::StrCat(numel, " x ",
+                                                   c10::toString(dtype))},
+                [&] {
+                  absl::StatusOr<at::Tensor> t =
+                      local_->AllocateBuffer(numel, dtype);
+                  if (!t.ok()) return Local(t.status());
+                  buffer = *std::move(t);
+                  return absl::OkStatus();
+                })
+            ->Wait();
+    if (!s.ok()) return s;
+    return buffer;
+  }
+
   std::shared_ptr<Work> Barrier() override {
     return Enqueue(internal::Description{"barrier", ""}, [this] {
       if (local_ != nullptr) DTRAIN_RETURN_IF_ERROR(Local(local_->Barrier()));
@@ -213,17 +237,18 @@ class HierarchicalBackend : public Backend {
   }
 
   // Waits for a step of the inner backends and says which step failed.
-  static absl::Status Step(const std::shared_ptr<Work>& work,
-                           const std::string& step) {
-    absl::Status s = work->Wait();
+  static absl::Status Step(const absl::Status& s, const std::string& step) {
     if (s.ok()) return s;
     return absl::Status(s.code(), absl::StrCat(step, ": ", s.message()));
   }
   absl::Status Local(const std::shared_ptr<Work>& work) const {
-    return Step(work, local_step_);
+    return Step(work->Wait(), local_step_);
+  }
+  absl::Status Local(const absl::Status& s) const {
+    return Step(s, local_step_);
   }
   absl::Status Leaders(const std::shared_ptr<Work>& work) const {
-    return Step(work, leaders_step_);
+    return Step(work->Wait(), leaders_step_);
   }
 
   std::string LocalStepName() const {

@@ -232,6 +232,31 @@ TEST(HierarchicalBackendTest, AnAbortReachesEveryHostAtOnce) {
   });
 }
 
+// Buffers from the hierarchical backend are the host's shared memory; an
+// allreduce inside one is right on every layout, next to ordinary tensors.
+TEST(HierarchicalBackendTest, BuffersWorkOnEveryLayout) {
+  for (const std::vector<std::string>& hosts : Layouts()) {
+    const int w = static_cast<int>(hosts.size());
+    testing::RunRanks(w, OnHosts(hosts), [&](Backend& b) {
+      absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(1000, at::kFloat);
+      ASSERT_TRUE(buffer.ok()) << buffer.status();
+      at::Tensor other = at::ones({10});
+      for (int round = 0; round < 3; ++round) {
+        at::Tensor part = buffer->narrow(0, 100 * round, 500);
+        part.fill_(b.rank() + round);
+        std::shared_ptr<Work> a = b.AllReduce(part, ReduceOp::kAverage);
+        std::shared_ptr<Work> o = b.AllReduce(other);
+        ASSERT_TRUE(a->Wait().ok());
+        ASSERT_TRUE(o->Wait().ok());
+        EXPECT_TRUE(at::allclose(
+            part, at::full({500}, (w - 1) / 2.0 + round, at::kFloat)))
+            << "round " << round;
+      }
+      EXPECT_TRUE(at::equal(other, at::full({10}, std::pow(w, 3.0))));
+    });
+  }
+}
+
 // Messages larger than a slot at the default slot size: the mean of
 // float32 values matches the double-precision mean on every rank.
 TEST(HierarchicalBackendTest, LargeMessagesAverageToTheMean) {

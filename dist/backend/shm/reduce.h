@@ -18,7 +18,8 @@ namespace dtrain::backend::shm {
 
 // result[i] = op(inputs[0][i], inputs[1][i], ...) for i in [begin, end),
 // combined left to right; kAverage divides the sum by inputs.size() (floating
-// dtypes only). `result` may be one of the inputs. kInvalidArgument for a
+// dtypes only). `result` may be inputs[0] (a later input would be overwritten
+// before it is read). kInvalidArgument for a
 // dtype or op this does not handle.
 absl::Status ReduceInOrder(at::ScalarType dtype, ReduceOp op,
                            absl::Span<const void* const> inputs, int64_t begin,

@@ -1,16 +1,23 @@
 #include "dist/backend/shm/shm_backend.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/process_liveness.h"
 #include "base/status_macros.h"
@@ -35,6 +42,34 @@ constexpr int64_t AlignUp(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
 }
 constexpr int64_t kControlBytes = AlignUp(sizeof(Control), 64);
+
+// What each rank publishes when a buffer is allocated: "<numel> <dtype>
+// <locator>", NUL-padded.
+constexpr int64_t kBufferRecordBytes = 128;
+// A zero-copy allreduce reduces its share in blocks of this many bytes, each
+// copied to the other ranks' buffers while still in cache.
+constexpr int64_t kInPlaceBlockBytes = int64_t{64} << 10;
+
+// What a zero-copy allreduce works on, written into each rank's slot so that
+// every rank checks the others agree before touching their buffers.
+struct InPlaceRequest {
+  uint64_t magic;
+  int64_t buffer;
+  int64_t offset;  // Bytes into the buffer.
+  int64_t numel;
+  int32_t dtype;
+  int32_t op;
+};
+static_assert(std::has_unique_object_representations_v<InPlaceRequest>,
+              "compared with memcmp");
+constexpr uint64_t kInPlaceMagic = 0x7a65726f636f7079;  // "zerocopy"
+
+// Every rank's mapping of one buffer from AllocateBuffer.
+struct SharedBuffer {
+  int64_t bytes = 0;
+  std::vector<std::shared_ptr<Segment>> mappings;  // [rank_] is this rank's
+  std::vector<char*> data;                         // mappings[r]->data()
+};
 
 class ShmBackend : public Backend {
  public:
@@ -74,8 +109,36 @@ class ShmBackend : public Backend {
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
+      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(tensor, op)) {
+        return ReduceInBuffers(*in_buffer, deadline);
+      }
       return Reduce(tensor, op, deadline, /*destination=*/-1, tensor);
     });
+  }
+
+  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
+                                            at::ScalarType dtype) override {
+    const internal::Description what{
+        "buffer allocation", absl::StrCat(numel, " x ", c10::toString(dtype))};
+    const auto& dtypes = internal::kCollectiveDtypes;
+    // 2^40 elements: far beyond any host's memory, and no overflow in bytes.
+    if (numel < 0 || numel > (int64_t{1} << 40) ||
+        std::find(std::begin(dtypes), std::end(dtypes), dtype) ==
+            std::end(dtypes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[rank ", rank_, "] shm: cannot allocate a buffer of ",
+                       what.details));
+    }
+    auto tensor = std::make_shared<at::Tensor>();
+    DTRAIN_RETURN_IF_ERROR(
+        Enqueue(what, [this, numel, dtype, tensor](absl::Time deadline) {
+          return CreateBuffer(numel, dtype, deadline, tensor.get());
+        })->Wait());
+    return *tensor;
+  }
+
+  int64_t zero_copy_allreduces() const {
+    return zero_copy_allreduces_.load(std::memory_order_relaxed);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
@@ -103,19 +166,12 @@ class ShmBackend : public Backend {
         internal::PrepareAllGather(kName, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input](absl::Time deadline) {
-      const char* in = static_cast<const char*>(input.data_ptr());
-      const int64_t total = input.numel() * input.element_size();
-      for (int64_t off = 0; off < total; off += slot_bytes_) {
-        const int64_t n = std::min(slot_bytes_, total - off);
-        std::memcpy(slot(rank_), in + off, n);
-        DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
-        for (int r = 0; r < size_; ++r) {
-          std::memcpy(static_cast<char*>(outputs[r].data_ptr()) + off, slot(r),
-                      n);
-        }
-        DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+      std::vector<char*> out;
+      for (const at::Tensor& t : outputs) {
+        out.push_back(static_cast<char*>(t.data_ptr()));
       }
-      return absl::OkStatus();
+      return GatherBytes(static_cast<const char*>(input.data_ptr()),
+                         input.numel() * input.element_size(), out, deadline);
     });
   }
 
@@ -172,6 +228,187 @@ class ShmBackend : public Backend {
                            });
   }
 
+  // Rank r's `n` bytes at `in` land at `out[r]` on every rank, through the
+  // slots in chunks.
+  absl::Status GatherBytes(const char* in, int64_t n,
+                           const std::vector<char*>& out, absl::Time deadline) {
+    for (int64_t off = 0; off < n; off += slot_bytes_) {
+      const int64_t k = std::min(slot_bytes_, n - off);
+      std::memcpy(slot(rank_), in + off, k);
+      DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+      for (int r = 0; r < size_; ++r) std::memcpy(out[r] + off, slot(r), k);
+      DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+    }
+    return absl::OkStatus();
+  }
+
+  // AllocateBuffer's collective: each rank creates its own segment, the ranks
+  // swap locators through the slots (no store after creation, and failures
+  // are collectives' failures), map every peer's, and meet once more so that
+  // the creator's file can go.
+  absl::Status CreateBuffer(int64_t numel, at::ScalarType dtype,
+                            absl::Time deadline, at::Tensor* tensor) {
+    const int64_t bytes =
+        std::max<int64_t>(64, AlignUp(numel * c10::elementSize(dtype), 64));
+    absl::StatusOr<std::unique_ptr<Segment>> created = Segment::Create(bytes);
+    if (!created.ok()) {
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("creating ", bytes,
+                       " B of shared memory: ", created.status().message()));
+    }
+    std::shared_ptr<Segment> own = *std::move(created);
+    std::string mine =
+        absl::StrCat(numel, " ", static_cast<int>(dtype), " ", own->locator());
+    if (mine.size() >= static_cast<size_t>(kBufferRecordBytes)) {
+      return absl::InternalError(absl::StrCat("locator too long: ", mine));
+    }
+    mine.resize(kBufferRecordBytes, '\0');
+    std::vector<std::string> records(size_,
+                                     std::string(kBufferRecordBytes, '\0'));
+    std::vector<char*> out;
+    for (std::string& r : records) out.push_back(r.data());
+    DTRAIN_RETURN_IF_ERROR(
+        GatherBytes(mine.data(), kBufferRecordBytes, out, deadline));
+
+    SharedBuffer buffer;
+    buffer.bytes = bytes;
+    bool differ = false;
+    std::vector<std::string> asked;  // What each rank asked for, for errors.
+    std::vector<std::string> locators;
+    for (int r = 0; r < size_; ++r) {
+      const std::vector<std::string> parts =
+          absl::StrSplit(records[r].c_str(), absl::MaxSplits(' ', 2));
+      int64_t their_numel = -1;
+      int their_dtype = -1;
+      if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &their_numel) ||
+          !absl::SimpleAtoi(parts[1], &their_dtype) || their_dtype < 0 ||
+          their_dtype >= static_cast<int>(at::ScalarType::NumOptions)) {
+        differ = true;
+        asked.push_back(absl::StrCat("rank ", r, " is not allocating"));
+        locators.emplace_back();
+        continue;
+      }
+      differ |= their_numel != numel || their_dtype != static_cast<int>(dtype);
+      asked.push_back(absl::StrCat(
+          "rank ", r, " asked for ", their_numel, " x ",
+          c10::toString(static_cast<at::ScalarType>(their_dtype))));
+      locators.push_back(parts[2]);
+    }
+    if (differ) {
+      // Every rank sees the same records, so all fail alike.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ranks do not allocate the same buffer (",
+          absl::StrJoin(asked, ", "),
+          "): every rank must allocate the same buffers in the same order"));
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) {
+        buffer.mappings.push_back(own);
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<Segment>> peer =
+          Segment::Attach(locators[r]);
+      if (!peer.ok()) {
+        return absl::Status(peer.status().code(),
+                            absl::StrCat("mapping rank ", r, "'s buffer: ",
+                                         peer.status().message()));
+      }
+      buffer.mappings.push_back(*std::move(peer));
+    }
+    // Every rank has mapped every buffer: only the mappings keep them alive.
+    DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+    own->CloseFile();
+    for (const auto& m : buffer.mappings) {
+      buffer.data.push_back(static_cast<char*>(m->data()));
+    }
+    // The tensor holds this rank's mapping, so it outlives the backend if
+    // need be; the peers' mappings go with the backend.
+    *tensor = at::from_blob(
+        own->data(), {numel}, [own](void*) {},
+        at::TensorOptions().dtype(dtype));
+    buffers_.push_back(std::move(buffer));
+    return absl::OkStatus();
+  }
+
+  // The zero-copy request for `t` when it lies entirely inside one of this
+  // rank's buffers; otherwise (not there, or only partly) the copying path.
+  std::optional<InPlaceRequest> FindInBuffer(const at::Tensor& t,
+                                             ReduceOp op) const {
+    if (t.numel() == 0) return std::nullopt;
+    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    const auto end = begin + t.numel() * t.element_size();
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      const auto base = reinterpret_cast<uintptr_t>(buffers_[i].data[rank_]);
+      if (begin >= base && end <= base + buffers_[i].bytes) {
+        return InPlaceRequest{kInPlaceMagic,
+                              static_cast<int64_t>(i),
+                              static_cast<int64_t>(begin - base),
+                              t.numel(),
+                              static_cast<int32_t>(t.scalar_type()),
+                              static_cast<int32_t>(op)};
+      }
+    }
+    return std::nullopt;
+  }
+
+  // The zero-copy allreduce: every rank reduces its own share of the tensor
+  // in rank order straight from all ranks' buffers and writes the result into
+  // all of them, between two barriers. Shares and per-element order are
+  // those of Reduce, so the results are the same bits.
+  //
+  // Safe beside the copying collectives: it writes the slots only before its
+  // first barrier and reads them only before its second (Reduce's rule), and
+  // never touches the result area. Rank r's share of every buffer is written
+  // only by rank r, between the barriers; each rank writes its own buffer
+  // only before the first (its input) or after the second, by when every
+  // rank has finished reading and writing it.
+  absl::Status ReduceInBuffers(const InPlaceRequest& request,
+                               absl::Time deadline) {
+    std::memcpy(slot(rank_), &request, sizeof(request));
+    DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+    std::vector<int> differ;
+    for (int r = 0; r < size_; ++r) {
+      if (std::memcmp(slot(r), &request, sizeof(request)) != 0) {
+        differ.push_back(r);
+      }
+    }
+    if (!differ.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank(s) ", absl::StrJoin(differ, ", "),
+          " did not allreduce the same part of shared buffer #", request.buffer,
+          " (", request.numel, " elements at byte ", request.offset,
+          "): every rank must pass the same part of its buffer"));
+    }
+    const SharedBuffer& b = buffers_[request.buffer];
+    const auto dtype = static_cast<at::ScalarType>(request.dtype);
+    const auto op = static_cast<ReduceOp>(request.op);
+    const int64_t element = c10::elementSize(dtype);
+    std::vector<const void*> inputs;
+    for (int r = 0; r < size_; ++r) {
+      inputs.push_back(b.data[r] + request.offset);
+    }
+    char* const first = b.data[0] + request.offset;
+    const int64_t total = request.numel;
+    const int64_t share = AlignUp((total + size_ - 1) / size_, 64);
+    const int64_t begin = std::min(total, rank_ * share);
+    const int64_t end = std::min(total, begin + share);
+    const int64_t block = kInPlaceBlockBytes / element;  // 64-element multiple
+    for (int64_t lo = begin; lo < end; lo += block) {
+      const int64_t hi = std::min(end, lo + block);
+      // Into rank 0's buffer (the result may alias the first input), then
+      // the block goes to the others' while in cache.
+      DTRAIN_RETURN_IF_ERROR(
+          shm::ReduceInOrder(dtype, op, inputs, lo, hi, first));
+      for (int r = 1; r < size_; ++r) {
+        std::memcpy(b.data[r] + request.offset + lo * element,
+                    first + lo * element, (hi - lo) * element);
+      }
+    }
+    zero_copy_allreduces_.fetch_add(1, std::memory_order_relaxed);
+    return barrier_.Arrive(deadline);
+  }
+
   // Reduces `input` over the ranks, chunk by chunk, into `output` on rank
   // `destination` (every rank when -1). Each rank reduces its own share of
   // each chunk, in rank order.
@@ -216,10 +453,17 @@ class ShmBackend : public Backend {
   char* const base_;
   GroupBarrier barrier_;  // Used on the worker thread only, after Join.
   const std::vector<const void*> slots_;  // slot(r) for every rank
-  internal::OrderedWorker worker_;        // Last: drains before the rest goes.
+  std::vector<SharedBuffer> buffers_;     // Worker thread only.
+  std::atomic<int64_t> zero_copy_allreduces_{0};
+  internal::OrderedWorker worker_;  // Last: drains before the rest goes.
 };
 
 }  // namespace
+
+int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend) {
+  const auto* shm = dynamic_cast<const ShmBackend*>(&backend);
+  return shm == nullptr ? -1 : shm->zero_copy_allreduces();
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     const ShmBackendOptions& o) {

@@ -8,6 +8,14 @@
 // element is reduced once, in rank order, so all ranks get bit-identical
 // results, the same for any chunk size.
 //
+// AllocateBuffer (backend.h) gives each rank a segment of its own that every
+// rank maps. An AllReduce of a tensor that lies entirely inside such a buffer
+// (at the same offset on every rank, which the ranks check) copies nothing in
+// or out: between two barriers each rank reduces its own share straight from
+// all ranks' buffers and writes it into all of them; the bits are those of
+// the copying path. Other tensors, including ones only partly inside a
+// buffer, take the copying path.
+//
 // Creation is the proof that the ranks share memory: rank 0 creates the
 // segment and publishes its locator through the store; every other rank maps
 // it and checks its token; all ranks then learn who could not (through the
@@ -47,6 +55,10 @@ struct ShmBackendOptions {
 // rank does not arrive within the timeout.
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     const ShmBackendOptions& options);
+
+// For tests only: how many of `backend`'s allreduces took the zero-copy path
+// so far, or -1 when it is not an shm backend. Any thread.
+int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend);
 
 }  // namespace dtrain::backend
 

@@ -1,13 +1,17 @@
 // The shared-memory backend with ranks as threads: every collective against
 // closed forms, every dtype, chunking (slots far smaller than the messages)
 // that changes nothing, bit-identical results on every rank and for any slot
-// size, argument errors, and a rank that leaves.
+// size, argument errors, and a rank that leaves. Buffers from AllocateBuffer:
+// the zero-copy allreduce gives the copying path's bits for every dtype and
+// op, interleaves with the other collectives, falls back for tensors only
+// partly in a buffer, and refuses ranks that disagree.
 
 #include "dist/backend/shm/shm_backend.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -88,16 +92,31 @@ at::Tensor Values(int64_t n, int rank) {
 }
 
 // Collectives of every kind back to back, in many chunks: none may overwrite
-// memory a slower rank is still reading (the two-barrier schedule's rule).
+// memory a slower rank is still reading (the two-barrier schedule's rule),
+// including the zero-copy allreduces of parts of a shared buffer, which
+// other ranks read and write.
 TEST(ShmBackendTest, InterleavedCollectivesStayCorrect) {
   constexpr int kRanks = 3;
   testing::RunRanks(kRanks, Shm(64), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(300, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
     for (int round = 0; round < 150; ++round) {
       const int64_t n = 1 + (round * 37) % 200;
       at::Tensor i = at::arange(n, at::kFloat);
       at::Tensor t = i + b.rank() + round;
       ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
       ASSERT_TRUE(at::equal(t, i * kRanks + 3 + kRanks * round))
+          << "round " << round;
+      // Two parts of the buffer back to back, at offsets that move.
+      at::Tensor part = buffer->narrow(0, round % 50, n);
+      part.copy_(i - b.rank() + round);
+      at::Tensor rest = buffer->narrow(0, round % 50 + n, 250 - n - round % 50);
+      rest.fill_(b.rank());
+      ASSERT_TRUE(b.AllReduce(part)->Wait().ok());
+      ASSERT_TRUE(b.AllReduce(rest, ReduceOp::kMax)->Wait().ok());
+      ASSERT_TRUE(at::equal(part, i * kRanks - 3 + kRanks * round))
+          << "round " << round;
+      ASSERT_TRUE(at::equal(rest, at::full_like(rest, kRanks - 1)))
           << "round " << round;
       const int root = round % kRanks;
       at::Tensor c = i * (b.rank() + 1) + round;
@@ -148,6 +167,136 @@ TEST(ShmBackendTest, AverageAndBitIdenticalResultsForAnySlotSize) {
       EXPECT_TRUE(at::equal(v[kRanks + r], first[kRanks]))
           << "bfloat16, slot " << slot << " rank " << r;
     }
+  }
+}
+
+// Values for `op` on `dtype` that neither overflow nor round differently
+// by accident: sines of every magnitude for floats, 1..3 for integers.
+at::Tensor OpValues(int64_t n, int rank, at::ScalarType dtype) {
+  if (at::isFloatingType(dtype)) return Values(n, rank).to(dtype);
+  return (at::arange(n, at::kLong) * 7 + rank).remainder(3).add(1).to(dtype);
+}
+
+bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.nbytes() == b.nbytes() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+TEST(ShmBackendTest, BufferAllReduceHasTheCopyingPathsBits) {
+  const std::vector<at::ScalarType> dtypes = {
+      at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
+      at::kInt,   at::kLong,   at::kChar, at::kByte};
+  for (int w : {1, 2, 3, 4}) {
+    // 256-byte slots: the copying path goes in many chunks.
+    testing::RunRanks(w, Shm(256), [&](Backend& b) {
+      const int64_t before = ShmZeroCopyAllReducesForTesting(b);
+      int64_t expected_zero_copy = 0;
+      for (at::ScalarType dtype : dtypes) {
+        absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(5000, dtype);
+        ASSERT_TRUE(buffer.ok()) << buffer.status();
+        ASSERT_EQ(buffer->scalar_type(), dtype);
+        ASSERT_TRUE(at::equal(*buffer, at::zeros({5000}, dtype)));
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                            ReduceOp::kMax, ReduceOp::kProduct}) {
+          if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+          for (int64_t n : {int64_t{1}, int64_t{77}, int64_t{4999}}) {
+            const at::Tensor values = OpValues(n, b.rank(), dtype);
+            at::Tensor copied = values.clone();
+            // An odd offset: shares start off 64-element boundaries.
+            at::Tensor shared = buffer->narrow(0, 5000 - n, n);
+            shared.copy_(values);
+            ASSERT_TRUE(b.AllReduce(copied, op)->Wait().ok());
+            ASSERT_TRUE(b.AllReduce(shared, op)->Wait().ok());
+            ++expected_zero_copy;
+            EXPECT_TRUE(SameBytes(shared, copied))
+                << c10::toString(dtype) << " " << ReduceOpName(op) << " n=" << n
+                << " w=" << w << " rank " << b.rank();
+          }
+        }
+      }
+      EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b) - before,
+                expected_zero_copy);
+    });
+  }
+}
+
+TEST(ShmBackendTest, TensorsOnlyPartlyInABufferTakeTheCopyingPath) {
+  testing::RunRanks(2, Shm(256), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(960, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    // Runs past the buffer's 3840 bytes into the rest of its last page,
+    // which is mapped, so only the path taken can go wrong.
+    at::Tensor across = at::from_blob(buffer->data_ptr<float>() + 950, {32});
+    across.fill_(b.rank() + 1);
+    ASSERT_TRUE(b.AllReduce(across)->Wait().ok());
+    EXPECT_TRUE(at::equal(across, at::full({32}, 3.0f)));
+    // A tensor elsewhere, and an empty part of the buffer.
+    at::Tensor elsewhere = at::ones({8});
+    ASSERT_TRUE(b.AllReduce(elsewhere)->Wait().ok());
+    EXPECT_TRUE(at::equal(elsewhere, at::full({8}, 2.0f)));
+    ASSERT_TRUE(b.AllReduce(buffer->narrow(0, 10, 0))->Wait().ok());
+    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 0);
+    // The whole buffer does take the zero-copy path.
+    buffer->fill_(1);
+    ASSERT_TRUE(b.AllReduce(*buffer)->Wait().ok());
+    EXPECT_TRUE(at::equal(*buffer, at::full({960}, 2.0f)));
+    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 1);
+  });
+}
+
+TEST(ShmBackendTest, RanksThatDisagreeOnTheBufferPartFailNotHang) {
+  testing::RunRanks(3, Shm(4096, absl::Seconds(20)), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(256, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    // Rank 2 passes another part of its buffer.
+    const absl::Status s =
+        b.AllReduce(buffer->narrow(0, b.rank() == 2 ? 128 : 0, 64))->Wait();
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "rank(s) 2 did not allreduce "
+                                  "the same part") ||
+                absl::StrContains(s.message(), "rank(s) 0, 1 did not") ||
+                absl::StrContains(s.message(), "gave up"))
+        << s;
+  });
+}
+
+TEST(ShmBackendTest, BufferOnOneRankOrdinaryTensorOnAnotherFails) {
+  testing::RunRanks(2, Shm(4096, absl::Seconds(20)), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(64, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    buffer->fill_(1);
+    at::Tensor t = b.rank() == 0 ? *buffer : at::ones({64});
+    EXPECT_FALSE(b.AllReduce(t)->Wait().ok());
+  });
+}
+
+TEST(ShmBackendTest, RanksThatAllocateDifferentBuffersFailAlike) {
+  testing::RunRanks(2, Shm(64), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer =
+        b.AllocateBuffer(100 + b.rank(), at::kFloat);
+    EXPECT_EQ(buffer.status().code(), absl::StatusCode::kInvalidArgument)
+        << buffer.status();
+    EXPECT_THAT(std::string(buffer.status().message()),
+                HasSubstr("(rank 0 asked for 100 x Float, rank 1 asked for "
+                          "101 x Float)"));
+    EXPECT_EQ(b.AllocateBuffer(-1, at::kFloat).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
+TEST(ShmBackendTest, BuffersOutliveTheBackend) {
+  std::vector<at::Tensor> kept(2);
+  testing::RunRanks(2, Shm(), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(1000, at::kDouble);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    buffer->fill_(b.rank() + 1);
+    ASSERT_TRUE(b.AllReduce(*buffer)->Wait().ok());
+    kept[b.rank()] = *buffer;
+  });
+  for (const at::Tensor& t : kept) {
+    EXPECT_TRUE(at::equal(t, at::full({1000}, 3.0, at::kDouble)));
+    t.add_(1);  // Still mapped and writable.
   }
 }
 

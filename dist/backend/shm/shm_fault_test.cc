@@ -1,8 +1,9 @@
 // The shared-memory backend in real processes: three ranks allreduce
-// through a file store's rendezvous; one is SIGKILLed, or stopped with
-// SIGSTOP, mid-run. The others must fail naming it, the killed one within a
-// fraction of the timeout (its exit is seen while waiting), the stopped one
-// at the timeout; nobody hangs.
+// through a file store's rendezvous (an ordinary tensor, or one from
+// AllocateBuffer that every rank maps: the zero-copy path), checking each
+// result; one is SIGKILLed, or stopped with SIGSTOP, mid-run. The others must
+// fail naming it, the killed one within a fraction of the timeout (its exit is
+// seen while waiting), the stopped one at the timeout; nobody hangs.
 
 #include <ATen/ATen.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/shm/shm_backend.h"
@@ -42,7 +44,8 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// Exit 0: saw an error (written to the report); 3: never did; 4: no start.
+// Exit 0: saw an error (written to the report); 3: never did; 4: no start;
+// 5: a wrong result.
 [[noreturn]] void RunRank(int rank, absl::string_view scenario,
                           absl::Duration timeout, int ready_fd) {
   alarm(120);  // Never outlive a broken test.
@@ -64,14 +67,26 @@ std::string ReadFile(const std::string& path) {
     const char byte = 1;
     if (write(ready_fd, &byte, 1) != 1) _exit(4);
   }
+  at::Tensor t = at::ones({3000});
+  if (absl::StrContains(scenario, "buffer")) {
+    absl::StatusOr<at::Tensor> buffer = (*b)->AllocateBuffer(3000, at::kFloat);
+    if (!buffer.ok()) {
+      std::ofstream(Path(absl::StrCat(scenario, rank))) << buffer.status();
+      _exit(4);
+    }
+    t = *buffer;
+  }
   for (int step = 0; step < 1000000; ++step) {
-    if (scenario == "kill" && rank == kVictim && step == 20) raise(SIGKILL);
-    at::Tensor t = at::ones({3000});
+    if (absl::StartsWith(scenario, "kill") && rank == kVictim && step == 20) {
+      raise(SIGKILL);
+    }
+    t.fill_(rank + 1);
     absl::Status s = (*b)->AllReduce(t)->Wait();
     if (!s.ok()) {
       std::ofstream(Path(absl::StrCat(scenario, rank))) << s.message();
       _exit(0);
     }
+    if (!at::equal(t, at::full({3000}, kWorld * (kWorld + 1) / 2.0f))) _exit(5);
   }
   _exit(3);
 }
@@ -118,8 +133,8 @@ Outcome RunScenario(absl::string_view scenario, absl::Duration timeout) {
   return out;
 }
 
-TEST(ShmFaultTest, KilledRankIsNamedWithinAFractionOfTheTimeout) {
-  const Outcome out = RunScenario("kill", absl::Seconds(60));
+void ExpectKilledRankNamed(absl::string_view scenario) {
+  const Outcome out = RunScenario(scenario, absl::Seconds(60));
   EXPECT_EQ(out.status[kVictim], 128 + SIGKILL);
   for (int r = 0; r < kWorld; ++r) {
     if (r == kVictim) continue;
@@ -130,6 +145,16 @@ TEST(ShmFaultTest, KilledRankIsNamedWithinAFractionOfTheTimeout) {
                 AnyOf(HasSubstr("rank 2 (pid "), HasSubstr("gave up")));
   }
   EXPECT_LT(out.elapsed, absl::Seconds(30)) << "waited for the timeout";
+}
+
+TEST(ShmFaultTest, KilledRankIsNamedWithinAFractionOfTheTimeout) {
+  ExpectKilledRankNamed("kill");
+}
+
+// The zero-copy path: the survivors keep reading the dead rank's buffer,
+// which their mappings keep alive, and learn of its exit at the barrier.
+TEST(ShmFaultTest, KilledRankInABufferAllReduceIsNamed) {
+  ExpectKilledRankNamed("kill_buffer");
 }
 
 TEST(ShmFaultTest, StoppedRankIsNamedAtTheTimeout) {
