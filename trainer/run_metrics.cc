@@ -41,6 +41,8 @@ json ConfigJson(const TrainOptions& o) {
       {"dist_backend", o.dist_backend},
       {"dist_url", o.dist_url},
       {"shm", o.shm},
+      {"init_state_dict", o.init_state_dict},
+      {"save_state_dict", o.save_state_dict},
       {"device", o.device},
       {"bucket_cap_mb", o.bucket_cap_mb},
       {"sync_gradients", o.sync_gradients},

@@ -154,6 +154,15 @@ absl::Status Validate(const TrainOptions& o) {
     return Invalid("bucket_cap_mb", "must be a finite number > 0");
   if (o.intra_op_threads < 1)
     return Invalid("intra_op_threads", "must be >= 1");
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{
+                                       "init_state_dict", &o.init_state_dict},
+                                   {"save_state_dict", &o.save_state_dict}}) {
+    if (!path->empty() && !absl::EndsWith(*path, ".safetensors")) {
+      return Invalid(flag, absl::StrCat("'", *path,
+                                        "': the supported format is "
+                                        ".safetensors"));
+    }
+  }
   if (o.resume && o.checkpoint_dir.empty())
     return Invalid("resume", "needs --checkpoint_dir");
   if (o.checkpoint_every_steps < 0)

@@ -107,6 +107,11 @@ struct TrainOptions {
 
   // Checkpoints (rank 0 writes; every rank loads). Empty: none.
   std::string checkpoint_dir;
+  // PyTorch-compatible weights (models/state_dict): every rank loads
+  // init_state_dict before training (a checkpoint resumed from overrides it);
+  // rank 0 writes save_state_dict at the end. ".safetensors". Empty: none.
+  std::string init_state_dict;
+  std::string save_state_dict;
   // Continue from the newest valid checkpoint in checkpoint_dir (starting
   // afresh, with a message, when there is none).
   bool resume = false;

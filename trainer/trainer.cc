@@ -26,6 +26,7 @@
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
 #include "models/registry.h"
+#include "models/state_dict/state_dict.h"
 #include "optim/adadelta.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -230,6 +231,15 @@ absl::Status Run::Setup() {
                           models::CreateModel(o_.model, config));
   model_ = std::move(model);
   model_->to(device_);
+  if (!o_.init_state_dict.empty()) {
+    if (absl::Status s =
+            models::state_dict::LoadStateDict(o_.init_state_dict, *model_);
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("--init_state_dict: ", s.message()));
+    }
+    Say(absl::StrCat("weights from ", o_.init_state_dict));
+  }
 
   DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o_, model_->parameters()));
   // Created before a checkpoint is loaded, so that the base rates are the
@@ -615,6 +625,15 @@ absl::StatusOr<TrainResult> Run::Execute() {
     DTRAIN_RETURN_IF_ERROR(
         CheckIdenticalAcrossRanks(backend_, parameters, device_, o_.timeout));
     metrics_.ranks_identical = true;
+  }
+  if (rank0_ && !o_.save_state_dict.empty()) {
+    if (absl::Status s =
+            models::state_dict::SaveStateDict(*model_, o_.save_state_dict);
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("--save_state_dict: ", s.message()));
+    }
+    Say(absl::StrCat("state_dict written to ", o_.save_state_dict));
   }
   DTRAIN_RETURN_IF_ERROR(WriteMetrics());
   return TrainResult{metrics_, model_};

@@ -22,6 +22,8 @@
 #include "dist/backend/gloo/gloo_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/registry.h"
+#include "models/state_dict/state_dict.h"
 #include "nlohmann/json.hpp"
 #include "trainer/rank_sync.h"
 
@@ -218,6 +220,51 @@ TEST(TrainerTest, ResumedRunEndsExactlyAsUninterruptedOne) {
   EXPECT_EQ(second[0]->metrics.global_step, full[0]->metrics.global_step);
   EXPECT_EQ(second[0]->metrics.epochs[0].steps, 24 - 10);
   ExpectSameParameters(*second[0], *full[0]);
+}
+
+// Weights out at the end (rank 0, of two ranks) and in at the start: the file
+// holds the trained model, a run that starts from it starts where the first
+// ended, and weights that do not fit the model stop the run naming the flag.
+TEST(TrainerTest, StateDictOutAndIn) {
+  TrainOptions a = SmallRun();
+  a.epochs = 1;
+  a.skip_validation = true;
+  a.save_state_dict = TempDir("state_dict") + "/a.safetensors";
+  std::ostringstream log;
+  auto trained = TrainOnRanks(a, 2, &log);
+  ASSERT_TRUE(trained[0].ok()) << trained[0].status();
+  EXPECT_THAT(log.str(), HasSubstr("state_dict written to "));
+  torch::manual_seed(99);
+  models::ModelConfig config;
+  config.image_size = 12;
+  config.in_channels = 1;
+  std::shared_ptr<models::Model> reread =
+      *models::CreateModel("convnet", config);
+  ASSERT_TRUE(
+      models::state_dict::LoadStateDict(a.save_state_dict, *reread).ok());
+  TrainResult from_file{trained[0]->metrics, reread};
+  ExpectSameParameters(from_file, *trained[0]);
+
+  TrainOptions b = SmallRun();
+  b.epochs = 1;
+  b.skip_validation = true;
+  b.init_state_dict = a.save_state_dict;
+  auto continued = TrainOnRanks(b, 1);
+  TrainOptions c = b;
+  c.init_state_dict.clear();
+  auto fresh = TrainOnRanks(c, 1);
+  ASSERT_TRUE(continued[0].ok() && fresh[0].ok());
+  EXPECT_LT(continued[0]->metrics.epochs[0].train_loss,
+            fresh[0]->metrics.epochs[0].train_loss);
+
+  TrainOptions d = b;
+  d.synthetic_shape = {1, 16, 16};  // another fc1
+  auto refused = TrainOnRanks(d, 1);
+  ASSERT_FALSE(refused[0].ok());
+  EXPECT_THAT(std::string(refused[0].status().message()),
+              HasSubstr("--init_state_dict: "));
+  EXPECT_THAT(std::string(refused[0].status().message()),
+              HasSubstr("mismatched: fc1.weight"));
 }
 
 TEST(TrainerTest, ResumeWithoutCheckpointStartsFresh) {

@@ -1,0 +1,184 @@
+#include "models/state_dict/state_dict.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cstring>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/atomic_file.h"
+#include "base/status_macros.h"
+#include "base/tensor_text.h"
+#include "base/torch_guard.h"
+
+namespace dtrain::models::state_dict {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the formats store little-endian data, copied as is");
+
+constexpr std::pair<at::ScalarType, Dtype> kDtypes[] = {
+    {at::kDouble, Dtype::kF64}, {at::kFloat, Dtype::kF32},
+    {at::kHalf, Dtype::kF16},   {at::kBFloat16, Dtype::kBF16},
+    {at::kLong, Dtype::kI64},   {at::kInt, Dtype::kI32},
+    {at::kShort, Dtype::kI16},  {at::kChar, Dtype::kI8},
+    {at::kByte, Dtype::kU8},    {at::kBool, Dtype::kBool},
+};
+
+absl::StatusOr<Dtype> FormatDtype(at::ScalarType t) {
+  for (const auto& [torch_type, dtype] : kDtypes) {
+    if (torch_type == t) return dtype;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype ", base::DtypeName(t), " has no safetensors name"));
+}
+
+at::ScalarType TorchDtype(Dtype d) {
+  for (const auto& [torch_type, dtype] : kDtypes) {
+    if (dtype == d) return torch_type;
+  }
+  return at::kFloat;  // Unreachable: every Dtype is listed.
+}
+
+// At most 8 names, then how many more.
+std::string Some(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 8;
+  std::vector<std::string> shown(
+      names.begin(), names.begin() + std::min(names.size(), kShown));
+  std::string out = absl::StrJoin(shown, ", ");
+  if (names.size() > kShown)
+    absl::StrAppend(&out, " and ", names.size() - kShown, " more");
+  return out;
+}
+
+bool IsSafetensors(const std::string& path) {
+  return absl::EndsWith(path, ".safetensors");
+}
+
+absl::Status Unsupported(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": unknown state_dict format (supported: .safetensors)"));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> NamedState(
+    const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& m : module.named_modules(/*name_prefix=*/"",
+                                            /*include_self=*/true)) {
+    const std::string prefix = m.key().empty() ? "" : m.key() + ".";
+    for (const auto& p : m.value()->named_parameters(/*recurse=*/false))
+      out.emplace_back(prefix + p.key(), p.value());
+    for (const auto& b : m.value()->named_buffers(/*recurse=*/false))
+      out.emplace_back(prefix + b.key(), b.value());
+  }
+  return out;
+}
+
+absl::StatusOr<SafetensorsFile> ToSafetensors(const torch::nn::Module& module) {
+  return base::GuardTorch(
+      absl::StatusCode::kInternal,
+      "state_dict: ", [&]() -> absl::StatusOr<SafetensorsFile> {
+        SafetensorsFile file;
+        file.metadata["format"] = "pt";
+        for (const auto& [name, tensor] : NamedState(module)) {
+          absl::StatusOr<Dtype> dtype = FormatDtype(tensor.scalar_type());
+          if (!dtype.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "state_dict: ", name, ": ", dtype.status().message()));
+          }
+          const at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
+          TensorEntry e;
+          e.name = name;
+          e.dtype = *dtype;
+          e.shape.assign(cpu.sizes().begin(), cpu.sizes().end());
+          e.data.assign(static_cast<const char*>(cpu.data_ptr()),
+                        cpu.numel() * cpu.element_size());
+          file.tensors.push_back(std::move(e));
+        }
+        return file;
+      });
+}
+
+absl::Status LoadSafetensors(const SafetensorsFile& file,
+                             torch::nn::Module& module) {
+  std::map<std::string, const TensorEntry*> in_file;
+  for (const TensorEntry& e : file.tensors) in_file[e.name] = &e;
+  const auto state = NamedState(module);
+  std::vector<std::string> missing, mismatched;
+  for (const auto& [name, tensor] : state) {
+    auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const TensorEntry& e = *it->second;
+    const at::ScalarType dtype = TorchDtype(e.dtype);
+    if (dtype != tensor.scalar_type() ||
+        !tensor.sizes().equals(at::IntArrayRef(e.shape))) {
+      mismatched.push_back(absl::StrCat(
+          name, " (file ", base::ShapeString(e.shape), " ",
+          base::DtypeName(dtype), ", model ", base::ShapeString(tensor.sizes()),
+          " ", base::DtypeName(tensor.scalar_type()), ")"));
+    }
+    in_file.erase(it);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, e] : in_file) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::vector<std::string> parts;
+    if (!missing.empty())
+      parts.push_back(absl::StrCat("missing from the file: ", Some(missing)));
+    if (!unexpected.empty()) {
+      parts.push_back(absl::StrCat("not in the model: ", Some(unexpected)));
+    }
+    if (!mismatched.empty())
+      parts.push_back(absl::StrCat("mismatched: ", Some(mismatched)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state_dict does not fit the model (",
+                     absl::StrJoin(parts, "; "), ")"));
+  }
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const TensorEntry& e : file.tensors) by_name[e.name] = &e;
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
+        at::NoGradGuard no_grad;
+        for (const auto& [name, tensor] : state) {
+          const TensorEntry& e = *by_name.at(name);
+          at::Tensor source =
+              at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
+          if (!e.data.empty())
+            std::memcpy(source.data_ptr(), e.data.data(), e.data.size());
+          at::Tensor target = tensor;
+          target.copy_(source);
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status SaveStateDict(const torch::nn::Module& module,
+                           const std::string& path) {
+  if (!IsSafetensors(path)) return Unsupported(path);
+  DTRAIN_ASSIGN_OR_RETURN(SafetensorsFile file, ToSafetensors(module));
+  absl::StatusOr<std::string> bytes = EncodeSafetensors(file);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat(path, ": ", bytes.status().message()));
+  }
+  return base::WriteFileAtomically(path, *bytes);
+}
+
+absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
+  if (!IsSafetensors(path)) return Unsupported(path);
+  DTRAIN_ASSIGN_OR_RETURN(std::string bytes, base::ReadFile(path));
+  absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);
+  absl::Status s = file.ok() ? LoadSafetensors(*file, module) : file.status();
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace dtrain::models::state_dict

@@ -1,0 +1,51 @@
+// A module's state_dict (its parameters and buffers by dotted name, as
+// PyTorch's Module.state_dict() names and orders them) moved to and from the
+// files PyTorch users exchange. So far: `.safetensors` (safetensors.h);
+// other extensions are refused naming the ones supported.
+//
+// Loading is strict, as load_state_dict(strict=True): every name of the
+// module must be in the file with the same shape and dtype, and the file must
+// hold nothing else; otherwise kInvalidArgument naming what is missing,
+// unexpected and mismatched, and the module is left untouched.
+//
+// Thread safety: as for the module; do not train it meanwhile.
+#ifndef DTRAIN_MODELS_STATE_DICT_STATE_DICT_H_
+#define DTRAIN_MODELS_STATE_DICT_STATE_DICT_H_
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/state_dict/safetensors.h"
+
+namespace dtrain::models::state_dict {
+
+// Parameters then buffers of each module, modules in registration order
+// (pre-order), as PyTorch's state_dict(): "conv1.weight", "bn1.running_mean",
+// "bn1.num_batches_tracked", "layer1.0.conv1.weight", ...
+std::vector<std::pair<std::string, at::Tensor>> NamedState(
+    const torch::nn::Module& module);
+
+// The module's state as safetensors entries (CPU copies; metadata
+// {"format": "pt"}, as PyTorch's writer), or kInvalidArgument for a dtype the
+// format has no name for.
+absl::StatusOr<SafetensorsFile> ToSafetensors(const torch::nn::Module& module);
+
+// Copies `file`'s tensors into the module (see the strictness above).
+absl::Status LoadSafetensors(const SafetensorsFile& file,
+                             torch::nn::Module& module);
+
+// By the extension of `path`: ".safetensors". Writing is atomic (a temporary
+// renamed over `path`). Errors name the path.
+absl::Status SaveStateDict(const torch::nn::Module& module,
+                           const std::string& path);
+absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module);
+
+}  // namespace dtrain::models::state_dict
+
+#endif  // DTRAIN_MODELS_STATE_DICT_STATE_DICT_H_
