@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/name_list.h"
 #include "base/status_macros.h"
 
 namespace dtrain::trainer {
@@ -99,14 +100,7 @@ absl::Status CheckIdenticalAcrossRanks(
     }
   }
   if (differ.empty()) return absl::OkStatus();
-  const size_t shown = std::min<size_t>(differ.size(), 5);
-  std::string names;
-  for (size_t i = 0; i < shown; ++i) {
-    absl::StrAppend(&names, i == 0 ? "" : ", ", differ[i]);
-  }
-  if (differ.size() > shown) {
-    absl::StrAppend(&names, " and ", differ.size() - shown, " more");
-  }
+  const std::string names = base::JoinFirst(differ, 5);
   return absl::InternalError(absl::StrCat(
       "[rank ", backend.rank(), "] ", differ.size(), " of ", n,
       " parameters differ between the ranks: ", names,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/name_list.h"
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "base/torch_guard.h"
@@ -59,13 +60,7 @@ bool Carryable(at::ScalarType t) {
 
 // "fc1.weight, fc1.bias, fc2.weight and 3 more".
 std::string SomeNames(const std::vector<std::string>& names) {
-  constexpr size_t kShown = 3;
-  std::vector<std::string> shown(
-      names.begin(), names.begin() + std::min(names.size(), kShown));
-  std::string out = absl::StrJoin(shown, ", ");
-  if (names.size() > kShown)
-    absl::StrAppend(&out, " and ", names.size() - kShown, " more");
-  return out;
+  return base::JoinFirst(names, 3);
 }
 
 // Refuses, before any collective, what the backend cannot reduce: tensors on

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/name_list.h"
 
 namespace dtrain::rendezvous {
 namespace {
@@ -136,13 +137,7 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
           missing.push_back(absl::StrCat("rank ", r));
       }
       const int joined = options.world_size - static_cast<int>(missing.size());
-      constexpr size_t kMaxListed = 16;
-      std::string listed = absl::StrJoin(
-          missing.begin(),
-          missing.begin() + std::min(missing.size(), kMaxListed), ", ");
-      if (missing.size() > kMaxListed) {
-        absl::StrAppend(&listed, " and ", missing.size() - kMaxListed, " more");
-      }
+      const std::string listed = base::JoinFirst(missing, 16);
       return absl::DeadlineExceededError(absl::StrCat(
           who, " timed out after ", FormatSeconds(absl::Now() - start), ": ",
           joined, "/", options.world_size, " ranks joined; missing: ", listed));

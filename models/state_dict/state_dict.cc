@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/atomic_file.h"
+#include "base/name_list.h"
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "base/torch_guard.h"
@@ -45,13 +46,7 @@ at::ScalarType TorchDtype(Dtype d) {
 
 // At most 8 names, then how many more.
 std::string Some(const std::vector<std::string>& names) {
-  constexpr size_t kShown = 8;
-  std::vector<std::string> shown(
-      names.begin(), names.begin() + std::min(names.size(), kShown));
-  std::string out = absl::StrJoin(shown, ", ");
-  if (names.size() > kShown)
-    absl::StrAppend(&out, " and ", names.size() - kShown, " more");
-  return out;
+  return base::JoinFirst(names, 8);
 }
 
 bool IsSafetensors(const std::string& path) {
@@ -108,15 +103,18 @@ absl::Status LoadSafetensors(const SafetensorsFile& file,
                              torch::nn::Module& module) {
   std::map<std::string, const TensorEntry*> in_file;
   for (const TensorEntry& e : file.tensors) in_file[e.name] = &e;
-  const auto state = NamedState(module);
+  // Each of the model's tensors with its entry; what is left in `in_file`
+  // afterwards is not in the model.
+  std::vector<std::pair<at::Tensor, const TensorEntry*>> matched;
   std::vector<std::string> missing, mismatched;
-  for (const auto& [name, tensor] : state) {
+  for (const auto& [name, tensor] : NamedState(module)) {
     auto it = in_file.find(name);
     if (it == in_file.end()) {
       missing.push_back(name);
       continue;
     }
     const TensorEntry& e = *it->second;
+    matched.emplace_back(tensor, &e);
     const at::ScalarType dtype = TorchDtype(e.dtype);
     if (dtype != tensor.scalar_type() ||
         !tensor.sizes().equals(at::IntArrayRef(e.shape))) {
@@ -142,19 +140,15 @@ absl::Status LoadSafetensors(const SafetensorsFile& file,
         absl::StrCat("state_dict does not fit the model (",
                      absl::StrJoin(parts, "; "), ")"));
   }
-  std::map<std::string, const TensorEntry*> by_name;
-  for (const TensorEntry& e : file.tensors) by_name[e.name] = &e;
   return base::GuardTorch(
       absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
         at::NoGradGuard no_grad;
-        for (const auto& [name, tensor] : state) {
-          const TensorEntry& e = *by_name.at(name);
+        for (auto& [tensor, e] : matched) {
           at::Tensor source =
               at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
-          if (!e.data.empty())
-            std::memcpy(source.data_ptr(), e.data.data(), e.data.size());
-          at::Tensor target = tensor;
-          target.copy_(source);
+          if (!e->data.empty())
+            std::memcpy(source.data_ptr(), e->data.data(), e->data.size());
+          tensor.copy_(source);
         }
         return absl::OkStatus();
       });

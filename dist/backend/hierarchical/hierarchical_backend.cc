@@ -39,16 +39,13 @@ class HierarchicalBackend : public Backend {
                       std::unique_ptr<Backend> local,
                       std::unique_ptr<Backend> leaders)
       : rank_(rank),
-        size_(0),
+        size_(RankCount(layout)),
         layout_(std::move(layout)),
         local_(std::move(local)),
         leaders_(std::move(leaders)),
         local_step_(LocalStepName()),
         leaders_step_(LeadersStepName()),
-        worker_(kName, rank_) {
-    for (const std::vector<int>& h : layout_.hosts)
-      size_ += static_cast<int>(h.size());
-  }
+        worker_(kName, rank_) {}
 
   absl::string_view name() const override { return kName; }
   int rank() const override { return rank_; }
@@ -271,8 +268,15 @@ class HierarchicalBackend : public Backend {
                                  internal::kCollectiveDtypes);
   };
 
+  static int RankCount(const HostLayout& layout) {
+    int n = 0;
+    for (const std::vector<int>& h : layout.hosts)
+      n += static_cast<int>(h.size());
+    return n;
+  }
+
   const int rank_;
-  int size_;
+  const int size_;
   const HostLayout layout_;
   const std::unique_ptr<Backend> local_;
   const std::unique_ptr<Backend> leaders_;
