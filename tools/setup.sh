@@ -33,7 +33,13 @@ readonly COMMON_PACKAGES=(
   # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
   # the shell tests use python3 for free ports and JSON checks.
   python3 "python3-torch|python3-torch-cuda"
+  # The PyTorch interop tests: torchvision's ResNet-18 loads the weights `train` writes, and the other way.
+  python3-torchvision
+  # The real launchers the tests run `train` under: Open MPI's mpirun and a one-host Slurm cluster.
+  openmpi-bin slurm-wlm
 )
+# Only in Debian 13's archive (the Debian 12 tests of these files skip, saying so).
+readonly TRIXIE_PACKAGES=(python3-safetensors)
 # Debian 13 with --cuda: NCCL and the CUDA toolkit (nvcc, headers, libcudart) besides the CUDA builds
 # of LibTorch, Gloo and PyTorch chosen above.
 readonly CUDA_PACKAGES=(libnccl-dev nvidia-cuda-toolkit)
@@ -62,7 +68,7 @@ if [[ $cudnn_standin -eq 1 && $cuda -eq 0 ]]; then
 fi
 
 if [[ $list -eq 1 ]]; then
-  printf '%s\n' "${COMMON_PACKAGES[@]}"
+  printf '%s\n' "${COMMON_PACKAGES[@]}" "${TRIXIE_PACKAGES[@]}"
   [[ $cuda -eq 1 ]] && printf '%s\n' "${CUDA_PACKAGES[@]}"
   [[ $cudnn_standin -eq 1 ]] && echo "(cuDNN stand-in)"
   exit 0
@@ -104,6 +110,7 @@ if [[ $cuda -eq 1 && $version_id != 13 ]]; then
 fi
 
 wanted=("${COMMON_PACKAGES[@]}")
+[[ $version_id == 13 ]] && wanted+=("${TRIXIE_PACKAGES[@]}")
 [[ $cuda -eq 1 ]] && wanted+=("${CUDA_PACKAGES[@]}")
 missing=()
 for entry in "${wanted[@]}"; do
