@@ -109,11 +109,15 @@ ABSL_FLAG(bool, sync_gradients, true,
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch threads per process.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Where rank 0 writes checkpoints.");
 ABSL_FLAG(std::string, init_state_dict, "",
-          "Start from these weights: a PyTorch state_dict as .safetensors, "
-          "names, shapes and dtypes checked strictly.");
+          "Start from these weights: a PyTorch state_dict (.pt/.pth as "
+          "torch.save writes it, or .safetensors), names, shapes and dtypes "
+          "checked strictly.");
 ABSL_FLAG(std::string, save_state_dict, "",
           "Rank 0 writes the trained model's state_dict here at the end, as "
-          ".safetensors (torchvision's and the book's names).");
+          ".pt/.pth (torch.load reads it) or .safetensors, by extension, "
+          "with torchvision's and the book's names.");
+ABSL_FLAG(bool, state_dict_with_checkpoints, false,
+          "Also write --save_state_dict with every checkpoint.");
 ABSL_FLAG(bool, resume, false,
           "Continue from the newest valid checkpoint in --checkpoint_dir "
           "(implied after a restart by the launcher).");
@@ -245,6 +249,8 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.init_state_dict = absl::GetFlag(FLAGS_init_state_dict);
   o.save_state_dict = absl::GetFlag(FLAGS_save_state_dict);
+  o.state_dict_with_checkpoints =
+      absl::GetFlag(FLAGS_state_dict_with_checkpoints);
   o.resume = absl::GetFlag(FLAGS_resume);
   // A group the launcher restarted (--max_restarts) continues from its last
   // checkpoint rather than from the beginning.

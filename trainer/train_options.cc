@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "models/state_dict/state_dict_path.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -157,12 +158,16 @@ absl::Status Validate(const TrainOptions& o) {
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{
                                        "init_state_dict", &o.init_state_dict},
                                    {"save_state_dict", &o.save_state_dict}}) {
-    if (!path->empty() && !absl::EndsWith(*path, ".safetensors")) {
-      return Invalid(flag, absl::StrCat("'", *path,
-                                        "': the supported format is "
-                                        ".safetensors"));
+    if (!path->empty() && !models::state_dict::IsStateDictPath(*path)) {
+      return Invalid(flag,
+                     absl::StrCat("'", *path, "': the supported formats are ",
+                                  models::state_dict::kStateDictExtensions));
     }
   }
+  if (o.state_dict_with_checkpoints &&
+      (o.save_state_dict.empty() || o.checkpoint_dir.empty()))
+    return Invalid("state_dict_with_checkpoints",
+                   "needs --save_state_dict and --checkpoint_dir");
   if (o.resume && o.checkpoint_dir.empty())
     return Invalid("resume", "needs --checkpoint_dir");
   if (o.checkpoint_every_steps < 0)

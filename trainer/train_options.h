@@ -109,9 +109,13 @@ struct TrainOptions {
   std::string checkpoint_dir;
   // PyTorch-compatible weights (models/state_dict): every rank loads
   // init_state_dict before training (a checkpoint resumed from overrides it);
-  // rank 0 writes save_state_dict at the end. ".safetensors". Empty: none.
+  // rank 0 writes save_state_dict at the end, and with every checkpoint when
+  // state_dict_with_checkpoints (so that it holds the newest checkpointed
+  // weights should the run end early). ".safetensors", ".pt" or ".pth".
+  // Empty: none.
   std::string init_state_dict;
   std::string save_state_dict;
+  bool state_dict_with_checkpoints = false;
   // Continue from the newest valid checkpoint in checkpoint_dir (starting
   // afresh, with a message, when there is none).
   bool resume = false;

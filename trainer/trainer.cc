@@ -168,6 +168,8 @@ class Run {
   absl::Status Resume();
   absl::StatusOr<bool> TrainEpoch(int64_t epoch, EpochMetrics* metrics);
   absl::Status Validate(EpochMetrics* metrics);
+  // Rank 0 writes --save_state_dict (when set).
+  absl::Status SaveStateDict();
   absl::Status SaveCheckpoint(const data::SamplerState& sampler, int64_t epoch,
                               bool best);
   // The run-level fields of metrics_ (best top-1, steps, wall time).
@@ -357,6 +359,20 @@ absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
     DTRAIN_ASSIGN_OR_RETURN(std::string best_path,
                             checkpoints_->SaveBest(bytes));
   }
+  if (o_.state_dict_with_checkpoints) return SaveStateDict();
+  return absl::OkStatus();
+}
+
+absl::Status Run::SaveStateDict() {
+  if (!rank0_ || o_.save_state_dict.empty()) return absl::OkStatus();
+  if (absl::Status s =
+          models::state_dict::SaveStateDict(*model_, o_.save_state_dict);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("--save_state_dict: ", s.message()));
+  }
+  Say(absl::StrCat("state_dict written to ", o_.save_state_dict, " at step ",
+                   global_step_));
   return absl::OkStatus();
 }
 
@@ -626,15 +642,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
         CheckIdenticalAcrossRanks(backend_, parameters, device_, o_.timeout));
     metrics_.ranks_identical = true;
   }
-  if (rank0_ && !o_.save_state_dict.empty()) {
-    if (absl::Status s =
-            models::state_dict::SaveStateDict(*model_, o_.save_state_dict);
-        !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("--save_state_dict: ", s.message()));
-    }
-    Say(absl::StrCat("state_dict written to ", o_.save_state_dict));
-  }
+  DTRAIN_RETURN_IF_ERROR(SaveStateDict());
   DTRAIN_RETURN_IF_ERROR(WriteMetrics());
   return TrainResult{metrics_, model_};
 }

@@ -316,6 +316,9 @@ TEST(TrainerTest, CorruptCheckpointFallsBackToThePreviousOne) {
 TEST(TrainerTest, StopRequestOnOneRankStopsAllAtTheSameStep) {
   TrainOptions o = SmallRun();
   o.checkpoint_dir = TempDir("stop");
+  // The weights in PyTorch's format come with the checkpoint.
+  o.save_state_dict = o.checkpoint_dir + "/weights.pt";
+  o.state_dict_with_checkpoints = true;
   std::atomic<bool> stop_rank1{true};
   std::atomic<bool> stop_rank0{false};
   std::vector<absl::StatusOr<TrainResult>> results(
@@ -338,6 +341,14 @@ TEST(TrainerTest, StopRequestOnOneRankStopsAllAtTheSameStep) {
   }
   EXPECT_TRUE(
       std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000001.dtc"));
+  models::ModelConfig config;
+  config.image_size = 12;
+  config.in_channels = 1;
+  std::shared_ptr<models::Model> reread =
+      *models::CreateModel("convnet", config);
+  const absl::Status loaded =
+      models::state_dict::LoadStateDict(o.save_state_dict, *reread);
+  EXPECT_TRUE(loaded.ok()) << loaded;
 }
 
 TEST(TrainerTest, MissingDataFailsOnEveryRankNamingThePath) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -14,6 +15,7 @@
 #include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "base/torch_guard.h"
+#include "models/state_dict/torch_save.h"
 
 namespace dtrain::models::state_dict {
 namespace {
@@ -49,13 +51,15 @@ std::string Some(const std::vector<std::string>& names) {
   return base::JoinFirst(names, 8);
 }
 
-bool IsSafetensors(const std::string& path) {
-  return absl::EndsWith(path, ".safetensors");
-}
-
 absl::Status Unsupported(const std::string& path) {
   return absl::InvalidArgumentError(absl::StrCat(
-      path, ": unknown state_dict format (supported: .safetensors)"));
+      path, ": unknown state_dict format (supported: ", kStateDictExtensions,
+      ")"));
+}
+
+absl::Status WithPath(const std::string& path, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
 
 }  // namespace
@@ -74,12 +78,12 @@ std::vector<std::pair<std::string, at::Tensor>> NamedState(
   return out;
 }
 
-absl::StatusOr<SafetensorsFile> ToSafetensors(const torch::nn::Module& module) {
+absl::StatusOr<std::vector<TensorEntry>> StateEntries(
+    const torch::nn::Module& module) {
   return base::GuardTorch(
       absl::StatusCode::kInternal,
-      "state_dict: ", [&]() -> absl::StatusOr<SafetensorsFile> {
-        SafetensorsFile file;
-        file.metadata["format"] = "pt";
+      "state_dict: ", [&]() -> absl::StatusOr<std::vector<TensorEntry>> {
+        std::vector<TensorEntry> entries;
         for (const auto& [name, tensor] : NamedState(module)) {
           absl::StatusOr<Dtype> dtype = FormatDtype(tensor.scalar_type());
           if (!dtype.ok()) {
@@ -93,16 +97,16 @@ absl::StatusOr<SafetensorsFile> ToSafetensors(const torch::nn::Module& module) {
           e.shape.assign(cpu.sizes().begin(), cpu.sizes().end());
           e.data.assign(static_cast<const char*>(cpu.data_ptr()),
                         cpu.numel() * cpu.element_size());
-          file.tensors.push_back(std::move(e));
+          entries.push_back(std::move(e));
         }
-        return file;
+        return entries;
       });
 }
 
-absl::Status LoadSafetensors(const SafetensorsFile& file,
-                             torch::nn::Module& module) {
+absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
+                         torch::nn::Module& module) {
   std::map<std::string, const TensorEntry*> in_file;
-  for (const TensorEntry& e : file.tensors) in_file[e.name] = &e;
+  for (const TensorEntry& e : entries) in_file[e.name] = &e;
   // Each of the model's tensors with its entry; what is left in `in_file`
   // afterwards is not in the model.
   std::vector<std::pair<at::Tensor, const TensorEntry*>> matched;
@@ -136,9 +140,18 @@ absl::Status LoadSafetensors(const SafetensorsFile& file,
     }
     if (!mismatched.empty())
       parts.push_back(absl::StrCat("mismatched: ", Some(mismatched)));
-    return absl::InvalidArgumentError(
-        absl::StrCat("state_dict does not fit the model (",
-                     absl::StrJoin(parts, "; "), ")"));
+    // Python's DDP prefixes every name with its wrapped module's.
+    const bool ddp_names = !unexpected.empty() &&
+                           std::all_of(unexpected.begin(), unexpected.end(),
+                                       [](const std::string& n) {
+                                         return absl::StartsWith(n, "module.");
+                                       });
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state_dict does not fit the model (", absl::StrJoin(parts, "; "), ")",
+        ddp_names ? ": the file's names start with 'module.', as a "
+                    "DistributedDataParallel wrapper's do; save "
+                    "model.module.state_dict() in Python"
+                  : ""));
   }
   return base::GuardTorch(
       absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
@@ -156,23 +169,38 @@ absl::Status LoadSafetensors(const SafetensorsFile& file,
 
 absl::Status SaveStateDict(const torch::nn::Module& module,
                            const std::string& path) {
-  if (!IsSafetensors(path)) return Unsupported(path);
-  DTRAIN_ASSIGN_OR_RETURN(SafetensorsFile file, ToSafetensors(module));
-  absl::StatusOr<std::string> bytes = EncodeSafetensors(file);
-  if (!bytes.ok()) {
-    return absl::Status(bytes.status().code(),
-                        absl::StrCat(path, ": ", bytes.status().message()));
+  if (!IsStateDictPath(path)) return Unsupported(path);
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries,
+                          StateEntries(module));
+  absl::StatusOr<std::string> bytes;
+  if (IsSafetensorsPath(path)) {
+    SafetensorsFile file;
+    file.metadata["format"] = "pt";  // As PyTorch's writer.
+    file.tensors = std::move(entries);
+    bytes = EncodeSafetensors(file);
+  } else {
+    bytes = EncodeTorchSave(entries);
   }
+  if (!bytes.ok()) return WithPath(path, bytes.status());
   return base::WriteFileAtomically(path, *bytes);
 }
 
 absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
-  if (!IsSafetensors(path)) return Unsupported(path);
+  if (!IsStateDictPath(path)) return Unsupported(path);
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes, base::ReadFile(path));
-  absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);
-  absl::Status s = file.ok() ? LoadSafetensors(*file, module) : file.status();
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  absl::StatusOr<std::vector<TensorEntry>> entries;
+  if (IsSafetensorsPath(path)) {
+    absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);
+    if (file.ok()) {
+      entries = std::move(file->tensors);
+    } else {
+      entries = file.status();
+    }
+  } else {
+    entries = DecodeTorchSave(bytes);
+  }
+  if (!entries.ok()) return WithPath(path, entries.status());
+  return WithPath(path, LoadEntries(*entries, module));
 }
 
 }  // namespace dtrain::models::state_dict

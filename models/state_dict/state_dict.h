@@ -1,7 +1,8 @@
 // A module's state_dict (its parameters and buffers by dotted name, as
 // PyTorch's Module.state_dict() names and orders them) moved to and from the
-// files PyTorch users exchange. So far: `.safetensors` (safetensors.h);
-// other extensions are refused naming the ones supported.
+// files PyTorch users exchange, chosen by extension: `.safetensors`
+// (safetensors.h) and `.pt`/`.pth`, torch.save's format (torch_save.h).
+// Other extensions are refused naming the supported ones.
 //
 // Loading is strict, as load_state_dict(strict=True): every name of the
 // module must be in the file with the same shape and dtype, and the file must
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/state_dict/safetensors.h"
+#include "models/state_dict/state_dict_path.h"
 
 namespace dtrain::models::state_dict {
 
@@ -31,17 +33,17 @@ namespace dtrain::models::state_dict {
 std::vector<std::pair<std::string, at::Tensor>> NamedState(
     const torch::nn::Module& module);
 
-// The module's state as safetensors entries (CPU copies; metadata
-// {"format": "pt"}, as PyTorch's writer), or kInvalidArgument for a dtype the
-// format has no name for.
-absl::StatusOr<SafetensorsFile> ToSafetensors(const torch::nn::Module& module);
+// The module's state as format-neutral entries in NamedState's order (CPU
+// copies), or kInvalidArgument for a dtype the formats have no name for.
+absl::StatusOr<std::vector<TensorEntry>> StateEntries(
+    const torch::nn::Module& module);
 
-// Copies `file`'s tensors into the module (see the strictness above).
-absl::Status LoadSafetensors(const SafetensorsFile& file,
-                             torch::nn::Module& module);
+// Copies the entries into the module (see the strictness above).
+absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
+                         torch::nn::Module& module);
 
-// By the extension of `path`: ".safetensors". Writing is atomic (a temporary
-// renamed over `path`). Errors name the path.
+// By the extension of `path` (state_dict_path.h). Writing is atomic (a
+// temporary renamed over `path`). Errors name the path.
 absl::Status SaveStateDict(const torch::nn::Module& module,
                            const std::string& path);
 absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module);

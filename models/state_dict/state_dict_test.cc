@@ -67,18 +67,20 @@ TEST(StateDictTest, NamesAreTorchvisionsAndTheBooks) {
 
 TEST(StateDictTest, RoundTripRestoresEveryParameterAndBuffer) {
   for (const std::string name : {"convnet", "resnet18"}) {
-    std::shared_ptr<Model> trained = Make(name, 1);
-    // Buffers that differ from a fresh model's, as after training.
-    for (auto& [n, t] : NamedState(*trained)) {
-      if (!t.requires_grad()) t.add_(3);
+    for (const std::string extension : {".safetensors", ".pt", ".pth"}) {
+      std::shared_ptr<Model> trained = Make(name, 1);
+      // Buffers that differ from a fresh model's, as after training.
+      for (auto& [n, t] : NamedState(*trained)) {
+        if (!t.requires_grad()) t.add_(3);
+      }
+      const std::string path = TempPath(name + extension);
+      ASSERT_TRUE(SaveStateDict(*trained, path).ok());
+      std::shared_ptr<Model> fresh = Make(name, 2);
+      ASSERT_FALSE(SameState(*trained, *fresh));
+      const absl::Status s = LoadStateDict(path, *fresh);
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_TRUE(SameState(*trained, *fresh)) << name << extension;
     }
-    const std::string path = TempPath(name + ".safetensors");
-    ASSERT_TRUE(SaveStateDict(*trained, path).ok());
-    std::shared_ptr<Model> fresh = Make(name, 2);
-    ASSERT_FALSE(SameState(*trained, *fresh));
-    const absl::Status s = LoadStateDict(path, *fresh);
-    ASSERT_TRUE(s.ok()) << s;
-    EXPECT_TRUE(SameState(*trained, *fresh)) << name;
   }
 }
 
@@ -116,7 +118,7 @@ TEST(StateDictTest, StrictLoadingNamesWhatDoesNotFit) {
 TEST(StateDictTest, BadFilesAndPathsAreErrors) {
   std::shared_ptr<Model> m = Make("convnet", 1);
   EXPECT_THAT(std::string(SaveStateDict(*m, TempPath("x.bin")).message()),
-              HasSubstr("supported: .safetensors"));
+              HasSubstr("supported: .safetensors, .pt, .pth"));
   EXPECT_EQ(LoadStateDict(TempPath("absent.safetensors"), *m).code(),
             absl::StatusCode::kNotFound);
   const std::string path = TempPath("damaged.safetensors");
@@ -127,6 +129,24 @@ TEST(StateDictTest, BadFilesAndPathsAreErrors) {
   const absl::Status s = LoadStateDict(path, *m);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("damaged.safetensors: "));
+
+  const std::string pt = TempPath("damaged.pt");
+  ASSERT_TRUE(SaveStateDict(*m, pt).ok());
+  bytes = *base::ReadFile(pt);
+  bytes[bytes.size() / 2] ^= 0x40;
+  ASSERT_TRUE(base::WriteFileAtomically(pt, bytes).ok());
+  EXPECT_THAT(std::string(LoadStateDict(pt, *m).message()),
+              HasSubstr("damaged.pt: malformed zip archive: "));
+}
+
+TEST(StateDictTest, NamesOfADdpWrapperGetAHint) {
+  // Python's DDP(model).state_dict() names "module.conv1.weight", ...
+  std::shared_ptr<Model> m = Make("convnet", 1);
+  std::vector<TensorEntry> entries = *StateEntries(*m);
+  for (TensorEntry& e : entries) e.name = "module." + e.name;
+  const absl::Status s = LoadEntries(entries, *m);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("start with 'module.', as a DistributedDataParallel"));
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+// The pickle inside a torch.save file (its data.pkl), for state_dicts only: a
+// dict (or collections.OrderedDict) from names to tensors, each tensor
+// rebuilt by torch._utils._rebuild_tensor_v2 from a storage the pickle names
+// by key (the archive's data/<key> entry).
+//
+// Reading runs a restricted pickle machine, not Python's: it knows the
+// opcodes of protocols 2 to 4 that such files use, and calls nothing. The
+// only callables it accepts are OrderedDict, _rebuild_tensor_v2 and
+// _rebuild_parameter, applied to checked arguments; anything else (other
+// globals, classes, code) is refused naming it, so a hostile file cannot run
+// code the way Python's pickle.load lets it. Nesting is bounded, containers
+// cannot be changed once inside another (which rules out cycles), and every
+// read is bounds-checked. Faults are kDataLoss (damaged) or kInvalidArgument
+// (a valid pickle that is not a state_dict), with the byte offset.
+//
+// Thread safety: pure functions.
+#ifndef DTRAIN_MODELS_STATE_DICT_TORCH_PICKLE_H_
+#define DTRAIN_MODELS_STATE_DICT_TORCH_PICKLE_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "models/state_dict/safetensors.h"
+
+namespace dtrain::models::state_dict {
+
+// One tensor as the pickle describes it; the bytes are in the archive.
+struct PickledTensor {
+  std::string storage_key;  // The archive's "data/<storage_key>" entry.
+  Dtype dtype = Dtype::kF32;
+  int64_t storage_numel = 0;  // Elements in the storage.
+  int64_t offset = 0;         // In elements.
+  std::vector<int64_t> size;
+  std::vector<int64_t> stride;  // In elements.
+};
+
+using PickledStateDict = std::vector<std::pair<std::string, PickledTensor>>;
+
+// The top-level dict's entries in pickle order. Its `_metadata` (module
+// versions) is read and dropped.
+absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle);
+
+// A protocol-2 pickle of an OrderedDict, as torch.save writes a state_dict
+// (without `_metadata`, which load_state_dict does not need).
+std::string WriteStateDictPickle(const PickledStateDict& state);
+
+// "FloatStorage", ... (the torch module's legacy storage class names, which
+// torch.save still writes) and back.
+absl::string_view StorageClassName(Dtype dtype);
+absl::StatusOr<Dtype> DtypeOfStorageClass(absl::string_view name);
+
+}  // namespace dtrain::models::state_dict
+
+#endif  // DTRAIN_MODELS_STATE_DICT_TORCH_PICKLE_H_

@@ -1,0 +1,168 @@
+#include "models/state_dict/torch_save.h"
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "base/status_macros.h"
+#include "models/state_dict/torch_pickle.h"
+#include "models/state_dict/zip_archive.h"
+
+namespace dtrain::models::state_dict {
+namespace {
+
+// Elements of `shape`, or nullopt-like -1 when the product overflows.
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
+  return n;
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i] > 0 ? shape[i] : 1;  // PyTorch's strides skip empty dims.
+  }
+  return strides;
+}
+
+// Copies the (bounds-checked) strided view `t` of `storage` out row-major.
+std::string Gather(const PickledTensor& t, absl::string_view storage,
+                   int64_t numel) {
+  const size_t element = DtypeSize(t.dtype);
+  std::string out(numel * element, '\0');
+  if (numel == 0) return out;
+  bool contiguous = true;
+  const std::vector<int64_t> dense = ContiguousStrides(t.size);
+  for (size_t i = 0; i < t.size.size(); ++i)
+    if (t.size[i] > 1 && t.stride[i] != dense[i]) contiguous = false;
+  if (contiguous) {
+    std::memcpy(out.data(), storage.data() + t.offset * element, out.size());
+    return out;
+  }
+  std::vector<int64_t> index(t.size.size(), 0);
+  for (int64_t n = 0; n < numel; ++n) {
+    int64_t at = t.offset;
+    for (size_t d = 0; d < index.size(); ++d) at += index[d] * t.stride[d];
+    std::memcpy(out.data() + n * element, storage.data() + at * element,
+                element);
+    for (size_t d = index.size(); d-- > 0;) {  // Odometer, last dim fastest.
+      if (++index[d] < t.size[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeTorchSave(
+    const std::vector<TensorEntry>& tensors) {
+  PickledStateDict state;
+  std::vector<std::pair<std::string, std::string>> entries;
+  const std::string folder = absl::StrCat(kTorchSaveFolder, "/");
+  entries.emplace_back(folder + "data.pkl", "");  // Filled in below.
+  entries.emplace_back(folder + "byteorder", "little");
+  absl::flat_hash_set<absl::string_view> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& e = tensors[i];
+    if (e.name.empty() || !names.insert(e.name).second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state_dict name '", e.name, "' is empty or given twice"));
+    const int64_t numel = Elements(e.shape);
+    if (numel < 0 ||
+        static_cast<uint64_t>(numel) * DtypeSize(e.dtype) != e.data.size())
+      return absl::InvalidArgumentError(
+          absl::StrCat(e.name, ": ", e.data.size(),
+                       " bytes do not match its shape and dtype"));
+    PickledTensor t;
+    t.storage_key = absl::StrCat(i);
+    t.dtype = e.dtype;
+    t.storage_numel = numel;
+    t.size = e.shape;
+    t.stride = ContiguousStrides(e.shape);
+    entries.emplace_back(absl::StrCat(folder, "data/", t.storage_key), e.data);
+    state.emplace_back(e.name, std::move(t));
+  }
+  entries.emplace_back(folder + "version", "3\n");
+  entries[0].second = WriteStateDictPickle(state);
+  return WriteZip(entries);
+}
+
+absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
+    absl::string_view bytes) {
+  absl::StatusOr<std::vector<ZipEntry>> zip = ReadZip(bytes);
+  if (!zip.ok()) {
+    if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
+      return absl::InvalidArgumentError(
+          "a bare pickle, not a zip archive: the legacy torch.save format of "
+          "PyTorch before 1.6, which is not read here; load it in Python and "
+          "save it again with torch.save");
+    }
+    return zip.status();
+  }
+  // The folder is whatever holds data.pkl; entries elsewhere are ignored.
+  std::string folder;
+  for (const ZipEntry& e : *zip) {
+    absl::string_view name = e.name;
+    if (absl::ConsumeSuffix(&name, "/data.pkl") &&
+        !absl::StrContains(name, '/')) {
+      if (!folder.empty())
+        return absl::DataLossError(
+            "two data.pkl entries: not a torch.save archive");
+      folder = absl::StrCat(name, "/");
+    }
+  }
+  if (folder.empty())
+    return absl::InvalidArgumentError(
+        "a zip archive without <folder>/data.pkl: not a torch.save file");
+  absl::string_view pickle;
+  absl::flat_hash_map<std::string, absl::string_view> storages;
+  for (const ZipEntry& e : *zip) {
+    absl::string_view name = e.name;
+    if (!absl::ConsumePrefix(&name, folder)) continue;
+    if (name == "data.pkl") pickle = e.data;
+    if (name == "byteorder" && e.data != "little")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "byte order '", e.data, "': only little-endian files are read"));
+    if (absl::ConsumePrefix(&name, "data/")) storages[name] = e.data;
+  }
+  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state, ReadStateDictPickle(pickle));
+  std::vector<TensorEntry> out;
+  out.reserve(state.size());
+  absl::flat_hash_set<absl::string_view> names;
+  for (const auto& [name, t] : state) {
+    if (!names.insert(name).second)
+      return absl::DataLossError(absl::StrCat(name, ": named twice"));
+    auto it = storages.find(t.storage_key);
+    if (it == storages.end())
+      return absl::DataLossError(absl::StrCat(
+          name, ": its storage data/", t.storage_key, " is not in the file"));
+    const size_t element = DtypeSize(t.dtype);
+    if (static_cast<uint64_t>(t.storage_numel) > it->second.size() / element ||
+        it->second.size() != static_cast<uint64_t>(t.storage_numel) * element)
+      return absl::DataLossError(
+          absl::StrCat(name, ": storage data/", t.storage_key, " has ",
+                       it->second.size(), " bytes, not ", t.storage_numel,
+                       " elements of ", DtypeName(t.dtype)));
+    const int64_t numel = Elements(t.size);
+    if (numel < 0 || numel > t.storage_numel)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name,
+                       ": a view of more elements than its storage holds (an "
+                       "expanded tensor; save a contiguous copy)"));
+    out.push_back({name, t.dtype, t.size, Gather(t, it->second, numel)});
+  }
+  return out;
+}
+
+}  // namespace dtrain::models::state_dict

@@ -1,0 +1,44 @@
+// The file format of PyTorch's torch.save (the default since PyTorch 1.6) for
+// state_dicts: a zip archive (zip_archive.h) whose entries sit under one
+// top-level folder: "data.pkl", the pickled dict of names to tensors
+// (torch_pickle.h); "data/<key>", each storage's raw little-endian bytes;
+// "version"; and, from PyTorch 2.x, "byteorder". Python's torch.load reads
+// what EncodeTorchSave writes, with weights_only=True too; DecodeTorchSave
+// reads what torch.save(model.state_dict()) writes, torchvision's weight
+// files included. The pre-1.6 format (a bare pickle stream) is refused with
+// a hint. Like the safetensors codec this knows nothing of LibTorch.
+//
+// Decoding checks the archive, the pickle, that every tensor lies inside its
+// storage and every storage has the bytes its pickle claims, and that names
+// are unique; faults are errors naming the entry, never a crash.
+//
+// Thread safety: pure functions.
+#ifndef DTRAIN_MODELS_STATE_DICT_TORCH_SAVE_H_
+#define DTRAIN_MODELS_STATE_DICT_TORCH_SAVE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "models/state_dict/safetensors.h"
+
+namespace dtrain::models::state_dict {
+
+// The archive's top-level folder for files this project writes (torch.save
+// names it after the file; any name reads back).
+inline constexpr absl::string_view kTorchSaveFolder = "archive";
+
+// One storage per tensor, in the given order, contiguous. kInvalidArgument for
+// an empty or duplicate name or data that does not match its shape.
+absl::StatusOr<std::string> EncodeTorchSave(
+    const std::vector<TensorEntry>& tensors);
+
+// The state_dict's tensors in the dict's order, gathered row-major from
+// their storages (views of one storage each get their own copy).
+absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
+    absl::string_view bytes);
+
+}  // namespace dtrain::models::state_dict
+
+#endif  // DTRAIN_MODELS_STATE_DICT_TORCH_SAVE_H_
