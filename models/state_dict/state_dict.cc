@@ -78,13 +78,15 @@ std::vector<std::pair<std::string, at::Tensor>> NamedState(
   return out;
 }
 
-absl::StatusOr<std::vector<TensorEntry>> StateEntries(
-    const torch::nn::Module& module) {
+namespace {
+
+absl::StatusOr<std::vector<TensorEntry>> TensorEntries(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   return base::GuardTorch(
       absl::StatusCode::kInternal,
       "state_dict: ", [&]() -> absl::StatusOr<std::vector<TensorEntry>> {
         std::vector<TensorEntry> entries;
-        for (const auto& [name, tensor] : NamedState(module)) {
+        for (const auto& [name, tensor] : tensors) {
           absl::StatusOr<Dtype> dtype = FormatDtype(tensor.scalar_type());
           if (!dtype.ok()) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -101,6 +103,20 @@ absl::StatusOr<std::vector<TensorEntry>> StateEntries(
         }
         return entries;
       });
+}
+
+at::Tensor EntryTensor(const TensorEntry& e) {
+  at::Tensor t =
+      at::empty(e.shape, at::TensorOptions().dtype(TorchDtype(e.dtype)));
+  if (!e.data.empty()) std::memcpy(t.data_ptr(), e.data.data(), e.data.size());
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorEntry>> StateEntries(
+    const torch::nn::Module& module) {
+  return TensorEntries(NamedState(module));
 }
 
 absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
@@ -153,30 +169,25 @@ absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
                     "model.module.state_dict() in Python"
                   : ""));
   }
-  return base::GuardTorch(
-      absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
-        at::NoGradGuard no_grad;
-        for (auto& [tensor, e] : matched) {
-          at::Tensor source =
-              at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
-          if (!e->data.empty())
-            std::memcpy(source.data_ptr(), e->data.data(), e->data.size());
-          tensor.copy_(source);
-        }
-        return absl::OkStatus();
-      });
+  return base::GuardTorch(absl::StatusCode::kInternal,
+                          "state_dict: ", [&]() -> absl::Status {
+                            at::NoGradGuard no_grad;
+                            for (auto& [tensor, e] : matched)
+                              tensor.copy_(EntryTensor(*e));
+                            return absl::OkStatus();
+                          });
 }
 
-absl::Status SaveStateDict(const torch::nn::Module& module,
-                           const std::string& path) {
+namespace {
+
+absl::Status WriteEntries(const std::vector<TensorEntry>& entries,
+                          const std::string& path) {
   if (!IsStateDictPath(path)) return Unsupported(path);
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries,
-                          StateEntries(module));
   absl::StatusOr<std::string> bytes;
   if (IsSafetensorsPath(path)) {
     SafetensorsFile file;
     file.metadata["format"] = "pt";  // As PyTorch's writer.
-    file.tensors = std::move(entries);
+    file.tensors = entries;
     bytes = EncodeSafetensors(file);
   } else {
     bytes = EncodeTorchSave(entries);
@@ -185,22 +196,51 @@ absl::Status SaveStateDict(const torch::nn::Module& module,
   return base::WriteFileAtomically(path, *bytes);
 }
 
-absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
+absl::StatusOr<std::vector<TensorEntry>> ReadEntries(const std::string& path) {
   if (!IsStateDictPath(path)) return Unsupported(path);
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes, base::ReadFile(path));
   absl::StatusOr<std::vector<TensorEntry>> entries;
   if (IsSafetensorsPath(path)) {
     absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);
-    if (file.ok()) {
-      entries = std::move(file->tensors);
-    } else {
-      entries = file.status();
-    }
-  } else {
-    entries = DecodeTorchSave(bytes);
+    if (!file.ok()) return WithPath(path, file.status());
+    return std::move(file->tensors);
   }
+  entries = DecodeTorchSave(bytes);
   if (!entries.ok()) return WithPath(path, entries.status());
-  return WithPath(path, LoadEntries(*entries, module));
+  return entries;
+}
+
+}  // namespace
+
+absl::Status SaveTensors(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::string& path) {
+  absl::StatusOr<std::vector<TensorEntry>> entries = TensorEntries(tensors);
+  if (!entries.ok()) return WithPath(path, entries.status());
+  return WriteEntries(*entries, path);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> LoadTensors(
+    const std::string& path) {
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries, ReadEntries(path));
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat(path, ": "),
+      [&]() -> absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> {
+        std::vector<std::pair<std::string, at::Tensor>> out;
+        for (const TensorEntry& e : entries)
+          out.emplace_back(e.name, EntryTensor(e));
+        return out;
+      });
+}
+
+absl::Status SaveStateDict(const torch::nn::Module& module,
+                           const std::string& path) {
+  return SaveTensors(NamedState(module), path);
+}
+
+absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries, ReadEntries(path));
+  return WithPath(path, LoadEntries(entries, module));
 }
 
 }  // namespace dtrain::models::state_dict

@@ -42,8 +42,18 @@ absl::StatusOr<std::vector<TensorEntry>> StateEntries(
 absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
                          torch::nn::Module& module);
 
-// By the extension of `path` (state_dict_path.h). Writing is atomic (a
+// Named tensors to and from a file (as safetensors.torch.save_file and
+// load_file, or torch.save and torch.load of a dict of tensors), by the
+// extension of `path`; loaded tensors are on the CPU. Writing is atomic (a
 // temporary renamed over `path`). Errors name the path.
+absl::Status SaveTensors(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::string& path);
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> LoadTensors(
+    const std::string& path);
+
+// A module's state_dict through SaveTensors and LoadTensors' formats. Writing
+// is atomic (a temporary renamed over `path`). Errors name the path.
 absl::Status SaveStateDict(const torch::nn::Module& module,
                            const std::string& path);
 absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module);
