@@ -103,6 +103,9 @@ class Machine {
     return stack_.back();
   }
 
+  // After Run: the offset after STOP.
+  size_t end() const { return r_.offset(); }
+
  private:
   absl::Status Fault(absl::string_view message) const {
     return absl::DataLossError(
@@ -380,7 +383,9 @@ class Machine {
   absl::Status PersistentId() {
     DTRAIN_ASSIGN_OR_RETURN(Ref pid, Pop());
     const auto& f = pid->items;
-    if (pid->kind != Value::Kind::kTuple || f.size() != 5 ||
+    // The legacy format adds view metadata, None since PyTorch 0.4.
+    const bool legacy_view = f.size() == 6 && f[5]->kind == Value::Kind::kNone;
+    if (pid->kind != Value::Kind::kTuple || (f.size() != 5 && !legacy_view) ||
         f[0]->kind != Value::Kind::kStr || f[0]->s != "storage" ||
         f[1]->kind != Value::Kind::kGlobal || f[2]->kind != Value::Kind::kStr ||
         f[3]->kind != Value::Kind::kStr || f[4]->kind != Value::Kind::kInt) {
@@ -541,9 +546,34 @@ absl::StatusOr<Dtype> DtypeOfStorageClass(absl::string_view name) {
                                                  absl::StrJoin(known, ", ")));
 }
 
-absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle) {
+absl::StatusOr<size_t> SkipPickle(absl::string_view bytes) {
+  Machine machine(bytes);
+  DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
+  return machine.end();
+}
+
+absl::StatusOr<std::vector<std::string>> ReadStringListPickle(
+    absl::string_view bytes, size_t* end) {
+  Machine machine(bytes);
+  DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
+  *end = machine.end();
+  std::vector<std::string> out;
+  if (top->kind != Value::Kind::kList)
+    return absl::DataLossError(absl::StrCat(
+        "malformed pickle: a ", KindName(top->kind), ", not a list of keys"));
+  for (const Ref& item : top->items) {
+    if (item->kind != Value::Kind::kStr)
+      return absl::DataLossError("malformed pickle: a key that is no string");
+    out.push_back(item->s);
+  }
+  return out;
+}
+
+absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle,
+                                                     size_t* end) {
   Machine machine(pickle);
   DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
+  if (end != nullptr) *end = machine.end();
   if (top->kind != Value::Kind::kDict)
     return absl::InvalidArgumentError(
         absl::StrCat("the file holds a ", KindName(top->kind),

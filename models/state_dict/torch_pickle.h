@@ -41,8 +41,19 @@ struct PickledTensor {
 using PickledStateDict = std::vector<std::pair<std::string, PickledTensor>>;
 
 // The top-level dict's entries in pickle order. Its `_metadata` (module
-// versions) is read and dropped.
-absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle);
+// versions) is read and dropped. Reading stops at the pickle's STOP; `end`,
+// when given, receives the offset after it (the legacy format holds several
+// pickles back to back, and its storages' persistent ids carry a sixth
+// field, None).
+absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle,
+                                                     size_t* end = nullptr);
+
+// For the legacy format's other pickles: the length of a pickle of plain
+// values (None, bools, ints, floats, strings, tuples, lists, dicts), and a
+// pickled list of strings.
+absl::StatusOr<size_t> SkipPickle(absl::string_view bytes);
+absl::StatusOr<std::vector<std::string>> ReadStringListPickle(
+    absl::string_view bytes, size_t* end);
 
 // A protocol-2 pickle of an OrderedDict, as torch.save writes a state_dict
 // (without `_metadata`, which load_state_dict does not need).

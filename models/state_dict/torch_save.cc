@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/byte_codec.h"
 #include "base/status_macros.h"
 #include "models/state_dict/torch_pickle.h"
 #include "models/state_dict/zip_archive.h"
@@ -98,45 +99,13 @@ absl::StatusOr<std::string> EncodeTorchSave(
   return WriteZip(entries);
 }
 
-absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
-    absl::string_view bytes) {
-  absl::StatusOr<std::vector<ZipEntry>> zip = ReadZip(bytes);
-  if (!zip.ok()) {
-    if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
-      return absl::InvalidArgumentError(
-          "a bare pickle, not a zip archive: the legacy torch.save format of "
-          "PyTorch before 1.6, which is not read here; load it in Python and "
-          "save it again with torch.save");
-    }
-    return zip.status();
-  }
-  // The folder is whatever holds data.pkl; entries elsewhere are ignored.
-  std::string folder;
-  for (const ZipEntry& e : *zip) {
-    absl::string_view name = e.name;
-    if (absl::ConsumeSuffix(&name, "/data.pkl") &&
-        !absl::StrContains(name, '/')) {
-      if (!folder.empty())
-        return absl::DataLossError(
-            "two data.pkl entries: not a torch.save archive");
-      folder = absl::StrCat(name, "/");
-    }
-  }
-  if (folder.empty())
-    return absl::InvalidArgumentError(
-        "a zip archive without <folder>/data.pkl: not a torch.save file");
-  absl::string_view pickle;
-  absl::flat_hash_map<std::string, absl::string_view> storages;
-  for (const ZipEntry& e : *zip) {
-    absl::string_view name = e.name;
-    if (!absl::ConsumePrefix(&name, folder)) continue;
-    if (name == "data.pkl") pickle = e.data;
-    if (name == "byteorder" && e.data != "little")
-      return absl::InvalidArgumentError(absl::StrCat(
-          "byte order '", e.data, "': only little-endian files are read"));
-    if (absl::ConsumePrefix(&name, "data/")) storages[name] = e.data;
-  }
-  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state, ReadStateDictPickle(pickle));
+namespace {
+
+using Storages = absl::flat_hash_map<std::string, absl::string_view>;
+
+// The tensors of `state`, each checked against and copied out of its storage.
+absl::StatusOr<std::vector<TensorEntry>> Materialize(
+    const PickledStateDict& state, const Storages& storages) {
   std::vector<TensorEntry> out;
   out.reserve(state.size());
   absl::flat_hash_set<absl::string_view> names;
@@ -163,6 +132,95 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
     out.push_back({name, t.dtype, t.size, Gather(t, it->second, numel)});
   }
   return out;
+}
+
+// The format before PyTorch 1.6 (torch.save(..., _use_new_zipfile_
+// serialization=False) still writes it): pickles back to back (a magic
+// number, the protocol version 1001, system information, the object, the
+// sorted storage keys), then each storage as u64 numel and its bytes.
+constexpr absl::string_view kLegacyMagic(
+    "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);
+constexpr absl::string_view kLegacyVersion("\x80\x02M\xe9\x03.", 6);
+
+absl::StatusOr<std::vector<TensorEntry>> DecodeLegacy(absl::string_view bytes) {
+  bytes.remove_prefix(kLegacyMagic.size());
+  if (!absl::ConsumePrefix(&bytes, kLegacyVersion))
+    return absl::InvalidArgumentError(
+        "a legacy torch.save file of an unknown protocol version (1001 is "
+        "read)");
+  DTRAIN_ASSIGN_OR_RETURN(size_t info, SkipPickle(bytes));
+  bytes.remove_prefix(info);
+  size_t end = 0;
+  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state,
+                          ReadStateDictPickle(bytes, &end));
+  bytes.remove_prefix(end);
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                          ReadStringListPickle(bytes, &end));
+  bytes.remove_prefix(end);
+  absl::flat_hash_map<absl::string_view, Dtype> dtypes;
+  for (const auto& [name, t] : state) dtypes[t.storage_key] = t.dtype;
+  Storages storages;
+  base::ByteReader r(bytes, 0, "malformed legacy torch.save storages: ");
+  for (const std::string& key : keys) {
+    auto it = dtypes.find(key);
+    if (it == dtypes.end())
+      return absl::DataLossError(
+          absl::StrCat("storage ", key, " is listed but no tensor uses it"));
+    uint64_t numel = 0;
+    DTRAIN_RETURN_IF_ERROR(r.U64("storage size", &numel));
+    const size_t element = DtypeSize(it->second);
+    if (numel > r.remaining() / element)
+      return absl::DataLossError(absl::StrCat("storage ", key, " of ", numel,
+                                              " elements runs past the file"));
+    absl::string_view data;
+    DTRAIN_RETURN_IF_ERROR(r.Raw(numel * element, "storage", &data));
+    storages[key] = data;
+  }
+  return Materialize(state, storages);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
+    absl::string_view bytes) {
+  if (absl::StartsWith(bytes, kLegacyMagic)) return DecodeLegacy(bytes);
+  absl::StatusOr<std::vector<ZipEntry>> zip = ReadZip(bytes);
+  if (!zip.ok()) {
+    if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
+      return absl::InvalidArgumentError(
+          "a bare pickle, neither a zip archive nor the legacy torch.save "
+          "format: not a torch.save file");
+    }
+    return zip.status();
+  }
+  // The folder is whatever holds data.pkl; entries elsewhere are ignored.
+  std::string folder;
+  for (const ZipEntry& e : *zip) {
+    absl::string_view name = e.name;
+    if (absl::ConsumeSuffix(&name, "/data.pkl") &&
+        !absl::StrContains(name, '/')) {
+      if (!folder.empty())
+        return absl::DataLossError(
+            "two data.pkl entries: not a torch.save archive");
+      folder = absl::StrCat(name, "/");
+    }
+  }
+  if (folder.empty())
+    return absl::InvalidArgumentError(
+        "a zip archive without <folder>/data.pkl: not a torch.save file");
+  absl::string_view pickle;
+  Storages storages;
+  for (const ZipEntry& e : *zip) {
+    absl::string_view name = e.name;
+    if (!absl::ConsumePrefix(&name, folder)) continue;
+    if (name == "data.pkl") pickle = e.data;
+    if (name == "byteorder" && e.data != "little")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "byte order '", e.data, "': only little-endian files are read"));
+    if (absl::ConsumePrefix(&name, "data/")) storages[name] = e.data;
+  }
+  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state, ReadStateDictPickle(pickle));
+  return Materialize(state, storages);
 }
 
 }  // namespace dtrain::models::state_dict

@@ -5,8 +5,9 @@
 // "version"; and, from PyTorch 2.x, "byteorder". Python's torch.load reads
 // what EncodeTorchSave writes, with weights_only=True too; DecodeTorchSave
 // reads what torch.save(model.state_dict()) writes, torchvision's weight
-// files included. The pre-1.6 format (a bare pickle stream) is refused with
-// a hint. Like the safetensors codec this knows nothing of LibTorch.
+// files included. The format before PyTorch 1.6 (pickles and storages back
+// to back, no zip; older model zoos') is read too. Like the safetensors codec
+// this knows nothing of LibTorch.
 //
 // Decoding checks the archive, the pickle, that every tensor lies inside its
 // storage and every storage has the bytes its pickle claims, and that names

@@ -111,9 +111,10 @@ TEST(TorchSaveTest, ArchiveIsLaidOutAsPyTorchWritesIt) {
   EXPECT_EQ((*zip)[2].data, Sample()[0].data);
 }
 
-TEST(TorchSaveTest, ReadsPythonsTorchSaveWithViewsAndMetadata) {
-  const std::string bytes = ReadTestdata("python_state_dict.pt");
-  ASSERT_FALSE(bytes.empty());
+// The state_dict of testdata/make_python_state_dict.py.
+void ExpectPythonStateDict(const std::string& file) {
+  const std::string bytes = ReadTestdata(file);
+  ASSERT_FALSE(bytes.empty()) << file;
   absl::StatusOr<std::vector<TensorEntry>> sd = DecodeTorchSave(bytes);
   ASSERT_TRUE(sd.ok()) << sd.status();
   ASSERT_EQ(sd->size(), 5u);
@@ -133,6 +134,14 @@ TEST(TorchSaveTest, ReadsPythonsTorchSaveWithViewsAndMetadata) {
   EXPECT_EQ((*sd)[4].dtype, Dtype::kBF16);
   // bfloat16 1.5 and -2.0: the high halves of the float32 bits.
   EXPECT_EQ((*sd)[4].data, Bytes<uint16_t>({0x3FC0, 0xC000}));
+}
+
+TEST(TorchSaveTest, ReadsPythonsTorchSaveWithViewsAndMetadata) {
+  ExpectPythonStateDict("python_state_dict.pt");
+}
+
+TEST(TorchSaveTest, ReadsTheLegacyFormatBeforePyTorch16) {
+  ExpectPythonStateDict("python_legacy_state_dict.pt");
 }
 
 TEST(TorchSaveTest, PickleThatCallsAnythingElseIsRefusedByName) {
@@ -187,10 +196,10 @@ TEST(TorchSaveTest, OtherPicklesAreNotStateDicts) {
   sd = DecodeTorchSave(Archive("\x80\x02]."));
   ASSERT_FALSE(sd.ok());
   EXPECT_THAT(Message(sd.status()), HasSubstr("holds a list"));
-  // The pre-1.6 format: pickles one after another, no zip.
-  sd = DecodeTorchSave(std::string("\x80\x02\x8a\x0a", 4) + "legacy...");
+  // A pickle that is neither in a zip nor the legacy format's.
+  sd = DecodeTorchSave(std::string("\x80\x02\x8a\x0a", 4) + "other...");
   ASSERT_FALSE(sd.ok());
-  EXPECT_THAT(Message(sd.status()), HasSubstr("legacy torch.save format"));
+  EXPECT_THAT(Message(sd.status()), HasSubstr("a bare pickle"));
   // A zip without data.pkl.
   sd = DecodeTorchSave(*WriteZip({{"a/other", "x"}}));
   ASSERT_FALSE(sd.ok());
@@ -248,11 +257,12 @@ TEST(TorchSaveTest, Zip64ArchivesReadBack) {
 
 TEST(TorchSaveTest, RandomDamageNeverCrashes) {
   const std::string good = *EncodeTorchSave(Sample());
-  const std::string python = ReadTestdata("python_state_dict.pt");
+  const std::string files[] = {good, ReadTestdata("python_state_dict.pt"),
+                               ReadTestdata("python_legacy_state_dict.pt")};
   std::mt19937 rng(16);
   int decoded = 0;
   for (int trial = 0; trial < 3000; ++trial) {
-    std::string bytes = trial % 2 ? good : python;
+    std::string bytes = files[trial % 3];
     const int edits = 1 + rng() % 4;
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % bytes.size();

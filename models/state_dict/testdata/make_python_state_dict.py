@@ -1,5 +1,5 @@
-"""Writes python_state_dict.pt, the torch_save_test's file from Python's own
-torch.save: a state_dict-shaped OrderedDict (with `_metadata`, as
+"""Writes python_state_dict.pt and python_legacy_state_dict.pt (the format
+before PyTorch 1.6), the torch_save_test's files from Python's own torch.save: a state_dict-shaped OrderedDict (with `_metadata`, as
 Module.state_dict() returns it) holding a transposed view, two views of one
 storage, a 0-d int64, a bool and a bfloat16 tensor. Run with Debian's
 python3-torch: /usr/bin/python3 make_python_state_dict.py"""
@@ -17,3 +17,5 @@ sd["half"] = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
 sd._metadata = collections.OrderedDict([("", {"version": 1}),
                                         ("bn", {"version": 2})])
 torch.save(sd, "python_state_dict.pt")
+torch.save(sd, "python_legacy_state_dict.pt",
+           _use_new_zipfile_serialization=False)
