@@ -8,24 +8,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-if ! command -v clang++ >/dev/null 2>&1; then
-  echo "run_store_fuzzer: clang++ is not installed (apt-get install clang libclang-rt-14-dev)" >&2
-  exit 1
-fi
+source tools/fuzz/fuzz_lib.sh
 out=${FUZZ_OUT:-/tmp/dtrain-fuzz}
 mkdir -p "$out/corpus"
-srcs=(dist/store/tcp_store_server_fuzzer.cc dist/store/tcp_store.cc
-      dist/store/tcp_store_server.cc dist/store/tcp_store_protocol.cc
-      dist/store/tcp_socket.cc dist/store/store_util.cc base/byte_codec.cc
-      base/posix_io.cc)
-abseil=(-labsl_status -labsl_statusor -labsl_cord -labsl_cordz_info -labsl_cord_internal
-        -labsl_cordz_functions -labsl_cordz_handle -labsl_str_format_internal -labsl_strings
-        -labsl_strings_internal -labsl_int128 -labsl_throw_delegate -labsl_raw_hash_set -labsl_hash
-        -labsl_city -labsl_low_level_hash -labsl_synchronization -labsl_graphcycles_internal
-        -labsl_time -labsl_time_zone -labsl_stacktrace -labsl_symbolize -labsl_malloc_internal
-        -labsl_base -labsl_spinlock_wait -labsl_raw_logging_internal)
-clang++ -std=c++17 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  "${srcs[@]}" "${abseil[@]}" -lpthread -o "$out/tcp_store_server_fuzzer"
+fuzz_build "$out/tcp_store_server_fuzzer" dist/store/tcp_store_server_fuzzer.cc dist/store/tcp_store.cc \
+  dist/store/tcp_store_server.cc dist/store/tcp_store_protocol.cc dist/store/tcp_socket.cc \
+  dist/store/store_util.cc base/byte_codec.cc base/posix_io.cc
 # Seeds: one well-formed frame per request type, so mutations start past the header checks.
 python3 - "$out/corpus" <<'PY'
 import struct, sys
