@@ -30,13 +30,13 @@ mpirun_args=(--allow-run-as-root --oversubscribe -np 2 --mca oob_tcp_if_include 
 for shm in true false; do
   name=shm_$shm
   port=$(free_port)
-  timeout 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" --dist_url=env:// \
+  timeout 60 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" --dist_url=env:// \
     "${small[@]}" --shm=$shm --save_state_dict="$tmp/launch_$name.safetensors" \
     --metrics_json="$tmp/launch_$name.json" >"$tmp/launch_$name.out" 2>&1 \
     || fail "launch, --shm=$shm: $(tail -5 "$tmp/launch_$name.out")"
 
   port=$(free_port)
-  timeout 120 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
+  timeout 60 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
     "$train" --dist_url=env:// "${small[@]}" --shm=$shm \
     --save_state_dict="$tmp/mpirun_$name.safetensors" --metrics_json="$tmp/mpirun_$name.json" \
     >"$tmp/mpirun_$name.out" 2>&1 \

@@ -40,6 +40,9 @@ extra_cleanup() {
 }
 no_jobs() { [[ -z $(squeue -h -o %i 2>/dev/null) ]]; }
 start_test slurm
+# Bazel ends a test that overruns its timeout with SIGTERM: exit, so the EXIT trap still stops the
+# daemons (slurmstepd and the tasks it starts do not share the test's process group).
+trap 'exit 143' TERM INT
 
 # munged insists that every directory above its socket be searchable by all.
 chmod 755 "$cluster"
@@ -53,7 +56,10 @@ munged --foreground --key-file="$cluster/munge.key" --socket="$cluster/munge.soc
   --pid-file="$cluster/munged.pid" --seed-file="$cluster/munged.seed" \
   >"$cluster/munged.log" 2>&1 &
 daemons=($!)
-wait_until 10 test -S "$cluster/munge.sock" || fail "munged did not start: $(tail -5 "$cluster/munged.log")"
+if ! wait_until 10 test -S "$cluster/munge.sock"; then
+  fail "munged did not start: $(tail -5 "$cluster/munged.log")"
+  finish
+fi
 
 node=$(hostname -s)
 ctld_port=$(free_port)
@@ -115,7 +121,7 @@ small=(--train_limit=1024 --batch_size=64 --max_steps=4 --skip_validation --time
 for shm in true false; do
   name=shm_$shm
   port=$(free_port)
-  timeout 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" --dist_url=env:// \
+  timeout 60 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" --dist_url=env:// \
     "${small[@]}" --shm=$shm --save_state_dict="$tmp/launch_$name.safetensors" \
     --metrics_json="$tmp/launch_$name.json" >"$tmp/launch_$name.out" 2>&1 \
     || fail "launch, --shm=$shm: $(tail -5 "$tmp/launch_$name.out")"
@@ -123,7 +129,7 @@ for shm in true false; do
   # --overcommit: two tasks even where the node has one CPU. --kill-on-bad-exit: a failing rank ends
   # the step at once instead of leaving the other waiting out its timeout.
   port=$(free_port)
-  MASTER_PORT=$port timeout 120 srun --ntasks=2 --overcommit --kill-on-bad-exit=1 --time=5 \
+  MASTER_PORT=$port timeout 60 srun --ntasks=2 --overcommit --kill-on-bad-exit=1 --time=5 \
     "$train" --dist_url=env:// "${small[@]}" --shm=$shm \
     --save_state_dict="$tmp/srun_$name.safetensors" --metrics_json="$tmp/srun_$name.json" \
     </dev/null >"$tmp/srun_$name.out" 2>&1 \
