@@ -35,8 +35,10 @@ for shm in true false; do
     --metrics_json="$tmp/launch_$name.json" >"$tmp/launch_$name.out" 2>&1 \
     || fail "launch, --shm=$shm: $(tail -5 "$tmp/launch_$name.out")"
 
+  # HOME: Open MPI 5 stops with "Unable to get the user home directory" without it (Bazel's test
+  # environment has none), and one of our own keeps a user's ~/.openmpi settings out of the test.
   port=$(free_port)
-  timeout 60 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
+  HOME=$tmp timeout 60 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
     "$train" --dist_url=env:// "${small[@]}" --shm=$shm \
     --save_state_dict="$tmp/mpirun_$name.safetensors" --metrics_json="$tmp/mpirun_$name.json" \
     >"$tmp/mpirun_$name.out" 2>&1 \
