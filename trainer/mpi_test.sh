@@ -13,6 +13,9 @@ launch=$2
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 command -v mpirun >/dev/null || skip "mpirun is not installed (Debian's openmpi-bin; tools/setup.sh installs it)"
 start_test mpi
+# Open MPI 5 stops with "Unable to get the user home directory" without HOME (Bazel's test
+# environment has none); one of the test's own also keeps a user's ~/.openmpi settings out.
+export HOME=$tmp
 
 echo "$(mpirun --version 2>&1 | head -1)"
 
@@ -35,10 +38,8 @@ for shm in true false; do
     --metrics_json="$tmp/launch_$name.json" >"$tmp/launch_$name.out" 2>&1 \
     || fail "launch, --shm=$shm: $(tail -5 "$tmp/launch_$name.out")"
 
-  # HOME: Open MPI 5 stops with "Unable to get the user home directory" without it (Bazel's test
-  # environment has none), and one of our own keeps a user's ~/.openmpi settings out of the test.
   port=$(free_port)
-  HOME=$tmp timeout 60 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
+  timeout 60 mpirun "${mpirun_args[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
     "$train" --dist_url=env:// "${small[@]}" --shm=$shm \
     --save_state_dict="$tmp/mpirun_$name.safetensors" --metrics_json="$tmp/mpirun_$name.json" \
     >"$tmp/mpirun_$name.out" 2>&1 \
