@@ -11,7 +11,8 @@ set -uo pipefail
 train=$1
 launch=$2
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
-command -v mpirun >/dev/null || skip "mpirun is not installed (Debian's openmpi-bin; tools/setup.sh installs it)"
+command -v mpirun >/dev/null \
+  || skip "mpirun is not installed (Debian's openmpi-bin; tools/setup.sh installs it)"
 start_test mpi
 # Open MPI 5 stops with "Unable to get the user home directory" without HOME (Bazel's test
 # environment has none); one of the test's own also keeps a user's ~/.openmpi settings out.
@@ -49,8 +50,8 @@ for shm in true false; do
   m=$tmp/mpirun_$name.json
   [[ $(json "$m" 'm["launch_source"]') == openmpi ]] \
     || fail "mpirun, --shm=$shm: launch source '$(json "$m" 'm["launch_source"]')', want openmpi"
-  [[ $(json "$tmp/launch_$name.json" 'm["launch_source"]') == torchrun ]] \
-    || fail "launch, --shm=$shm: launch source '$(json "$tmp/launch_$name.json" 'm["launch_source"]')', want torchrun"
+  source=$(json "$tmp/launch_$name.json" 'm["launch_source"]')
+  [[ $source == torchrun ]] || fail "launch, --shm=$shm: launch source '$source', want torchrun"
   [[ $(json "$m" 'm["config"]["world_size"]') == 2 ]] || fail "mpirun, --shm=$shm: world size"
   [[ $(json "$m" 'm["global_step"]') == 4 ]] || fail "mpirun, --shm=$shm: steps"
   want_backend=gloo
@@ -60,7 +61,7 @@ for shm in true false; do
   [[ $(json "$m" 'm["backend"]') == $(json "$tmp/launch_$name.json" 'm["backend"]') ]] \
     || fail "--shm=$shm: the launchers ran different backends"
   cmp "$tmp/launch_$name.safetensors" "$tmp/mpirun_$name.safetensors" \
-    || fail "--shm=$shm: the state_dict after mpirun differs from the one after the project's launcher"
+    || fail "--shm=$shm: the state_dict after mpirun differs from the project's launcher's"
 done
 
 finish

@@ -19,7 +19,8 @@ for tool in srun sinfo scancel squeue slurmctld slurmd munged; do
   command -v "$tool" >/dev/null \
     || skip "$tool is not installed (Debian's slurm-wlm and munge; tools/setup.sh installs them)"
 done
-[[ $(id -u) -eq 0 ]] || skip "needs root: slurmd runs as root to start a job's tasks as the job's user"
+[[ $(id -u) -eq 0 ]] \
+  || skip "needs root: slurmd runs as root to start a job's tasks as the job's user"
 
 # Only this test's cluster: a Slurm job around the test must not leak its variables into srun.
 for var in $(compgen -e | grep '^SLURM_'); do unset "$var"; done
@@ -148,7 +149,7 @@ for shm in true false; do
   [[ $(json "$m" 'm["backend"]') == $(json "$tmp/launch_$name.json" 'm["backend"]') ]] \
     || fail "--shm=$shm: the launchers ran different backends"
   cmp "$tmp/launch_$name.safetensors" "$tmp/srun_$name.safetensors" \
-    || fail "--shm=$shm: the state_dict after srun differs from the one after the project's launcher"
+    || fail "--shm=$shm: the state_dict after srun differs from the project's launcher's"
 done
 
 if [[ $failures -ne 0 ]]; then
