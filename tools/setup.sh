@@ -193,7 +193,8 @@ enable_contrib_non_free() {
   log "enabling the contrib and non-free components of $mirror for the CUDA packages"
   { printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: contrib non-free\n' \
       "$mirror" "$codename" "$codename"
-    [[ -n $signed_by ]] && printf 'Signed-By: %s\n' "$signed_by"
+    # An if, not `&&`: a false test as the group's last command fails the pipe under pipefail.
+    if [[ -n $signed_by ]]; then printf 'Signed-By: %s\n' "$signed_by"; fi
   } | as_root tee "$cuda_sources" >/dev/null
   if ! as_root apt-get update -q || ! has_candidate nvidia-cuda-toolkit; then
     as_root rm -f "$cuda_sources"

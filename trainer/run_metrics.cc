@@ -109,6 +109,7 @@ std::string ToJson(const RunMetrics& m) {
       {"backend", m.backend},
       {"device", m.device},
       {"data", m.data},
+      {"launch_source", m.launch_source},
       {"parameters", m.parameters},
       {"epochs", epochs},
       {"best_top1", m.best_top1},

@@ -68,6 +68,9 @@ struct RunMetrics {
   std::string backend;
   std::string device;
   std::string data;
+  // The launcher rank 0 found (LaunchSourceName: "openmpi", "slurm", ...), so
+  // a run shows which environment it took its rank and world size from.
+  std::string launch_source;
   int64_t parameters = 0;
   std::vector<EpochMetrics> epochs;
   double best_top1 = 0;

@@ -288,6 +288,7 @@ absl::Status Run::Setup() {
   metrics_.backend = std::string(backend_.name());
   metrics_.device = device_.str();
   metrics_.data = data_->description;
+  metrics_.launch_source = std::string(world_.launch.source_name());
   metrics_.parameters = models::NumParameters(*model_);
   Say(absl::StrFormat(
       "%s: %d parameters, %s, world size %d (%s), batch %d per process "

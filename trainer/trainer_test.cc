@@ -124,6 +124,8 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
   EXPECT_EQ(json["format"], "dtrain.metrics.v1");
   EXPECT_EQ(json["config"]["world_size"], 1);
   EXPECT_EQ(json["config"]["model"], "convnet");
+  // The test's World comes from no launcher.
+  EXPECT_EQ(json["launch_source"], "single process");
   ASSERT_EQ(json["epochs"].size(), 2u);
   EXPECT_DOUBLE_EQ(json["epochs"][1]["train_loss"].get<double>(),
                    m.epochs[1].train_loss);
