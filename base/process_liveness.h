@@ -14,6 +14,10 @@ namespace dtrain::base {
 // this PID namespace; one owned by another user counts). Thread-safe.
 bool ProcessRunning(int64_t pid);
 
+// True when `pid` is stopped (SIGSTOP, SIGTSTP, or by a tracer): it cannot act
+// on SIGTERM until continued. Thread-safe.
+bool ProcessStopped(int64_t pid);
+
 }  // namespace dtrain::base
 
 #endif  // DTRAIN_BASE_PROCESS_LIVENESS_H_

@@ -1,5 +1,5 @@
 // Liveness of real processes: this one, a child that is running, one that has
-// exited but is not reaped (a zombie), and one that is gone.
+// exited but is not reaped (a zombie), one that is gone, and one stopped.
 
 #include "base/process_liveness.h"
 
@@ -35,6 +35,25 @@ TEST(ProcessRunningTest, TellsRunningFromExited) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_FALSE(ProcessRunning(child));
+}
+
+TEST(ProcessStoppedTest, TellsStoppedFromRunning) {
+  EXPECT_FALSE(ProcessStopped(::getpid()));
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  EXPECT_FALSE(ProcessStopped(child));
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, child, &info, WSTOPPED), 0);  // Stopped by now.
+  EXPECT_TRUE(ProcessStopped(child));
+  EXPECT_TRUE(ProcessRunning(child));  // Stopped is not gone.
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(ProcessStopped(child));
 }
 
 }  // namespace

@@ -45,6 +45,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/cuda_device.h"
+#include "base/duration_flag.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "bench/sweep.h"
@@ -59,7 +60,8 @@ ABSL_FLAG(int, step_factor, 2, "Each size is this many times the previous.");
 ABSL_FLAG(int, iters, 20, "Timed allreduces per size.");
 ABSL_FLAG(int, warmup_iters, 5, "Untimed allreduces per size first.");
 ABSL_FLAG(int, gpus, 0, "Ranks (one per GPU, devices 0..N-1; 0: all).");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120),
+ABSL_FLAG(dtrain::base::DurationFlag, timeout,
+          dtrain::base::DurationFlag(absl::Seconds(120)),
           "Bounds creating the communicators and every collective.");
 
 namespace dtrain::bench {
@@ -214,7 +216,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
       SweepSizes(min_bytes, max_bytes, absl::GetFlag(FLAGS_step_factor)));
   c.iters = absl::GetFlag(FLAGS_iters);
   c.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
-  c.timeout = absl::GetFlag(FLAGS_timeout);
+  c.timeout = absl::GetFlag(FLAGS_timeout).value;
   if (c.iters < 1 || c.warmup_iters < 0) {
     return absl::InvalidArgumentError("want --iters >= 1, --warmup_iters >= 0");
   }

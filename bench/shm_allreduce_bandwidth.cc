@@ -66,6 +66,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/compute_threads.h"
+#include "base/duration_flag.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "bench/sweep.h"
@@ -94,7 +95,8 @@ ABSL_FLAG(int, warmup_iters, 3,
           "The first batch of untimed allreduces per size and backend (see "
           "Calibrate: batches grow until one takes --target_ms / 5).");
 ABSL_FLAG(std::string, slot_bytes, "4M", "The shm backend's slot per rank.");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120),
+ABSL_FLAG(dtrain::base::DurationFlag, timeout,
+          dtrain::base::DurationFlag(absl::Seconds(120)),
           "Bounds connecting and every collective.");
 
 namespace dtrain::bench {
@@ -166,7 +168,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.min_iters = absl::GetFlag(FLAGS_min_iters);
   c.max_iters = absl::GetFlag(FLAGS_max_iters);
   c.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
-  c.timeout = absl::GetFlag(FLAGS_timeout);
+  c.timeout = absl::GetFlag(FLAGS_timeout).value;
   if (c.repeats < 1 || c.warmup_iters < 1 || c.min_iters < 1 ||
       c.max_iters < c.min_iters || !(c.target_seconds > 0)) {
     return absl::InvalidArgumentError(

@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/atomic_file.h"
+#include "base/duration_flag.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
@@ -97,12 +98,14 @@ ABSL_FLAG(std::string, pushgateway, "",
 ABSL_FLAG(int, metrics_port, 0,
           "Serve the results on http://0.0.0.0:PORT/metrics during the sweep "
           "(0: off).");
-ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
+ABSL_FLAG(dtrain::base::DurationFlag, metrics_linger,
+          dtrain::base::DurationFlag(absl::Seconds(30)),
           "With --metrics_port: keep serving this long after the sweep, so "
           "Prometheus scrapes the final values.");
 ABSL_FLAG(std::string, run_id, "",
           "Label of this sweep's metrics (default: the start time).");
-ABSL_FLAG(absl::Duration, run_timeout, absl::Minutes(10),
+ABSL_FLAG(dtrain::base::DurationFlag, run_timeout,
+          dtrain::base::DurationFlag(absl::Minutes(10)),
           "Stop a training that runs longer than this.");
 ABSL_FLAG(std::string, train_binary, "",
           "The train binary (default: from this binary's runfiles).");
@@ -202,7 +205,7 @@ absl::Status RunPlan(const SweepPlan& plan, const Programs& programs,
     const RunConfig& c = plan.runs[i];
     display.Started(i + 1, total, c.Name());
     absl::StatusOr<RunRecord> r = RunTraining(
-        c, programs, node_rank, dir, absl::GetFlag(FLAGS_run_timeout),
+        c, programs, node_rank, dir, absl::GetFlag(FLAGS_run_timeout).value,
         [&](absl::Duration t) { display.Tick(i + 1, total, c.Name(), t); });
     if (!r.ok()) return r.status();
     display.Finished(i + 1, total, *r);
@@ -391,7 +394,7 @@ int Main(int argc, char** argv) {
     if (r.failed > 0) status = 1;
   }
   if (exposer != nullptr) {
-    const absl::Duration linger = absl::GetFlag(FLAGS_metrics_linger);
+    const absl::Duration linger = absl::GetFlag(FLAGS_metrics_linger).value;
     std::cerr << "serving the final metrics for "
               << absl::FormatDuration(linger) << "\n";
     absl::SleepFor(linger);

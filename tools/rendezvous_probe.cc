@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/duration_flag.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
 
@@ -30,7 +31,8 @@ ABSL_FLAG(int, local_rank, -1, "Rank on this node; -1: from the launcher.");
 ABSL_FLAG(int, local_world_size, -1,
           "Ranks on this node, with --local_rank; -1: from the launcher or "
           "LOCAL_WORLD_SIZE.");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
+ABSL_FLAG(dtrain::base::DurationFlag, timeout,
+          dtrain::base::DurationFlag(absl::Seconds(60)),
           "How long to wait for the store and the other ranks.");
 ABSL_FLAG(std::string, bind_host, "",
           "tcp:// on rank 0: address the store server binds (default: every "
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
   namespace rdzv = dtrain::rendezvous;
   rdzv::InitOptions options;
   options.url = absl::GetFlag(FLAGS_dist_url);
-  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.timeout = absl::GetFlag(FLAGS_timeout).value;
   options.bind_host = absl::GetFlag(FLAGS_bind_host);
   if (absl::GetFlag(FLAGS_rank) >= 0)
     options.args.rank = absl::GetFlag(FLAGS_rank);

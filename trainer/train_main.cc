@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/cuda_device.h"
+#include "base/duration_flag.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "dist/backend/factory.h"
@@ -99,8 +100,14 @@ ABSL_FLAG(int, local_rank, -1,
 ABSL_FLAG(int, local_world_size, -1,
           "Ranks on this node, with --local_rank (default: launcher's, or "
           "LOCAL_WORLD_SIZE).");
-ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5),
-          "Bounds the rendezvous and every collective.");
+ABSL_FLAG(dtrain::base::DurationFlag, timeout,
+          dtrain::base::DurationFlag(absl::Minutes(5)),
+          "Bounds the rendezvous and every collective: seconds (30) or with a "
+          "unit (30s, 5m).");
+ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,
+          dtrain::base::DurationFlag(absl::Seconds(5)),
+          "With --nproc_per_node: after a rank fails, how long the others get "
+          "to exit after SIGTERM before SIGKILL.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda (cuda:LOCAL_RANK) or cuda:N.");
 ABSL_FLAG(double, bucket_cap_mb, 25, "DDP gradient bucket size in MiB.");
 ABSL_FLAG(bool, sync_gradients, true,
@@ -169,9 +176,9 @@ void InstallStopHandlers() {
 }
 
 // Flags the spawning process consumes; its children get the rest.
-constexpr const char* kSpawnFlags[] = {"nproc_per_node", "nnodes",
-                                       "node_rank",      "master_addr",
-                                       "master_port",    "max_restarts"};
+constexpr const char* kSpawnFlags[] = {
+    "nproc_per_node", "nnodes",       "node_rank",    "master_addr",
+    "master_port",    "max_restarts", "failure_grace"};
 
 // The flags named on the command line: an unset flag takes the model's
 // default (ResolveDefaults), so "given" matters, not the value. (This
@@ -241,7 +248,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
     o.master_addr = absl::GetFlag(FLAGS_master_addr);
   if (Specified("master_port"))
     o.master_port = absl::GetFlag(FLAGS_master_port);
-  o.timeout = absl::GetFlag(FLAGS_timeout);
+  o.timeout = absl::GetFlag(FLAGS_timeout).value;
   o.device = absl::GetFlag(FLAGS_device);
   o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
   o.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
@@ -309,6 +316,7 @@ int Spawn(int argc, char** argv) {
   if (Specified("master_port"))
     l.master_port = absl::GetFlag(FLAGS_master_port);
   l.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  l.failure_grace = absl::GetFlag(FLAGS_failure_grace).value;
   l.command = ChildArguments(argc, argv);
   absl::StatusOr<launch::LaunchResult> result = launch::Run(l, std::cerr);
   if (!result.ok()) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/posix_io.h"
+#include "base/process_liveness.h"
 
 extern char** environ;
 
@@ -81,6 +82,7 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
+  bool killed = false;  // SIGKILL sent on its own (it was stopped).
 
   std::string Name() const {
     return absl::StrCat("rank ", rank, " (local rank ", local_rank, ", pid ",
@@ -214,6 +216,14 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts=", o.max_restarts, " must not be negative"));
   }
+  for (const auto& [flag, d] : {std::pair<const char*, absl::Duration>{
+                                    "failure_grace", o.failure_grace},
+                                {"stop_timeout", o.stop_timeout}}) {
+    if (d < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=", absl::FormatDuration(d), " must not be negative"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -277,7 +287,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
           if (running > 0) {
             log << "; stopping the other ranks";
             SignalGroup(ranks, SIGTERM);
-            kill_at = absl::Now() + o.stop_timeout;
+            kill_at = absl::Now() + o.failure_grace;
           }
           log << std::endl;
         }
@@ -289,9 +299,23 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
         SignalGroup(ranks, stop_signal);
         kill_at = std::min(kill_at, absl::Now() + o.stop_timeout);
       }
+      if (kill_at != absl::InfiniteFuture()) {
+        // A stopped rank would sit out the grace period without acting on
+        // the SIGTERM: kill it now.
+        for (Rank& r : ranks) {
+          if (r.running && !r.killed && base::ProcessStopped(r.pid)) {
+            log << "[launch] " << r.Name()
+                << " is stopped (SIGSTOP?) and cannot exit; killing it"
+                << std::endl;
+            ::killpg(r.pid, SIGKILL);
+            r.killed = true;
+          }
+        }
+      }
       if (running > 0 && absl::Now() >= kill_at) {
         log << "[launch] " << running << " rank(s) still running "
-            << absl::FormatDuration(o.stop_timeout)
+            << absl::FormatDuration(failure.empty() ? o.stop_timeout
+                                                    : o.failure_grace)
             << " after being asked to stop; killing them" << std::endl;
         SignalGroup(ranks, SIGKILL);
         kill_at = absl::InfiniteFuture();

@@ -10,8 +10,9 @@
 // with the launcher (PR_SET_PDEATHSIG), so none is left behind.
 //
 // When a rank fails (non-zero exit or a signal) the launcher stops the others
-// (SIGTERM, then SIGKILL after `stop_timeout`) and reports which rank failed
-// and how. With max_restarts > 0 it then starts the whole group again (a
+// (SIGTERM, then SIGKILL after `failure_grace`; at once for a rank that is
+// stopped, by SIGSTOP say, which cannot act on SIGTERM) and reports which rank
+// failed and how. With max_restarts > 0 it then starts the whole group again (a
 // trainer resumes from its latest checkpoint). SIGINT and SIGTERM sent to the
 // launcher are forwarded to every rank; the launcher then waits `stop_timeout`
 // for them to exit.
@@ -37,7 +38,11 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int max_restarts = 0;
-  // How long ranks get to exit after SIGTERM before SIGKILL.
+  // After a rank failed: how long the others get to exit after SIGTERM before
+  // SIGKILL. Short: they cannot finish the job without the failed rank.
+  absl::Duration failure_grace = absl::Seconds(5);
+  // After SIGINT/SIGTERM to the launcher, forwarded to the ranks: how long they
+  // get to exit (a trainer writes a checkpoint first) before SIGKILL.
   absl::Duration stop_timeout = absl::Seconds(30);
   // The program and its arguments.
   std::vector<std::string> command;

@@ -88,16 +88,41 @@ TEST(LauncherTest, RankKilledBySignalIsReportedAsSuch) {
   EXPECT_THAT(r.summary, HasSubstr("was killed by signal 9 (Killed)"));
 }
 
-TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheStopTimeout) {
+TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheFailureGrace) {
   LaunchOptions o = Shell(2,
                           "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 2; fi; "
                           "trap '' TERM; while :; do sleep 0.05; done");
-  o.stop_timeout = absl::Milliseconds(500);
+  o.failure_grace = absl::Milliseconds(500);
+  o.stop_timeout = absl::Minutes(5);  // Not the one that counts here.
   const absl::Time start = absl::Now();
   LaunchResult r = MustRun(o);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.summary, HasSubstr("rank 1"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(LauncherTest, StoppedRankIsKilledWithoutWaitingForTheGrace) {
+  // Rank 0 stops itself (as SIGSTOP would); SIGTERM cannot reach it.
+  LaunchOptions o = Shell(2,
+                          "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 2; fi; "
+                          "kill -STOP $$; sleep 60");
+  o.failure_grace = absl::Minutes(5);
+  std::ostringstream log;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->summary, HasSubstr("rank 1"));
+  EXPECT_THAT(log.str(), HasSubstr("rank 0 (local rank 0, pid "));
+  EXPECT_THAT(log.str(), HasSubstr("is stopped (SIGSTOP?) and cannot exit"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST(LauncherTest, NegativeDurationsAreRefused) {
+  LaunchOptions o = Shell(1, "true");
+  o.failure_grace = absl::Seconds(-1);
+  EXPECT_THAT(std::string(ValidateLaunchOptions(o).message()),
+              HasSubstr("--failure_grace=-1s must not be negative"));
 }
 
 TEST(LauncherTest, RestartsTheGroupUntilItSucceeds) {

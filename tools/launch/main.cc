@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/duration_flag.h"
 #include "dist/launch/launcher.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
@@ -23,8 +24,15 @@ ABSL_FLAG(int, master_port, 29500,
           "Port of the rendezvous store on the master.");
 ABSL_FLAG(int, max_restarts, 0,
           "Restart the group this many times after a rank fails.");
-ABSL_FLAG(absl::Duration, stop_timeout, absl::Seconds(30),
-          "How long ranks get to exit after SIGTERM before SIGKILL.");
+ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,
+          dtrain::base::DurationFlag(absl::Seconds(5)),
+          "After a rank fails: how long the others get to exit after SIGTERM "
+          "before SIGKILL (a stopped rank is killed at once). Seconds (5) or "
+          "with a unit (5s).");
+ABSL_FLAG(dtrain::base::DurationFlag, stop_timeout,
+          dtrain::base::DurationFlag(absl::Seconds(30)),
+          "After SIGINT/SIGTERM to the launcher, forwarded to the ranks: how "
+          "long they get to exit (checkpointing) before SIGKILL.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -40,7 +48,8 @@ int main(int argc, char** argv) {
   o.master_addr = absl::GetFlag(FLAGS_master_addr);
   o.master_port = absl::GetFlag(FLAGS_master_port);
   o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
-  o.stop_timeout = absl::GetFlag(FLAGS_stop_timeout);
+  o.failure_grace = absl::GetFlag(FLAGS_failure_grace).value;
+  o.stop_timeout = absl::GetFlag(FLAGS_stop_timeout).value;
   for (size_t i = 1; i < positional.size(); ++i)
     o.command.emplace_back(positional[i]);
   absl::StatusOr<dtrain::launch::LaunchResult> result =
