@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Faults around the train binary, with real processes on loopback: a rank SIGKILLed mid-training
 # (the survivor names it and exits within the timeout; under the launcher nothing is left behind and
-# the launcher names the dead rank), and startup errors that must end in seconds with a clear
+# the launcher names the dead rank), a rank stopped with SIGSTOP (named, with what it last did, while
+# the job runs and when it times out; the job ends within the timeout plus 5 s), and startup errors that must end in seconds with a clear
 # message: a malformed --dist_url, a busy port, ranks that disagree on the world size, a master that
 # never comes, a rank outside the world.
 set -uo pipefail
@@ -79,6 +80,40 @@ for pid in $ranks; do
   fi
 done
 echo "rank death under the launcher: exit $rc after ${took}s: $(grep 'killed by signal' "$tmp/l.out" | head -1)"
+
+# 2b. Under the launcher, a rank that is alive but stuck (SIGSTOP): a warning names it while the job
+#     still runs, the timeout's error names it with what it last did, and the job ends within
+#     --timeout (a bare number of seconds, as torch.distributed users write it) plus the launcher's
+#     failure grace; the stopped rank does not outlive the launcher.
+port=$(free_port)
+"$launch" --nproc_per_node=2 --master_port="$port" -- "$train" "${run[@]}" --timeout=10 \
+  >"$tmp/stop.out" 2>&1 &
+launcher=$!
+pids+=($launcher)
+wait_for_text "$tmp/stop.out" "Begin training" || fail "stop: training never began"
+sleep 1
+victim=
+for pid in $(pgrep -P "$launcher"); do
+  tr '\0' '\n' <"/proc/$pid/environ" | grep -qx RANK=1 && victim=$pid
+done
+stopped=$(now)
+kill -STOP "$victim"
+wait "$launcher"
+rc=$?
+took=$(elapsed "$stopped" "$(now)")
+pids=()
+[[ $rc -ne 0 ]] || fail "stop: exit 0"
+grep -q 'has waited .*rank 1 has not joined' "$tmp/stop.out" ||
+  fail "stop: no warning naming rank 1 while waiting: $(tail -5 "$tmp/stop.out")"
+grep -q 'stall report: rank 1 has not joined collective #.*: last seen at collective #.* ago' "$tmp/stop.out" ||
+  fail "stop: the error does not name rank 1 and what it last did: $(tail -5 "$tmp/stop.out")"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 15 else 1)" "$took" ||
+  fail "stop: the job took ${took}s to end, more than --timeout=10 + 5 s"
+if running "$victim"; then
+  fail "stop: the stopped rank outlived the launcher"
+  kill -9 "$victim"
+fi
+echo "stopped rank under the launcher: exit $rc after ${took}s: $(grep -o 'stall report: [^]]*' "$tmp/stop.out" | head -1)"
 
 # 3. Startup errors, each clear and quick.
 expect bad_url 5 "missing port" -- "$train" --dist_url=tcp://nohostport --world_size=2 --rank=0

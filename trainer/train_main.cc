@@ -104,6 +104,11 @@ ABSL_FLAG(dtrain::base::DurationFlag, timeout,
           dtrain::base::DurationFlag(absl::Minutes(5)),
           "Bounds the rendezvous and every collective: seconds (30) or with a "
           "unit (30s, 5m).");
+ABSL_FLAG(dtrain::base::DurationFlag, stall_warning,
+          dtrain::base::DurationFlag(absl::ZeroDuration()),
+          "A collective waiting this long gets a warning naming the ranks that "
+          "have not reached it and what they last did; 0: half of --timeout, "
+          "inf: off.");
 ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,
           dtrain::base::DurationFlag(absl::Seconds(5)),
           "With --nproc_per_node: after a rank fails, how long the others get "
@@ -409,6 +414,7 @@ int Main(int argc, char** argv) {
   config.gloo_iface = world->launch.gloo_socket_ifname;
   config.shm = options->shm;
   config.cuda_device = std::max(0, *cuda_device);
+  config.stall_warning = absl::GetFlag(FLAGS_stall_warning).value;
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
       backend::CreateBackend(config);
   if (!backend.ok()) {

@@ -405,7 +405,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     std::shared_ptr<backend::Work> stop_vote;
     if (stop_flag_.defined()) {
       stop_flag_.fill_(context_.stop_requested->load() ? 1 : 0);
-      stop_vote = backend_.AllReduce(stop_flag_, ReduceOp::kMax);
+      stop_vote = backend_.AllReduce(stop_flag_, ReduceOp::kMax, "stop vote");
     }
     torch::manual_seed(StepSeed(o_.seed, world_.rank, global_step_));
     DTRAIN_RETURN_IF_ERROR(ddp_->PrepareForward());

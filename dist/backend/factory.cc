@@ -5,12 +5,15 @@
 #include "dist/backend/hierarchical/hierarchical_backend.h"
 #include "dist/backend/nccl/nccl_backend.h"
 #include "dist/backend/shm/shm_backend.h"
+#include "dist/backend/stall/inspecting_backend.h"
 
 namespace dtrain::backend {
 
 std::vector<std::string> KnownBackends() { return {"gloo", "nccl", "shm"}; }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+namespace {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBare(
     const BackendConfig& config) {
   if (config.name == "gloo") {
     GlooBackendOptions o;
@@ -46,6 +49,22 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", config.name,
                    "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const BackendConfig& config) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBare(config);
+  if (!backend.ok() || config.world_size < 2 || config.store == nullptr ||
+      config.stall_warning == absl::InfiniteDuration())
+    return backend;
+  StallInspectorOptions o;
+  o.store = config.store;
+  o.warn_after = config.stall_warning > absl::ZeroDuration()
+                     ? config.stall_warning
+                     : config.timeout / 2;
+  return WithStallInspection(std::move(*backend), std::move(o));
 }
 
 }  // namespace dtrain::backend

@@ -38,6 +38,11 @@ struct BackendConfig {
   bool shm = true;
   // nccl: this rank's CUDA device.
   int cuda_device = 0;
+  // Stall inspection (stall/stall_inspector.h), for more than one rank with a
+  // store: a collective waiting this long gets a warning naming the ranks
+  // that have not reached it, and a failed one the same report. Zero: half of
+  // `timeout`; infinite: off.
+  absl::Duration stall_warning = absl::ZeroDuration();
 };
 
 // The names CreateBackend knows.

@@ -1,0 +1,83 @@
+// Stall inspection: which ranks have not reached a collective that waits, and
+// what they last did, while the job still runs (as Horovod's stall inspector
+// and PyTorch's NCCL desync report do).
+//
+// Every rank records each collective it issues (a sequence number counted
+// the same way on every rank, the operation and its label) in memory: the
+// hot path takes a mutex and a clock read, nothing else. A thread of its own
+// publishes the newest record to the store about once a second, off the hot
+// path, so that a rank that is stopped or stuck has left its last state
+// behind. When a collective has waited `warn_after`, the thread reads the
+// other ranks' records and warns, naming each rank that has not issued it:
+//
+//   [rank 0] collective #667 (allreduce, bucket 0) has waited 10s: rank 1 has
+//   not joined collective #667 (allreduce, bucket 0): last seen at collective
+//   #666 (allreduce, stop vote), 10.3s ago
+//
+// and Report() gives the same words for the error when the collective times
+// out. Records live under "stall/<rank>" in the store given.
+//
+// Thread safety: every method may be called from any thread. Lifetimes: the
+// store must outlive the inspector; the destructor stops the thread, waiting
+// at most about a second for a store call in progress (a thread stuck on a
+// store that no longer answers is left to finish on its own, holding only
+// what it shares with the inspector).
+#ifndef DTRAIN_DIST_BACKEND_STALL_STALL_INSPECTOR_H_
+#define DTRAIN_DIST_BACKEND_STALL_STALL_INSPECTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+#include "dist/store/store.h"
+
+namespace dtrain::backend {
+
+struct StallInspectorOptions {
+  int rank = 0;
+  int size = 1;
+  // The rendezvous store, shared by every rank.
+  std::shared_ptr<store::Store> store;
+  // A collective waiting this long gets a warning (once).
+  absl::Duration warn_after = absl::Minutes(1);
+  // How often this rank's newest record goes to the store (if it changed).
+  absl::Duration publish_every = absl::Seconds(1);
+  // How long reading the other ranks' records may take in all.
+  absl::Duration read_budget = absl::Seconds(2);
+  // Where warnings go (one line each, without a newline); stderr if unset.
+  std::function<void(const std::string&)> warn;
+};
+
+class StallInspector {
+ public:
+  explicit StallInspector(StallInspectorOptions options);
+  ~StallInspector();
+  StallInspector(const StallInspector&) = delete;
+  StallInspector& operator=(const StallInspector&) = delete;
+
+  // Records a collective just issued (`op`: "allreduce", ...; `label`: the
+  // caller's, e.g. "bucket 3") with its Work, and returns its sequence number
+  // (1, 2, ...). Issue order must be the same on every rank (backend.h).
+  int64_t Issued(absl::string_view op, absl::string_view label,
+                 std::shared_ptr<Work> work);
+
+  // For collective `seq`: each rank that has not issued it, with its last
+  // record ("rank 1 has not joined collective #667 (allreduce, bucket 0): last
+  // seen at collective #666 (allreduce, stop vote), 20.3s ago"), or that every
+  // rank has; reads the store, within the read budget. A rank's record is at
+  // most `publish_every` older than what it last did.
+  std::string Report(int64_t seq);
+
+  struct State;  // Shared with the publishing thread.
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dtrain::backend
+
+#endif  // DTRAIN_DIST_BACKEND_STALL_STALL_INSPECTOR_H_
