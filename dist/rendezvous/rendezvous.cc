@@ -18,6 +18,11 @@ namespace {
 // promptly.
 constexpr absl::Duration kSlice = absl::Milliseconds(100);
 constexpr char kErrorKey[] = "rdzv/error";
+// Ranks that have read the error. Rank 0, which serves the store for tcp://
+// and env://, waits for them (at most kLinger) before failing, lest the
+// store go with its process before they read why.
+constexpr char kErrorSeenKey[] = "rdzv/error_seen";
+constexpr absl::Duration kLinger = absl::Seconds(3);
 
 std::string RankKey(int rank) { return absl::StrCat("rdzv/rank/", rank); }
 
@@ -87,6 +92,19 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
     // Tell the other ranks, so that they stop waiting too. The first error
     // wins.
     (void)store.CompareSet(kErrorKey, "", std::string(status.message()));
+    (void)store.Add(kErrorSeenKey, 1);  // Failing counts as having seen it.
+    if (self.rank != 0) return status;
+    int present = 0;
+    for (int r = 0; r < options.world_size; ++r) {
+      absl::StatusOr<bool> claimed = store.Check({RankKey(r)});
+      present += claimed.ok() && *claimed;
+    }
+    const absl::Time until = absl::Now() + kLinger;
+    while (absl::Now() < until) {
+      absl::StatusOr<int64_t> seen = store.Add(kErrorSeenKey, 0);
+      if (!seen.ok() || *seen >= present) break;
+      absl::SleepFor(kSlice);
+    }
     return status;
   };
 
@@ -102,13 +120,17 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
                      self.Describe())));
   }
   // The first rank to arrive fixes the world size; the others must agree.
+  // The value names who fixed it: "<size>\t<rank (host, pid)>".
   absl::StatusOr<std::string> agreed =
-      store.CompareSet("rdzv/world_size", "", std::to_string(self.world_size));
+      store.CompareSet("rdzv/world_size", "",
+                       absl::StrCat(self.world_size, "\t", self.Describe()));
   if (!agreed.ok()) return Prefixed(who, agreed.status());
-  if (*agreed != std::to_string(self.world_size)) {
+  const std::pair<std::string, std::string> fixed =
+      absl::StrSplit(*agreed, absl::MaxSplits('\t', 1));
+  if (fixed.first != std::to_string(self.world_size)) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
         who, ": ranks disagree on the world size: ", self.Describe(), " says ",
-        self.world_size, ", an earlier rank said ", *agreed)));
+        self.world_size, ", ", fixed.second, " says ", fixed.first)));
   }
 
   std::vector<std::string> keys;
@@ -125,6 +147,7 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
     if (error.ok() && *error) {
       absl::StatusOr<std::string> message =
           store.Get(kErrorKey, absl::Seconds(10));
+      (void)store.Add(kErrorSeenKey, 1);
       return absl::AbortedError(absl::StrCat(
           who,
           ": another rank failed: ", message.ok() ? *message : "(unknown)"));

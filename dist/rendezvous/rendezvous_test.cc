@@ -108,9 +108,15 @@ TEST(RendezvousTest, DisagreeingWorldSizesFailOnEveryRank) {
   HashStore store;
   auto results = RunRanks(store, {Options(0, 2, absl::Seconds(10)),
                                   Options(1, 3, absl::Seconds(10))});
+  // Every rank, not only the first to check, names both numbers and who said
+  // each.
   for (const auto& r : results) {
     ASSERT_FALSE(r.ok());
     EXPECT_THAT(r.status().message(), HasSubstr("disagree on the world size"));
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("rank 0 (testhost, pid 1000) says 2"));
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("rank 1 (testhost, pid 1001) says 3"));
   }
 }
 
