@@ -5,7 +5,7 @@
 // Every rank records each collective it issues (a sequence number counted
 // the same way on every rank, the operation and its label) in memory: the
 // hot path takes a mutex and a clock read, nothing else. A thread of its own
-// publishes the newest record to the store about once a second, off the hot
+// publishes the newest record to the store four times a second, off the hot
 // path, so that a rank that is stopped or stuck has left its last state
 // behind. When a collective has waited `warn_after`, the thread reads the
 // other ranks' records and warns, naming each rank that has not issued it:
@@ -45,7 +45,7 @@ struct StallInspectorOptions {
   // A collective waiting this long gets a warning (once).
   absl::Duration warn_after = absl::Minutes(1);
   // How often this rank's newest record goes to the store (if it changed).
-  absl::Duration publish_every = absl::Seconds(1);
+  absl::Duration publish_every = absl::Milliseconds(250);
   // How long reading the other ranks' records may take in all.
   absl::Duration read_budget = absl::Seconds(2);
   // Where warnings go (one line each, without a newline); stderr if unset.
