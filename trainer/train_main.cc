@@ -266,12 +266,10 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.resume = absl::GetFlag(FLAGS_resume);
   // A group the launcher restarted (--max_restarts) continues from its last
   // checkpoint rather than from the beginning.
-  int restart = 0;
-  if (const char* r = std::getenv("DTRAIN_RESTART_COUNT");
-      r != nullptr && absl::SimpleAtoi(r, &restart) && restart > 0 &&
-      !o.checkpoint_dir.empty()) {
-    o.resume = true;
-  }
+  // (The project's launcher's restarts, and torchrun's --max_restarts.)
+  DTRAIN_ASSIGN_OR_RETURN(const int restart,
+                          rendezvous::RestartCount(rendezvous::ProcessEnv()));
+  if (restart > 0 && !o.checkpoint_dir.empty()) o.resume = true;
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
@@ -397,6 +395,10 @@ int Main(int argc, char** argv) {
   if (!world.ok()) {
     std::cerr << "train: " << world.status().message() << "\n";
     return 1;
+  }
+  if (world->rank == 0 && world->world_size > 1) {
+    std::cerr << "train: " << world->launch.ToString() << "; store "
+              << world->store->Describe() << "\n";
   }
   // Before the backend: NCCL creates its context on the current device.
   absl::StatusOr<int> cuda_device = SelectCudaDevice(*options, *world);

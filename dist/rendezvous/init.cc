@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/rank_status.h"
 #include "base/status_macros.h"
+#include "dist/store/c10d_store.h"
 #include "dist/store/file_store.h"
 #include "dist/store/hash_store.h"
 #include "dist/store/prefix_store.h"
@@ -45,6 +46,19 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
   // (An explicit tcp:// is honoured even then.)
   if (method.scheme == InitMethod::kEnv && launch.world_size == 1) {
     return std::shared_ptr<Store>(std::make_shared<HashStore>());
+  }
+  // torchrun's agent already serves a c10d store on the master port. A
+  // namespace per restart keeps an attempt clear of the one before.
+  if (method.scheme == InitMethod::kEnv && launch.agent_store) {
+    store::C10dStoreOptions c10d;
+    c10d.host = launch.master_addr;
+    c10d.port = launch.master_port;
+    c10d.timeout = options.timeout;
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<store::C10dStore> agent,
+                            store::C10dStore::Connect(c10d));
+    return std::shared_ptr<Store>(std::make_shared<PrefixStore>(
+        absl::StrCat("dtrain/attempt_", launch.restart_count),
+        std::move(agent)));
   }
   TcpStoreOptions tcp;
   if (method.scheme == InitMethod::kTcp) {

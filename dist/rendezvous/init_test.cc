@@ -6,11 +6,13 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +100,46 @@ TEST(InitWorldTest, EnvInitMethodWithTorchrunVariables) {
   // The job's store works across ranks after the rendezvous.
   ASSERT_TRUE(worlds[1]->store->Set("hello", "from 1").ok());
   EXPECT_EQ(*worlds[3]->store->Get("hello"), "from 1");
+}
+
+// torchrun's default mode: its agent serves a c10d store on MASTER_PORT and
+// says so with TORCHELASTIC_USE_AGENT_STORE=True. No rank may listen there
+// (rank 0 would find the port taken); all meet through the agent's store, in
+// a namespace per restart.
+TEST(InitWorldTest, EnvInitMethodUnderTorchrunsAgentStore) {
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = 0;
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  agent_options.multiTenant = true;
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  agent_options.useLibUV = false;
+#endif
+  c10d::TCPStore agent("127.0.0.1", agent_options);
+  const std::string port = std::to_string(agent.getPort());
+  for (const std::string restart : {"0", "1"}) {
+    auto worlds = RunRanks(2, [&](int r) {
+      InitOptions o;
+      o.url = "env://";
+      o.timeout = absl::Seconds(30);
+      EnvMap env = {{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port},
+                    {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                    {"TORCHELASTIC_RESTART_COUNT", restart}};
+      return std::make_pair(o, env);
+    });
+    ExpectConsistentWorld(worlds);
+    EXPECT_TRUE(worlds[0]->launch.agent_store);
+    EXPECT_THAT(worlds[0]->store->Describe(), HasSubstr("c10d tcp://"));
+    ASSERT_TRUE(worlds[0]->store->Set("hello", "from 0").ok());
+    EXPECT_EQ(*worlds[1]->store->Get("hello"), "from 0");
+  }
+  // Each attempt's keys live under its own prefix in the agent's store.
+  EXPECT_TRUE(agent.check({"dtrain/attempt_0/job/hello"}));
+  EXPECT_TRUE(agent.check({"dtrain/attempt_1/job/hello"}));
 }
 
 TEST(InitWorldTest, EnvInitMethodUnderSlurmTakesMasterFromNodeList) {

@@ -426,7 +426,27 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
   if (auto it = env.find("GLOO_SOCKET_IFNAME"); it != env.end()) {
     out.gloo_socket_ifname = it->second;
   }
+  // torchrun's agent serves the store; PyTorch's test is this exact text.
+  if (out.source == LaunchSource::kTorchrun) {
+    const std::string* agent = Find(env, "TORCHELASTIC_USE_AGENT_STORE");
+    out.agent_store = agent != nullptr && *agent == "True";
+  }
+  DTRAIN_ASSIGN_OR_RETURN(out.restart_count, RestartCount(env));
   return out;
+}
+
+absl::StatusOr<int> RestartCount(const EnvMap& env) {
+  for (const char* name :
+       {"DTRAIN_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const std::string* text = Find(env, name);
+    if (text == nullptr) continue;
+    DTRAIN_ASSIGN_OR_RETURN(const int count, ParseInt(name, *text));
+    if (count < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", count, " is negative"));
+    return count;
+  }
+  return 0;
 }
 
 absl::StatusOr<ExplicitArgs> MergeQueryArgs(const ExplicitArgs& args,

@@ -78,6 +78,13 @@ struct LaunchEnv {
   // reads its own NCCL_SOCKET_IFNAME.)
   std::string gloo_socket_ifname;
 
+  // Under torchrun with TORCHELASTIC_USE_AGENT_STORE=True (its default mode):
+  // the agent serves a c10d store at the master address and port, and no rank
+  // may start one there.
+  bool agent_store = false;
+  // How often the launcher has restarted the group (RestartCount).
+  int restart_count = 0;
+
   absl::string_view source_name() const { return LaunchSourceName(source); }
 
   // "rank 3 of 8 (local 1 of 4) from slurm, master node01:29500
@@ -133,6 +140,12 @@ struct LaunchEnv {
 // Slurm node or tasks-per-node list.
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
                                             const ExplicitArgs& args);
+
+// How often a launcher has restarted this process's group: the project's
+// launcher's DTRAIN_RESTART_COUNT, else torchrun's TORCHELASTIC_RESTART_COUNT,
+// else 0. kInvalidArgument naming the variable for a value that is not a
+// natural number.
+absl::StatusOr<int> RestartCount(const EnvMap& env);
 
 // Folds an init method's query parameters (?rank=R&world_size=N) into `args`.
 // kInvalidArgument when both give a different value for the same field.

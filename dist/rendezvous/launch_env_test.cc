@@ -544,6 +544,40 @@ TEST(LaunchEnvTest, ToStringBracketsIpv6AndFlagsAssumedLocal) {
             "process, master [::1]:29500 (MASTER_ADDR, default)");
 }
 
+TEST(LaunchEnvTest, TorchrunsAgentStoreAndRestarts) {
+  const EnvMap torchrun = {{"RANK", "1"},
+                           {"WORLD_SIZE", "2"},
+                           {"MASTER_ADDR", "10.0.0.1"},
+                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                           {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  absl::StatusOr<LaunchEnv> env = DiscoverLaunchEnv(torchrun, Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->agent_store);
+  EXPECT_EQ(env->restart_count, 2);
+  // PyTorch's test is the exact text "True".
+  env = DiscoverLaunchEnv(
+      With(torchrun, {{"TORCHELASTIC_USE_AGENT_STORE", "true"}}), Args());
+  EXPECT_FALSE(env->agent_store);
+  // Only torchrun's ranks use its agent's store.
+  env = DiscoverLaunchEnv(
+      With(kSlurmEnv, {{"TORCHELASTIC_USE_AGENT_STORE", "True"}}), Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_FALSE(env->agent_store);
+  // The project's launcher's count comes first.
+  EXPECT_EQ(*RestartCount({{"DTRAIN_RESTART_COUNT", "1"},
+                           {"TORCHELASTIC_RESTART_COUNT", "3"}}),
+            1);
+  EXPECT_EQ(*RestartCount({}), 0);
+  EXPECT_THAT(std::string(RestartCount({{"TORCHELASTIC_RESTART_COUNT", "x"}})
+                              .status()
+                              .message()),
+              HasSubstr("TORCHELASTIC_RESTART_COUNT='x' is not an integer"));
+  EXPECT_THAT(
+      std::string(
+          RestartCount({{"DTRAIN_RESTART_COUNT", "-1"}}).status().message()),
+      HasSubstr("DTRAIN_RESTART_COUNT=-1 is negative"));
+}
+
 TEST(LaunchEnvTest, SourceNames) {
   EXPECT_EQ(LaunchSourceName(LaunchSource::kExplicit), "explicit");
   EXPECT_EQ(LaunchSourceName(LaunchSource::kTorchrun), "torchrun");
