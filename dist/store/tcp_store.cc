@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -72,6 +73,54 @@ std::string TcpStore::Describe() const {
                       internal::JoinHostPort(options_.host, options_.port));
 }
 
+absl::Status TcpStore::Hello(int fd) const {
+  std::string ping;
+  protocol::AppendFrame(static_cast<uint8_t>(Request::kPing), "", &ping);
+  const absl::Time deadline = absl::Now() + protocol::kHelloTimeout;
+  char header[protocol::kHeaderSize];
+  absl::Status s = internal::SendAll(fd, ping.data(), ping.size(), deadline);
+  if (!s.ok()) return s;  // Not even our bytes went out: retry.
+  const std::string advice = absl::StrCat(
+      ". Is another program using this port? Under torchrun's default mode "
+      "the ranks use torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True, "
+      "set by torchrun); otherwise give the job a free --master_port");
+  s = internal::RecvAll(fd, header, sizeof(header), deadline);
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the program listening at ", Describe(),
+        " is not a dtrain store server: ",
+        s.code() == absl::StatusCode::kDeadlineExceeded
+            ? absl::StrCat("it accepted the connection but did not answer the "
+                           "store's hello within ",
+                           absl::FormatDuration(protocol::kHelloTimeout))
+            : "it closed the connection without answering the store's hello",
+        advice));
+  }
+  const protocol::Header h = protocol::DecodeHeader(header);
+  if (h.magic != protocol::kMagic) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the program listening at ", Describe(),
+        " is not a dtrain store server: it answered the store's hello with "
+        "bytes of another protocol (",
+        absl::BytesToHexString(absl::string_view(header, 8)), "...)", advice));
+  }
+  if (h.version != protocol::kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the store server at ", Describe(), " speaks protocol version ",
+        int{h.version}, ", this client version ", int{protocol::kVersion},
+        ": run the same dtrain build on every rank"));
+  }
+  if (h.length > protocol::kDefaultMaxPayload) {
+    return absl::FailedPreconditionError(absl::StrCat("the store server at ",
+                                                      Describe(),
+                                                      " answered the hello "
+                                                      "with a frame of ",
+                                                      h.length, " bytes"));
+  }
+  std::string rest(h.length, '\0');
+  return internal::RecvAll(fd, rest.data(), rest.size(), deadline);
+}
+
 absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
@@ -87,30 +136,14 @@ absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {
     absl::StatusOr<base::UniqueFd> fd =
         internal::ConnectOnce(options_.host, options_.port, attempt_deadline);
     if (fd.ok()) {
-      // Check that what answers is a store server that speaks our protocol.
-      std::string ping;
-      protocol::AppendFrame(static_cast<uint8_t>(Request::kPing), "", &ping);
-      const absl::Time io_deadline =
-          absl::Now() + std::max(timeout, absl::Seconds(5));
-      char header[protocol::kHeaderSize];
-      absl::Status s =
-          internal::SendAll(fd->get(), ping.data(), ping.size(), io_deadline);
-      if (s.ok())
-        s = internal::RecvAll(fd->get(), header, sizeof(header), io_deadline);
-      if (s.ok()) {
-        const protocol::Header h = protocol::DecodeHeader(header);
-        if (h.magic != protocol::kMagic || h.version != protocol::kVersion ||
-            h.length > protocol::kDefaultMaxPayload) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("the program listening at ", Describe(),
-                           " is not a dtrain store server (or speaks another "
-                           "protocol version)"));
-        }
-        std::string rest(h.length, '\0');
-        s = internal::RecvAll(fd->get(), rest.data(), rest.size(), io_deadline);
-        if (s.ok()) return std::move(*fd);
-      }
-      last = s;
+      // The hello: a dtrain server answers a ping at once. Whatever else
+      // accepted the connection is named, and the client gives up now
+      // instead of retrying until the timeout.
+      absl::Status foreign = Hello(fd->get());
+      if (foreign.ok()) return std::move(*fd);
+      if (foreign.code() == absl::StatusCode::kFailedPrecondition)
+        return foreign;
+      last = foreign;
     } else {
       last = fd.status();
     }

@@ -91,6 +91,10 @@ class TcpStore : public Store {
                                    absl::string_view payload,
                                    absl::string_view what, absl::Duration wait);
   absl::StatusOr<base::UniqueFd> Connect(absl::Duration timeout) const;
+  // The hello on a fresh connection (tcp_store_protocol.h): OK, a transient
+  // error worth retrying, or kFailedPrecondition when what answers is not a
+  // dtrain store server of this protocol version (saying what it found).
+  absl::Status Hello(int fd) const;
 
   TcpStoreOptions options_;
   std::unique_ptr<internal::TcpStoreServer> server_;

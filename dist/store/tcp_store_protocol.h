@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "base/byte_codec.h"
 
 namespace dtrain::store::protocol {
@@ -24,6 +25,12 @@ inline constexpr size_t kHeaderSize = 12;
 // Default cap on a payload; the server rejects larger frames before reading
 // them.
 inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
+// The hello: every connection starts with a kPing from the client, which a
+// dtrain server answers at once with a kOk frame of its magic and version.
+// The client waits this long; silence, a closed connection, another magic or
+// another version end the connection attempt with a message saying which,
+// without retrying (docs/FORMATS.md).
+inline constexpr absl::Duration kHelloTimeout = absl::Seconds(1);
 
 enum class Request : uint8_t {
   kPing = 1,        // -> reply kOk, payload: bytes server_name

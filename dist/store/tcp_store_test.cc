@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -145,21 +147,78 @@ TEST(TcpStoreTest, ClientStartedBeforeServerConnectsWhenItComes) {
   EXPECT_EQ(*server->Get("k"), "v");
 }
 
-TEST(TcpStoreTest, NonStoreListenerIsRejected) {
+// A listener that is not a dtrain store server: accepts one connection and
+// answers the hello with `reply` (nothing when empty), keeping the connection
+// open past the hello's second unless `close_at_once`. The client must give up within
+// about a second, saying what it found, however long its own timeout.
+absl::Status ConnectToImpostor(const std::string& reply, bool close_at_once) {
   int port = 0;
   absl::StatusOr<base::UniqueFd> listener =
       internal::Listen("127.0.0.1", 0, &port);
-  ASSERT_TRUE(listener.ok());
+  EXPECT_TRUE(listener.ok());
   std::thread impostor([&] {
-    const base::UniqueFd fd(::accept(listener->get(), nullptr, nullptr));
-    if (!fd.valid()) return;
-    const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
-    (void)!::write(fd.get(), junk, sizeof(junk) - 1);
-    absl::SleepFor(absl::Milliseconds(200));
+    base::UniqueFd fd(::accept(listener->get(), nullptr, nullptr));
+    if (!fd.valid() || close_at_once) return;
+    if (!reply.empty()) (void)!::write(fd.get(), reply.data(), reply.size());
+    absl::SleepFor(absl::Milliseconds(1500));  // Past the hello's second.
   });
-  auto client = ConnectClient(port, absl::Seconds(5));
+  const absl::Time start = absl::Now();
+  auto client = ConnectClient(port, absl::Seconds(60));
+  const absl::Duration took = absl::Now() - start;
   impostor.join();
+  EXPECT_FALSE(client.ok());
+  EXPECT_LT(took, absl::Seconds(3)) << client.status();
+  return client.status();
+}
+
+TEST(TcpStoreTest, NonStoreListenerIsRejectedWithinASecond) {
+  absl::Status s = ConnectToImpostor("HTTP/1.1 400 Bad Request\r\n\r\n", false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("is not a dtrain store server: it "
+                                     "answered the store's hello with bytes "
+                                     "of another protocol (485454502f312e31"));
+  EXPECT_THAT(s.message(), HasSubstr("torchrun's own store"));
+
+  s = ConnectToImpostor("", false);
+  EXPECT_THAT(s.message(), HasSubstr("it accepted the connection but did not "
+                                     "answer the store's hello within 1s"));
+  s = ConnectToImpostor("", true);
+  EXPECT_THAT(s.message(), HasSubstr("it closed the connection without "
+                                     "answering the store's hello"));
+}
+
+TEST(TcpStoreTest, AnotherProtocolVersionIsNamed) {
+  std::string frame;
+  protocol::AppendFrame(static_cast<uint8_t>(protocol::Reply::kOk), "", &frame);
+  frame[4] = static_cast<char>(protocol::kVersion + 1);  // The version byte.
+  absl::Status s = ConnectToImpostor(frame, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr(absl::StrCat("speaks protocol version ", protocol::kVersion + 1,
+                             ", this client version ", protocol::kVersion,
+                             ": run the same dtrain build on every "
+                             "rank")));
+}
+
+// torchrun's agent serves a c10d TCPStore on MASTER_PORT: a rank that tries
+// the project's protocol there learns it at once.
+TEST(TcpStoreTest, C10dServerIsNamedNotWaitedFor) {
+  c10d::TCPStoreOptions o;
+  o.port = 0;
+  o.isServer = true;
+  o.waitWorkers = false;
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  o.useLibUV = false;
+#endif
+  c10d::TCPStore agent("127.0.0.1", o);
+  const absl::Time start = absl::Now();
+  auto client = ConnectClient(agent.getPort(), absl::Seconds(60));
   ASSERT_FALSE(client.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition)
+      << client.status();
   EXPECT_THAT(client.status().message(),
               HasSubstr("not a dtrain store server"));
 }
