@@ -35,8 +35,8 @@ ABSL_FLAG(dtrain::base::DurationFlag, timeout,
           dtrain::base::DurationFlag(absl::Seconds(60)),
           "How long to wait for the store and the other ranks.");
 ABSL_FLAG(std::string, bind_host, "",
-          "tcp:// on rank 0: address the store server binds (default: every "
-          "interface).");
+          "Rank 0: address the store server binds (default: the master's "
+          "address; *: every interface).");
 
 namespace {
 

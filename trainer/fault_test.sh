@@ -115,6 +115,23 @@ if running "$victim"; then
 fi
 echo "stopped rank under the launcher: exit $rc after ${took}s: $(grep -o 'stall report: [^]]*' "$tmp/stop.out" | head -1)"
 
+# 2c. A store token (DTRAIN_STORE_TOKEN): a job whose ranks share it trains as without one; a rank
+#     with another token is refused at its first contact, within seconds, saying why.
+port=$(free_port)
+DTRAIN_STORE_TOKEN=job-secret timeout 120 "$launch" --nproc_per_node=2 --master_port="$port" -- \
+  "$train" "${run[@]}" --max_steps=3 >"$tmp/token.out" 2>&1 ||
+  fail "token: a job with a token did not train: $(tail -3 "$tmp/token.out")"
+port=$(free_port)
+DTRAIN_STORE_TOKEN=job-secret "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=0 \
+  --timeout=20s "${run[@]}" >"$tmp/token0.out" 2>&1 &
+pids+=($!)
+DTRAIN_STORE_TOKEN=guess expect wrong_token 10 "this store needs the job's token" -- \
+  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=1 --timeout=20s "${run[@]}"
+grep -q "refused a connection from 127.0.0.1:.*a wrong token" "$tmp/token0.out" ||
+  fail "token: rank 0 did not log the refused peer: $(tail -2 "$tmp/token0.out")"
+stop_processes "${pids[@]}"
+pids=()
+
 # 3. Startup errors, each clear and quick.
 expect bad_url 5 "missing port" -- "$train" --dist_url=tcp://nohostport --world_size=2 --rank=0
 expect bad_rank 5 "rank=5" -- "$train" --dist_url=tcp://127.0.0.1:1 --world_size=2 --rank=5

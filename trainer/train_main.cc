@@ -104,6 +104,11 @@ ABSL_FLAG(dtrain::base::DurationFlag, timeout,
           dtrain::base::DurationFlag(absl::Minutes(5)),
           "Bounds the rendezvous and every collective: seconds (30) or with a "
           "unit (30s, 5m).");
+ABSL_FLAG(std::string, store_bind, "",
+          "Rank 0: the address its store server binds (default: the master's "
+          "address, so other interfaces cannot reach it; *: every "
+          "interface). The store's token comes from DTRAIN_STORE_TOKEN or "
+          "DTRAIN_STORE_TOKEN_FILE, never a flag.");
 ABSL_FLAG(dtrain::base::DurationFlag, stall_warning,
           dtrain::base::DurationFlag(absl::ZeroDuration()),
           "A collective waiting this long gets a warning naming the ranks that "
@@ -390,6 +395,7 @@ int Main(int argc, char** argv) {
   init.args.local_world_size = options->local_world_size;
   init.args.master_addr = options->master_addr;
   init.args.master_port = options->master_port;
+  init.bind_host = absl::GetFlag(FLAGS_store_bind);
   absl::StatusOr<rendezvous::World> world =
       rendezvous::InitWorld(init, rendezvous::ProcessEnv());
   if (!world.ok()) {

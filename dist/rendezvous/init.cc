@@ -1,8 +1,13 @@
 #include "dist/rendezvous/init.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/rank_status.h"
 #include "base/status_macros.h"
@@ -35,9 +40,40 @@ absl::Status CheckEnvMasterAddr(const LaunchEnv& launch) {
       "host of SLURM_JOB_NODELIST is used)"));
 }
 
+// The store listens where the ranks reach it, not on every interface: the
+// master's address. One exception: a job across hosts whose master name
+// resolves here only to loopback (Debian's /etc/hosts maps the host's own
+// name to 127.0.1.1) would be unreachable from the other hosts, so it
+// listens on every interface, as before.
+std::string DefaultBindHost(const std::string& host, const LaunchEnv& launch) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return "";
+  bool loopback_only = true;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopback_only &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopback_only &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
+    }
+  }
+  ::freeaddrinfo(found);
+  // A loopback address written as such means one host.
+  const bool loopback_literal =
+      host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  const bool one_host =
+      !launch.local_inferred && launch.local_world_size == launch.world_size;
+  if (loopback_only && !loopback_literal && !one_host) return "";
+  return host;
+}
+
 absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
                                                  const InitMethod& method,
-                                                 const LaunchEnv& launch) {
+                                                 const LaunchEnv& launch,
+                                                 const EnvMap& env) {
   if (method.scheme == InitMethod::kFile) {
     return FileStore::Open(method.path, launch.world_size, options.timeout);
   }
@@ -74,7 +110,11 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
         "' cannot be shared with other ranks: give the master a fixed port"));
   }
   tcp.is_server = launch.rank == 0;
-  tcp.bind_host = options.bind_host;
+  tcp.bind_host = options.bind_host == "*" ? ""
+                  : !options.bind_host.empty()
+                      ? options.bind_host
+                      : DefaultBindHost(tcp.host, launch);
+  DTRAIN_ASSIGN_OR_RETURN(tcp.token, StoreToken(env));
   tcp.timeout = options.timeout;
   tcp.connect_timeout = options.timeout;
   return TcpStore::Create(tcp);
@@ -94,7 +134,7 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   }
 
   absl::StatusOr<std::shared_ptr<Store>> base =
-      OpenStore(options, method, launch);
+      OpenStore(options, method, launch, env);
   if (!base.ok()) return base::WithRank(launch.rank, base.status());
 
   RendezvousOptions rdzv;

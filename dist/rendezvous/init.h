@@ -56,7 +56,10 @@ struct InitOptions {
   // Bounds connecting to the store and the rendezvous; the store's default for
   // later blocking calls.
   absl::Duration timeout = absl::Seconds(300);
-  // tcp:// only: the server's bind address (empty: every interface).
+  // tcp:// and env://: the address rank 0's store server binds. Empty: the
+  // master's own address (MASTER_ADDR or the tcp:// host; loopback for the
+  // default 127.0.0.1), so that the store is not reachable through every
+  // interface; "*": every interface.
   std::string bind_host;
 };
 

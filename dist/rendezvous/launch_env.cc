@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/atomic_file.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/slurm_nodelist.h"
 
@@ -432,6 +433,33 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
     out.agent_store = agent != nullptr && *agent == "True";
   }
   DTRAIN_ASSIGN_OR_RETURN(out.restart_count, RestartCount(env));
+  return out;
+}
+
+absl::StatusOr<std::string> StoreToken(const EnvMap& env) {
+  const std::string* token = Find(env, "DTRAIN_STORE_TOKEN");
+  const std::string* file = Find(env, "DTRAIN_STORE_TOKEN_FILE");
+  if (token != nullptr && file != nullptr)
+    return absl::InvalidArgumentError(
+        "DTRAIN_STORE_TOKEN and DTRAIN_STORE_TOKEN_FILE are both set: set one");
+  std::string out;
+  if (token != nullptr) {
+    out = *token;
+  } else if (file != nullptr) {
+    absl::StatusOr<std::string> text = base::ReadFile(*file);
+    if (!text.ok())
+      return absl::Status(
+          text.status().code(),
+          absl::StrCat("DTRAIN_STORE_TOKEN_FILE: ", text.status().message()));
+    out = *std::move(text);
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+  } else {
+    return std::string();
+  }
+  if (out.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        token != nullptr ? "DTRAIN_STORE_TOKEN" : "DTRAIN_STORE_TOKEN_FILE",
+        " gives an empty token"));
   return out;
 }
 

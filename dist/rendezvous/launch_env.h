@@ -141,6 +141,13 @@ struct LaunchEnv {
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
                                             const ExplicitArgs& args);
 
+// The job's store token (docs/RELIABILITY.md): DTRAIN_STORE_TOKEN, else the
+// contents of the file DTRAIN_STORE_TOKEN_FILE names (one trailing newline
+// dropped), else empty (no token). Never a command-line argument, which other
+// users of the host can read in /proc. kInvalidArgument when both are set or
+// the token is empty; kNotFound/kPermissionDenied naming an unreadable file.
+absl::StatusOr<std::string> StoreToken(const EnvMap& env);
+
 // How often a launcher has restarted this process's group: the project's
 // launcher's DTRAIN_RESTART_COUNT, else torchrun's TORCHELASTIC_RESTART_COUNT,
 // else 0. kInvalidArgument naming the variable for a value that is not a

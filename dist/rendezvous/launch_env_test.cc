@@ -2,12 +2,14 @@
 
 #include <stdlib.h>
 
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -576,6 +578,30 @@ TEST(LaunchEnvTest, TorchrunsAgentStoreAndRestarts) {
       std::string(
           RestartCount({{"DTRAIN_RESTART_COUNT", "-1"}}).status().message()),
       HasSubstr("DTRAIN_RESTART_COUNT=-1 is negative"));
+}
+
+TEST(LaunchEnvTest, StoreTokenFromVariableOrFile) {
+  EXPECT_EQ(*StoreToken({}), "");
+  EXPECT_EQ(*StoreToken({{"DTRAIN_STORE_TOKEN", "s3cret"}}), "s3cret");
+  const std::string file = absl::StrCat(::testing::TempDir(), "/store_token");
+  {
+    std::ofstream out(file);
+    out << "from-file\n";
+  }
+  EXPECT_EQ(*StoreToken({{"DTRAIN_STORE_TOKEN_FILE", file}}), "from-file");
+  EXPECT_THAT(std::string(StoreToken({{"DTRAIN_STORE_TOKEN", "a"},
+                                      {"DTRAIN_STORE_TOKEN_FILE", file}})
+                              .status()
+                              .message()),
+              HasSubstr("both set"));
+  EXPECT_THAT(
+      std::string(StoreToken({{"DTRAIN_STORE_TOKEN", ""}}).status().message()),
+      HasSubstr("DTRAIN_STORE_TOKEN gives an empty token"));
+  EXPECT_THAT(std::string(StoreToken({{"DTRAIN_STORE_TOKEN_FILE",
+                                       "/nonexistent/token"}})
+                              .status()
+                              .message()),
+              HasSubstr("DTRAIN_STORE_TOKEN_FILE: "));
 }
 
 TEST(LaunchEnvTest, SourceNames) {

@@ -45,6 +45,7 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
   if (options.is_server) {
     internal::TcpStoreServerOptions server_options;
     server_options.host = options.bind_host;
+    server_options.token = options.token;
     server_options.port = options.port;
     DTRAIN_ASSIGN_OR_RETURN(store->server_,
                             internal::TcpStoreServer::Start(server_options));
@@ -75,7 +76,8 @@ std::string TcpStore::Describe() const {
 
 absl::Status TcpStore::Hello(int fd) const {
   std::string ping;
-  protocol::AppendFrame(static_cast<uint8_t>(Request::kPing), "", &ping);
+  protocol::AppendFrame(static_cast<uint8_t>(Request::kPing),
+                        Writer().Bytes(options_.token).data(), &ping);
   const absl::Time deadline = absl::Now() + protocol::kHelloTimeout;
   char header[protocol::kHeaderSize];
   absl::Status s = internal::SendAll(fd, ping.data(), ping.size(), deadline);
@@ -118,7 +120,19 @@ absl::Status TcpStore::Hello(int fd) const {
                                                       h.length, " bytes"));
   }
   std::string rest(h.length, '\0');
-  return internal::RecvAll(fd, rest.data(), rest.size(), deadline);
+  s = internal::RecvAll(fd, rest.data(), rest.size(), deadline);
+  if (!s.ok()) return s;
+  if (h.type != static_cast<uint8_t>(protocol::Reply::kOk)) {
+    // A dtrain server that will not serve us (a token, the connection
+    // limit): its words, at once.
+    protocol::Reader r(rest);
+    const absl::string_view message = r.Bytes();
+    return absl::FailedPreconditionError(
+        r.ok() ? std::string(message)
+               : absl::StrCat("the store server at ", Describe(),
+                              " refused the connection"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {

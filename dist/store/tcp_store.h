@@ -47,6 +47,9 @@ struct TcpStoreOptions {
   absl::Duration timeout = kDefaultStoreTimeout;
   // How long to keep trying to reach the server.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // The job's shared secret, or empty. A server with one serves only clients
+  // whose hello carries it; a client presents it on every connection.
+  std::string token;
 };
 
 class TcpStore : public Store {

@@ -20,7 +20,8 @@ namespace dtrain::store::protocol {
 // Every frame starts with this 12-byte header, integers little-endian:
 //   u32 magic | u8 version | u8 type | u16 reserved (0) | u32 payload length
 inline constexpr uint32_t kMagic = 0x5653544B;  // "KTSV" on the wire.
-inline constexpr uint8_t kVersion = 1;
+// 2: the hello (PING) carries the job's token.
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 12;
 // Default cap on a payload; the server rejects larger frames before reading
 // them.
@@ -33,7 +34,7 @@ inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
 inline constexpr absl::Duration kHelloTimeout = absl::Seconds(1);
 
 enum class Request : uint8_t {
-  kPing = 1,        // -> reply kOk, payload: bytes server_name
+  kPing = 1,        // bytes token -> reply kOk, payload: bytes server_name
   kSet = 2,         // bytes key, bytes value -> kOk
   kGet = 3,         // i64 timeout_ms, bytes key -> kOk bytes value | kDeadline
   kAdd = 4,         // bytes key, i64 delta -> kOk i64 value | kInvalid

@@ -1,12 +1,15 @@
 #include "dist/store/tcp_store_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <list>
 #include <vector>
 
@@ -24,6 +27,36 @@ using protocol::Reply;
 using protocol::Request;
 using protocol::Writer;
 
+namespace {
+
+// "10.0.0.2:41234" or "[::1]:41234".
+std::string PeerName(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  }
+  return JoinHostPort(host, port);
+}
+
+// Compares in time that does not depend on where the strings differ, so that
+// timing does not leak the token a byte at a time.
+bool TokensEqual(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < b.size(); ++i)
+    diff |= static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^
+            static_cast<unsigned char>(b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
 class TcpStoreServer::Loop {
  public:
   Loop(base::UniqueFd listen, base::UniqueFd wake_read, std::string where,
@@ -39,10 +72,12 @@ class TcpStoreServer::Loop {
  private:
   struct Client {
     base::UniqueFd fd;
+    std::string peer;  // "10.0.0.2:41234", for the log.
     std::string in;
     std::string out;
-    bool blocked = false;  // a Get/Wait is pending: later frames wait
-    bool closing = false;  // close once `out` is flushed
+    bool blocked = false;        // a Get/Wait is pending: later frames wait
+    bool closing = false;        // close once `out` is flushed
+    bool authenticated = false;  // Its hello carried the token (if any).
   };
   struct Waiter {
     int client_id;
@@ -53,6 +88,12 @@ class TcpStoreServer::Loop {
   };
 
   void Accept();
+  // Logs a refused client (the first ten, then every thousandth: a flood of
+  // strangers must not flood the log too).
+  void Refused(const std::string& peer, absl::string_view why);
+  // With a token: whether this frame may be served (the hello that carries
+  // it, or any frame once it was carried). Refuses and closes otherwise.
+  bool Admit(Client& c, uint8_t type, absl::string_view payload);
   void ReadFrom(int id, Client& c);
   void WriteTo(Client& c);
   void ProcessFrames(int id, Client& c);
@@ -78,6 +119,7 @@ class TcpStoreServer::Loop {
   // deepens the stack.
   std::vector<int> resume_;
   int next_id_ = 0;
+  int64_t refused_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
@@ -184,17 +226,82 @@ void TcpStoreServer::Loop::Run() {
 
 void TcpStoreServer::Loop::Accept() {
   while (true) {
-    const int fd = ::accept4(listen_.get(), nullptr, nullptr,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&addr),
+                             &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       return;  // EAGAIN (no more), or a transient error: retry at the next
                // poll.
     base::UniqueFd owned(fd);
-    if (static_cast<int>(clients_.size()) >= options_.max_clients) continue;
+    const std::string peer = PeerName(addr);
+    if (static_cast<int>(clients_.size()) >= options_.max_clients) {
+      // Said, not just closed, so that the client's hello can tell a full
+      // server from a foreign one. Best effort: the socket is fresh.
+      std::string frame;
+      protocol::AppendFrame(
+          static_cast<uint8_t>(Reply::kProtocol),
+          protocol::Writer()
+              .Bytes(absl::StrCat("store server ", where_, ": ",
+                                  options_.max_clients,
+                                  " connections already, the limit"))
+              .data(),
+          &frame);
+      (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      Refused(peer, "too many connections");
+      continue;
+    }
     SetNoDelay(fd);
     Client& c = clients_[next_id_++];
     c.fd = std::move(owned);
+    c.peer = peer;
+    c.authenticated = options_.token.empty();
   }
+}
+
+void TcpStoreServer::Loop::Refused(const std::string& peer,
+                                   absl::string_view why) {
+  ++refused_;
+  if (refused_ > 10 && refused_ % 1000 != 0) return;
+  const std::string line =
+      absl::StrCat("store server ", where_, ": refused a connection from ",
+                   peer, ": ", why, " (", refused_, " refused so far)");
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+bool TcpStoreServer::Loop::Admit(Client& c, uint8_t type,
+                                 absl::string_view payload) {
+  if (c.authenticated) return true;
+  std::string why;
+  if (static_cast<Request>(type) != Request::kPing) {
+    why = "a request before the hello";
+  } else {
+    Reader r(payload);
+    // An empty payload is a hello without a token.
+    const absl::string_view token = payload.empty() ? "" : r.Bytes();
+    if (!r.Done()) {
+      why = "a malformed hello";
+    } else if (!TokensEqual(token, options_.token)) {
+      why = token.empty() ? "no token" : "a wrong token";
+    } else {
+      c.authenticated = true;
+      return true;
+    }
+  }
+  Refused(c.peer, why);
+  protocol_errors_->fetch_add(1);
+  SendError(c, Reply::kProtocol,
+            absl::StrCat("store server ", where_,
+                         ": this store needs the job's token (", why,
+                         "): set DTRAIN_STORE_TOKEN or DTRAIN_STORE_TOKEN_FILE "
+                         "to the same secret on every rank"));
+  c.closing = true;
+  c.in.clear();
+  return false;
 }
 
 void TcpStoreServer::Loop::ReadFrom(int id, Client& c) {
@@ -258,6 +365,7 @@ void TcpStoreServer::Loop::ProcessFrames(int id, Client& c) {
       return;  // Wait for the rest.
     const std::string payload = c.in.substr(protocol::kHeaderSize, h.length);
     c.in.erase(0, protocol::kHeaderSize + h.length);
+    if (!Admit(c, h.type, payload)) return;
     Handle(id, c, h.type, payload);
   }
 }
@@ -290,6 +398,7 @@ void TcpStoreServer::Loop::Handle(int id, Client& c, uint8_t type,
   };
   switch (static_cast<Request>(type)) {
     case Request::kPing:
+      if (!payload.empty()) (void)r.Bytes();  // The token, checked in Admit.
       if (!r.Done()) return malformed("ping");
       return SendReply(c, Reply::kOk, Writer().Bytes(where_).data());
     case Request::kSet: {

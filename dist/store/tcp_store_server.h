@@ -7,9 +7,10 @@
 // the cap) gets a kProtocol reply and that connection alone is closed; a
 // well-framed but malformed or unknown request gets a kInvalid reply and the
 // connection stays open. Memory per client is bounded by the payload cap;
-// clients over `max_clients` are closed at once. Blocking Get/Wait are answered
-// when their keys appear or, at the deadline the client sent, with kDeadline:
-// the server owns timeouts, so replies never arrive out of order.
+// clients over `max_clients` are told so and closed. With a token, only
+// clients that present it in their hello get any further. Blocking Get/Wait are
+// answered when their keys appear or, at the deadline the client sent, with
+// kDeadline: the server owns timeouts, so replies never arrive out of order.
 //
 // Thread safety: Start/port/destructor from one thread; the serving happens on
 // the internal thread.
@@ -18,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,7 +37,14 @@ struct TcpStoreServerOptions {
   // 0 picks a free port; TcpStoreServer::port() reports it.
   int port = 0;
   uint32_t max_payload_bytes = protocol::kDefaultMaxPayload;
+  // Connections beyond this are answered with a kProtocol error and closed.
   int max_clients = 4096;
+  // When set, a connection may do nothing but the hello until its hello
+  // carries this token; anything else is refused with a kProtocol error, the
+  // connection closed and the peer's address logged (docs/RELIABILITY.md).
+  std::string token;
+  // Where refusals are logged; stderr if unset.
+  std::function<void(const std::string&)> log;
 };
 
 class TcpStoreServer {

@@ -149,8 +149,8 @@ TEST(TcpStoreTest, ClientStartedBeforeServerConnectsWhenItComes) {
 
 // A listener that is not a dtrain store server: accepts one connection and
 // answers the hello with `reply` (nothing when empty), keeping the connection
-// open past the hello's second unless `close_at_once`. The client must give up within
-// about a second, saying what it found, however long its own timeout.
+// open past the hello's second unless `close_at_once`. The client must give up
+// within about a second, saying what it found, however long its own timeout.
 absl::Status ConnectToImpostor(const std::string& reply, bool close_at_once) {
   int port = 0;
   absl::StatusOr<base::UniqueFd> listener =
@@ -319,6 +319,105 @@ TEST(TcpStoreServerTest, UnknownRequestKeepsConnectionUsable) {
                                   absl::Now() + absl::Seconds(5))
                     .ok());
   }
+}
+
+// One raw request on a fresh connection, as a stranger would send it: the
+// reply's type and message, and whether the server closed the connection.
+struct RawReply {
+  uint8_t type = 255;
+  std::string message;
+  bool closed = false;
+};
+
+RawReply Raw(int port, const std::string& frames) {
+  RawReply out;
+  absl::StatusOr<base::UniqueFd> fd =
+      internal::ConnectOnce("127.0.0.1", port, absl::Now() + absl::Seconds(5));
+  if (!fd.ok()) return out;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  if (!internal::SendAll(fd->get(), frames.data(), frames.size(), deadline)
+           .ok())
+    return out;
+  char header[protocol::kHeaderSize];
+  if (!internal::RecvAll(fd->get(), header, sizeof(header), deadline).ok())
+    return out;
+  const protocol::Header h = protocol::DecodeHeader(header);
+  std::string rest(h.length, '\0');
+  if (!internal::RecvAll(fd->get(), rest.data(), rest.size(), deadline).ok())
+    return out;
+  out.type = h.type;
+  protocol::Reader r(rest);
+  out.message = std::string(r.Bytes());
+  // Closed: end of stream at once; open: nothing more within the wait.
+  char byte;
+  out.closed = internal::RecvAll(fd->get(), &byte, 1,
+                                 absl::Now() + absl::Milliseconds(300))
+                   .code() == absl::StatusCode::kUnavailable;
+  return out;
+}
+
+TEST(TcpStoreTokenTest, StrangersCannotReadWriteOrDelete) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.bind_host = "127.0.0.1";
+  o.port = 0;
+  o.is_server = true;
+  o.token = "s3cret";
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::shared_ptr<TcpStore>> job = TcpStore::Create(o);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Set("weights/url", "file:///job").ok());
+  const int port = (*job)->port();
+  using protocol::Request;
+  using protocol::Writer;
+  const auto frame = [](Request r, const std::string& payload) {
+    return Frame(static_cast<uint8_t>(r), payload);
+  };
+  const std::string get =
+      frame(Request::kGet, Writer().I64(100).Bytes("weights/url").data());
+  const std::string set =
+      frame(Request::kSet, Writer().Bytes("weights/url").Bytes("evil").data());
+  const std::string del =
+      frame(Request::kDelete, Writer().Bytes("weights/url").data());
+  const std::string hello_without = frame(Request::kPing, "");
+  const std::string hello_wrong =
+      frame(Request::kPing, Writer().Bytes("guess").data());
+  for (const std::string& attempt : {get, set, del, hello_without + get,
+                                     hello_wrong + set, hello_wrong + del}) {
+    RawReply r = Raw(port, attempt);
+    EXPECT_EQ(r.type, static_cast<uint8_t>(protocol::Reply::kProtocol));
+    EXPECT_THAT(r.message, HasSubstr("this store needs the job's token"));
+    EXPECT_TRUE(r.closed);
+  }
+  // Nothing was read, written or deleted.
+  EXPECT_EQ(*(*job)->Get("weights/url", absl::Seconds(5)), "file:///job");
+  // With the token, a raw client gets served.
+  RawReply ok =
+      Raw(port, frame(Request::kPing, Writer().Bytes("s3cret").data()));
+  EXPECT_EQ(ok.type, static_cast<uint8_t>(protocol::Reply::kOk));
+  EXPECT_FALSE(ok.closed);
+
+  // The project's client without the token, or with another, is told at once.
+  for (const std::string token : {"", "other"}) {
+    TcpStoreOptions c;
+    c.host = "127.0.0.1";
+    c.port = port;
+    c.token = token;
+    c.connect_timeout = absl::Seconds(60);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::shared_ptr<TcpStore>> stranger = TcpStore::Create(c);
+    ASSERT_FALSE(stranger.ok());
+    EXPECT_EQ(stranger.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(stranger.status().message(),
+                HasSubstr("set DTRAIN_STORE_TOKEN or DTRAIN_STORE_TOKEN_FILE"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
+  job->reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("refused a connection from 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr(": a request before the hello"));
+  EXPECT_THAT(log, HasSubstr(": a wrong token"));
+  EXPECT_THAT(log, HasSubstr(": no token"));
 }
 
 // Random byte streams, random valid-looking frames with corrupted fields, and
