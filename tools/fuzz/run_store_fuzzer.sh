@@ -18,7 +18,7 @@ fuzz_build "$out/tcp_store_server_fuzzer" dist/store/tcp_store_server_fuzzer.cc 
 python3 - "$out/corpus" <<'PY'
 import struct, sys
 def b(x): return struct.pack('<I', len(x)) + x
-def frame(t, payload): return struct.pack('<IBBHI', 0x5653544B, 1, t, 0, len(payload)) + payload
+def frame(t, payload): return struct.pack('<IBBHI', 0x5653544B, 2, t, 0, len(payload)) + payload
 seeds = {
     'ping': frame(1, b''), 'set': frame(2, b(b'k') + b(b'v')),
     'get': frame(2, b(b'k') + b(b'v')) + frame(3, struct.pack('<q', 10) + b(b'k')),
