@@ -83,6 +83,9 @@ struct Rank {
   bool running = false;
   int status = 0;
   bool killed = false;  // SIGKILL sent on its own (it was stopped).
+  // Since when it has been seen stopped without a break; InfiniteFuture when
+  // it is not stopped.
+  absl::Time stopped_since = absl::InfiniteFuture();
 
   std::string Name() const {
     return absl::StrCat("rank ", rank, " (local rank ", local_rank, ", pid ",
@@ -264,8 +267,9 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
       r.running = true;
     }
 
-    std::string failure;  // The first rank failure of this attempt.
-    int stop_signal = 0;  // A SIGINT/SIGTERM received and forwarded.
+    std::string failure;   // The first rank failure of this attempt.
+    int stop_signal = 0;   // A SIGINT/SIGTERM received and forwarded.
+    std::string finished;  // The first rank that exited 0.
     absl::Time kill_at = absl::InfiniteFuture();
     int running = static_cast<int>(ranks.size());
     while (running > 0) {
@@ -281,6 +285,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
         --running;
         // Anything the rank left in its process group goes with it.
         ::killpg(r.pid, SIGKILL);
+        if (!Failed(r.status) && finished.empty()) finished = r.Name();
         if (Failed(r.status) && failure.empty() && stop_signal == 0) {
           failure = absl::StrCat(r.Name(), " ", DescribeStatus(r.status));
           log << "[launch] " << failure;
@@ -290,6 +295,29 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
             kill_at = absl::Now() + o.failure_grace;
           }
           log << std::endl;
+        }
+      }
+      if (!finished.empty() && failure.empty() && stop_signal == 0) {
+        // Nothing else would end a rank stopped (SIGSTOP) once its peers have
+        // finished: no collective is left to time out. One that stays stopped
+        // for the grace period has failed the job.
+        const absl::Time now = absl::Now();
+        for (Rank& r : ranks) {
+          if (!r.running) continue;
+          if (!base::ProcessStopped(r.pid)) {
+            r.stopped_since = absl::InfiniteFuture();
+            continue;
+          }
+          if (r.stopped_since == absl::InfiniteFuture()) r.stopped_since = now;
+          if (now - r.stopped_since < o.failure_grace || !failure.empty())
+            continue;
+          failure = absl::StrCat(r.Name(), " stayed stopped (SIGSTOP?) for ",
+                                 absl::FormatDuration(o.failure_grace),
+                                 " after ", finished, " exited with code 0");
+          log << "[launch] " << failure << "; killing it" << std::endl;
+          ::killpg(r.pid, SIGKILL);
+          r.killed = true;
+          kill_at = now + o.failure_grace;
         }
       }
       if (g_stop_signal != 0 && stop_signal == 0) {

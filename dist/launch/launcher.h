@@ -12,10 +12,11 @@
 // When a rank fails (non-zero exit or a signal) the launcher stops the others
 // (SIGTERM, then SIGKILL after `failure_grace`; at once for a rank that is
 // stopped, by SIGSTOP say, which cannot act on SIGTERM) and reports which rank
-// failed and how. With max_restarts > 0 it then starts the whole group again (a
-// trainer resumes from its latest checkpoint). SIGINT and SIGTERM sent to the
-// launcher are forwarded to every rank; the launcher then waits `stop_timeout`
-// for them to exit.
+// failed and how. A rank still stopped `failure_grace` after another exited 0
+// has failed too: nothing else would end it. With max_restarts > 0 it then
+// starts the whole group again (a trainer resumes from its latest checkpoint).
+// SIGINT and SIGTERM sent to the launcher are forwarded to every rank; the
+// launcher then waits `stop_timeout` for them to exit.
 //
 // Run() installs SIGINT/SIGTERM/SIGCHLD handling for its duration; call it from
 // one thread at a time.
@@ -39,7 +40,8 @@ struct LaunchOptions {
   int master_port = 29500;
   int max_restarts = 0;
   // After a rank failed: how long the others get to exit after SIGTERM before
-  // SIGKILL. Short: they cannot finish the job without the failed rank.
+  // SIGKILL. Short: they cannot finish the job without the failed rank. Also
+  // how long a rank may stay stopped after another one finished.
   absl::Duration failure_grace = absl::Seconds(5);
   // After SIGINT/SIGTERM to the launcher, forwarded to the ranks: how long they
   // get to exit (a trainer writes a checkpoint first) before SIGKILL.

@@ -118,6 +118,35 @@ TEST(LauncherTest, StoppedRankIsKilledWithoutWaitingForTheGrace) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
+TEST(LauncherTest, RankStoppedAfterItsPeersFinishedFailsTheJob) {
+  // Rank 1 stops itself once rank 0 has exited 0: no collective is left to
+  // time out, so only the launcher can end it.
+  LaunchOptions o = Shell(2,
+                          "if [ \"$RANK\" = 0 ]; then exit 0; fi; "
+                          "sleep 0.3; kill -STOP $$; sleep 60");
+  o.failure_grace = absl::Milliseconds(500);
+  std::ostringstream log;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->summary, HasSubstr("rank 1 (local rank 1, pid "));
+  EXPECT_THAT(r->summary, HasSubstr("stayed stopped (SIGSTOP?) for 500ms "
+                                    "after rank 0 (local rank 0, pid "));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST(LauncherTest, RankStoppedForLessThanTheGraceIsLeftAlone) {
+  // Stopped briefly (as by a debugger) after rank 0 finished, then continued
+  // by its own child: the job succeeds.
+  LaunchOptions o = Shell(2,
+                          "if [ \"$RANK\" = 0 ]; then exit 0; fi; "
+                          "(sleep 0.5; kill -CONT $$) & kill -STOP $$; wait");
+  o.failure_grace = absl::Seconds(20);
+  LaunchResult r = MustRun(o);
+  EXPECT_EQ(r.exit_code, 0) << r.summary;
+}
+
 TEST(LauncherTest, NegativeDurationsAreRefused) {
   LaunchOptions o = Shell(1, "true");
   o.failure_grace = absl::Seconds(-1);
