@@ -133,8 +133,8 @@ stop_processes "${pids[@]}"
 pids=()
 
 # 3. Startup errors, each clear and quick.
-expect bad_url 5 "missing port" -- "$train" --dist_url=tcp://nohostport --world_size=2 --rank=0
-expect bad_rank 5 "rank=5" -- "$train" --dist_url=tcp://127.0.0.1:1 --world_size=2 --rank=5
+expect bad_url 15 "missing port" -- "$train" --dist_url=tcp://nohostport --world_size=2 --rank=0
+expect bad_rank 15 "rank=5" -- "$train" --dist_url=tcp://127.0.0.1:1 --world_size=2 --rank=5
 port=$(free_port)
 python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',$port)); s.listen(); time.sleep(60)" &
 holder=$!
