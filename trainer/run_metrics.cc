@@ -35,8 +35,15 @@ json ConfigJson(const TrainOptions& o) {
       {"lr", Optional(o.lr)},
       {"momentum", Optional(o.momentum)},
       {"weight_decay", Optional(o.weight_decay)},
+      {"lr_schedule", o.lr_schedule},
       {"lr_step_epochs", o.lr_step_epochs},
       {"lr_gamma", o.lr_gamma},
+      {"warmup_epochs", o.warmup_epochs},
+      {"accumulate_steps", o.accumulate_steps},
+      {"amp", o.amp},
+      {"clip_grad_norm", o.clip_grad_norm},
+      {"evaluate", o.evaluate},
+      {"fp16_allreduce", o.fp16_allreduce},
       {"seed", o.seed},
       {"dist_backend", o.dist_backend},
       {"dist_url", o.dist_url},
@@ -76,6 +83,9 @@ json EpochJson(const EpochMetrics& e) {
       {"val_top1", Optional(e.val_top1)},
       {"val_top5", Optional(e.val_top5)},
       {"val_seconds", e.val_seconds},
+      {"skipped_steps", e.skipped_steps},
+      {"grad_norm_mean", Optional(e.grad_norm_mean)},
+      {"loss_scale", Optional(e.loss_scale)},
   };
 }
 

@@ -60,6 +60,13 @@ struct EpochMetrics {
   absl::optional<double> val_top1;
   absl::optional<double> val_top5;
   double val_seconds = 0;  // rank 0's
+  // Optimizer steps skipped for non-finite float16 gradients (--amp=fp16).
+  int64_t skipped_steps = 0;
+  // The gradients' 2-norm before clipping, averaged over the epoch's steps
+  // (with --clip_grad_norm).
+  absl::optional<double> grad_norm_mean;
+  // The float16 loss scale at the epoch's end (--amp=fp16).
+  absl::optional<double> loss_scale;
 };
 
 struct RunMetrics {

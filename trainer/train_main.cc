@@ -83,6 +83,27 @@ ABSL_FLAG(double, weight_decay, -1,
 ABSL_FLAG(int64_t, lr_step_epochs, 30,
           "Multiply the learning rate by --lr_gamma every N epochs.");
 ABSL_FLAG(double, lr_gamma, 0.1, "See --lr_step_epochs.");
+ABSL_FLAG(std::string, lr_schedule, "step",
+          "step (x --lr_gamma every --lr_step_epochs) or cosine (to 0 over "
+          "--epochs, per step).");
+ABSL_FLAG(double, warmup_epochs, 0,
+          "Linear learning-rate warmup over this many epochs (fractions "
+          "allowed), per step.");
+ABSL_FLAG(int64_t, accumulate_steps, 1,
+          "Average gradients over N batches per optimizer step (effective "
+          "global batch: --batch_size x N x world size).");
+ABSL_FLAG(std::string, amp, "off",
+          "Mixed precision: off, bf16 (CPU or CUDA) or fp16 (CUDA, with loss "
+          "scaling).");
+ABSL_FLAG(double, clip_grad_norm, 0,
+          "Clip the gradients' total 2-norm to this before each step (0: "
+          "off).");
+ABSL_FLAG(bool, evaluate, false,
+          "Only validate the model from --init_state_dict, or from the "
+          "newest checkpoint with --checkpoint_dir --resume.");
+ABSL_FLAG(bool, fp16_allreduce, false,
+          "DDP sends gradients as float16 (half the bytes, about three "
+          "significant digits).");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of weights, shuffling and dropout.");
 ABSL_FLAG(std::string, dist_backend, "gloo",
           "gloo (CPU), nccl (CUDA) or shm (CPU, every rank on one host, "
@@ -245,6 +266,13 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
     o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.lr_step_epochs = absl::GetFlag(FLAGS_lr_step_epochs);
   o.lr_gamma = absl::GetFlag(FLAGS_lr_gamma);
+  o.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  o.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
+  o.accumulate_steps = absl::GetFlag(FLAGS_accumulate_steps);
+  o.amp = absl::GetFlag(FLAGS_amp);
+  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  o.evaluate = absl::GetFlag(FLAGS_evaluate);
+  o.fp16_allreduce = absl::GetFlag(FLAGS_fp16_allreduce);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.dist_backend = absl::GetFlag(FLAGS_dist_backend);
   o.dist_url = absl::GetFlag(FLAGS_dist_url);

@@ -121,6 +121,39 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.lr_step_epochs < 1) return Invalid("lr_step_epochs", "must be >= 1");
   if (!(o.lr_gamma > 0) || !std::isfinite(o.lr_gamma))
     return Invalid("lr_gamma", "must be a finite number > 0");
+  if (o.lr_schedule != "step" && o.lr_schedule != "cosine") {
+    return Invalid("lr_schedule",
+                   absl::StrCat("unknown schedule '", o.lr_schedule,
+                                "'; known: step, cosine"));
+  }
+  if (!(o.warmup_epochs >= 0) || !std::isfinite(o.warmup_epochs))
+    return Invalid("warmup_epochs", "must be a finite number >= 0");
+  if (o.lr_schedule == "cosine" &&
+      o.warmup_epochs >= static_cast<double>(*o.epochs)) {
+    return Invalid("warmup_epochs",
+                   absl::StrCat(o.warmup_epochs, " leaves none of the ",
+                                *o.epochs, " epoch(s) for the cosine decay"));
+  }
+  if (o.accumulate_steps < 1)
+    return Invalid("accumulate_steps", "must be >= 1");
+  if (o.amp != "off" && o.amp != "bf16" && o.amp != "fp16") {
+    return Invalid("amp", absl::StrCat("unknown precision '", o.amp,
+                                       "'; known: off, bf16, fp16"));
+  }
+  if (o.amp == "fp16" && o.device == "cpu") {
+    return Invalid("amp",
+                   "fp16 needs --device=cuda (LibTorch's CPU autocast is "
+                   "bfloat16's: use --amp=bf16)");
+  }
+  if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
+    return Invalid("clip_grad_norm", "must be a finite number >= 0 (0: off)");
+  if (o.evaluate && o.skip_validation)
+    return Invalid("evaluate", "only validates; drop --skip_validation");
+  if (o.evaluate && o.init_state_dict.empty() && !o.resume) {
+    return Invalid("evaluate",
+                   "needs weights: --init_state_dict, or --checkpoint_dir "
+                   "with --resume");
+  }
   if (o.dist_backend != "gloo" && o.dist_backend != "nccl" &&
       o.dist_backend != "shm") {
     return Invalid("dist_backend",

@@ -70,10 +70,30 @@ struct TrainOptions {
   absl::optional<double> lr;
   absl::optional<double> momentum;
   absl::optional<double> weight_decay;
-  // The step schedule (optim/lr_schedule.h): lr x lr_gamma every
-  // lr_step_epochs epochs.
+  // The learning-rate schedule (optim/lr_schedule.h), set per optimizer
+  // step: "step" (lr x lr_gamma every lr_step_epochs epochs) or "cosine" (to 0
+  // over the run's epochs), after a linear warmup over warmup_epochs
+  // (fractional allowed; 0: none).
+  std::string lr_schedule = "step";
   int64_t lr_step_epochs = 30;
   double lr_gamma = 0.1;
+  double warmup_epochs = 0;
+
+  // Training step (trainer/train_step.h). Micro-batches per optimizer step:
+  // gradients are averaged over accumulate_steps batches of batch_size
+  // before each step (DDP's no_sync on all but the last), so the effective
+  // global batch is batch_size * accumulate_steps * world_size. max_steps,
+  // checkpoint_every_steps and progress count optimizer steps.
+  int64_t accumulate_steps = 1;
+  // Mixed precision (trainer/amp.h): "off", "bf16" (CPU or CUDA autocast) or
+  // "fp16" (CUDA autocast with dynamic loss scaling).
+  std::string amp = "off";
+  // Clip the averaged gradients' total 2-norm to this before each step (0:
+  // no clipping).
+  double clip_grad_norm = 0;
+  // Only validate the model (loaded from init_state_dict, or from the newest
+  // checkpoint with resume) and report, as the tutorials' --evaluate.
+  bool evaluate = false;
   // Seeds the model's initial weights, the shuffle and the augmentations; the
   // same on every rank.
   uint64_t seed = 0;
@@ -97,6 +117,9 @@ struct TrainOptions {
   std::string device = "cpu";
   // DDP's gradient bucket caps, in MiB (PyTorch's bucket_cap_mb).
   double bucket_cap_mb = 25;
+  // DDP sends float32 gradients as float16, divided by the world size before
+  // the sum (PyTorch's fp16_compress_hook): half the bytes.
+  bool fp16_allreduce = false;
   // false trains every rank on its shard without averaging gradients: the
   // no-communication bound the experiment runner compares against. Not a
   // way to train a model.

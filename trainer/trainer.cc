@@ -29,11 +29,13 @@
 #include "models/state_dict/state_dict.h"
 #include "optim/adadelta.h"
 #include "optim/lr_schedule.h"
+#include "trainer/amp.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
+#include "trainer/train_step.h"
 #include "trainer/training_data.h"
 
 namespace dtrain::trainer {
@@ -116,9 +118,7 @@ absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
   return data::DataLoader::Create(dataset, std::move(sampler), transforms, l);
 }
 
-// Cross entropy works for both models: for the ConvNet, whose output is
-// already log-softmax, log_softmax changes nothing, so it equals the book's
-// nll_loss.
+// Cross entropy, as TrainStep computes it.
 at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
                 int64_t reduction) {
   return at::cross_entropy_loss(output, labels, {}, reduction);
@@ -168,6 +168,9 @@ class Run {
   absl::Status Resume();
   absl::StatusOr<bool> TrainEpoch(int64_t epoch, EpochMetrics* metrics);
   absl::Status Validate(EpochMetrics* metrics);
+  // --evaluate: one validation pass of the loaded weights, reported and
+  // written to the metrics file as the run's only epoch entry.
+  absl::StatusOr<TrainResult> Evaluate();
   // Rank 0 writes --save_state_dict (when set).
   absl::Status SaveStateDict();
   absl::Status SaveCheckpoint(const data::SamplerState& sampler, int64_t epoch,
@@ -189,14 +192,19 @@ class Run {
   absl::optional<TrainingData> data_;
   std::shared_ptr<models::Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  absl::optional<optim::StepLrSchedule> schedule_;
+  absl::optional<optim::LrSchedule> schedule_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::unique_ptr<TrainStep> step_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;
   absl::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<ProgressPrinter> progress_;
 
   int64_t start_epoch_ = 0;
+  // Loader batches in a whole epoch, and optimizer steps (accumulate_steps
+  // batches each, fewer for the last).
+  int64_t batches_per_epoch_ = 0;
+  int64_t steps_per_epoch_ = 0;
   int64_t global_step_ = 0;
   double best_top1_ = 0;
   bool first_step_done_ = false;
@@ -216,6 +224,8 @@ absl::Status Run::Setup() {
   DTRAIN_ASSIGN_OR_RETURN(c10::Device device,
                           TrainingDevice(o_, context_.cuda_device));
   device_ = device;
+  DTRAIN_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(o_.amp));
+  DTRAIN_RETURN_IF_ERROR(CheckPrecision(precision, device_));
 
   DTRAIN_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(o_));
   data_ = std::move(data);
@@ -244,12 +254,6 @@ absl::Status Run::Setup() {
   }
 
   DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o_, model_->parameters()));
-  // Created before a checkpoint is loaded, so that the base rates are the
-  // configured ones, not a decayed rate from the checkpoint.
-  DTRAIN_ASSIGN_OR_RETURN(
-      schedule_,
-      optim::StepLrSchedule::Create(
-          *optimizer_, optim::StepLrOptions{o_.lr_step_epochs, o_.lr_gamma}));
 
   const bool pin = device_.is_cuda();
   DTRAIN_ASSIGN_OR_RETURN(
@@ -258,6 +262,20 @@ absl::Status Run::Setup() {
   DTRAIN_ASSIGN_OR_RETURN(val_loader_,
                           MakeLoader(data_->val, data_->transforms, o_, world_,
                                      /*shuffle=*/false, pin));
+  batches_per_epoch_ = train_loader_->batches_left();
+  steps_per_epoch_ = std::max<int64_t>(
+      1, (batches_per_epoch_ + o_.accumulate_steps - 1) / o_.accumulate_steps);
+
+  // Created before a checkpoint is loaded, so that the base rates are the
+  // configured ones, not a decayed rate from the checkpoint.
+  optim::LrScheduleOptions lr;
+  DTRAIN_ASSIGN_OR_RETURN(lr.kind, optim::ParseLrScheduleKind(o_.lr_schedule));
+  lr.step = {o_.lr_step_epochs, o_.lr_gamma};
+  lr.epochs = *o_.epochs;
+  lr.warmup_epochs = o_.warmup_epochs;
+  lr.steps_per_epoch = steps_per_epoch_;
+  DTRAIN_ASSIGN_OR_RETURN(schedule_,
+                          optim::LrSchedule::Create(*optimizer_, lr));
 
   if (!o_.checkpoint_dir.empty() && rank0_) {
     DTRAIN_ASSIGN_OR_RETURN(
@@ -274,9 +292,16 @@ absl::Status Run::Setup() {
   // measures what the machine does with no communication at all.
   d.broadcast_buffers = o_.sync_gradients;
   d.timeout = o_.timeout;
+  d.fp16_compression = o_.fp16_allreduce;
   DTRAIN_ASSIGN_OR_RETURN(
       ddp_, ddp::DistributedDataParallel::Create(model_, backend_, d));
   ddp_->set_gradient_sync(o_.sync_gradients);
+  StepOptions step;
+  step.accumulate_steps = o_.accumulate_steps;
+  step.precision = precision;
+  step.clip_grad_norm = o_.clip_grad_norm;
+  step_ =
+      std::make_unique<TrainStep>(step, *model_, *ddp_, *optimizer_, device_);
   // One tensor for every step's stop vote (see TrainEpoch).
   if (context_.stop_requested != nullptr && o_.sync_gradients) {
     stop_flag_ =
@@ -292,10 +317,18 @@ absl::Status Run::Setup() {
   metrics_.parameters = models::NumParameters(*model_);
   Say(absl::StrFormat(
       "%s: %d parameters, %s, world size %d (%s), batch %d per process "
-      "(global %d), %d buckets%s",
+      "(global %d%s), %d buckets%s%s%s",
       o_.model, metrics_.parameters, device_.str(), world_.world_size,
       metrics_.backend, *o_.batch_size, *o_.batch_size * world_.world_size,
-      ddp_->buckets().size(),
+      o_.accumulate_steps > 1
+          ? absl::StrCat(
+                ", ", o_.accumulate_steps, " per step: effective ",
+                *o_.batch_size * world_.world_size * o_.accumulate_steps)
+          : "",
+      ddp_->buckets().size(), o_.fp16_allreduce ? " (float16 on the wire)" : "",
+      precision != Precision::kFloat32
+          ? absl::StrCat(", autocast ", PrecisionName(precision))
+          : "",
       o_.sync_gradients ? "" : ", gradient sync OFF (no-communication bound)"));
   return absl::OkStatus();
 }
@@ -330,7 +363,9 @@ absl::Status Run::Resume() {
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingState state,
       DecodeCheckpoint(bytes, *model_, *optimizer_, o_.model, *o_.optimizer));
-  DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
+  // Evaluation needs the weights only, on any number of ranks.
+  if (!o_.evaluate)
+    DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
   start_epoch_ = state.epoch;
   global_step_ = state.global_step;
   best_top1_ = state.best_top1;
@@ -381,25 +416,25 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   model_->train();
   AverageMeter batch_time, data_time, loss_meter, top1, top5;
   std::vector<double> step_seconds;
-  double exposed = 0;
-  int64_t correct1 = 0, correct5 = 0, examples = 0;
+  double exposed = 0, grad_norm_sum = 0;
+  int64_t correct1 = 0, correct5 = 0, examples = 0, skipped = 0;
   double loss_sum = 0;
+  const int64_t per_step = o_.accumulate_steps;
   const int64_t limit = o_.max_steps > 0 ? o_.max_steps - global_step_
                                          : std::numeric_limits<int64_t>::max();
-  const int64_t batches = std::min(train_loader_->batches_left(), limit);
-  progress_->StartEpoch(epoch, *o_.epochs, batches);
+  const int64_t batches_left = train_loader_->batches_left();
+  // Resumed inside an epoch: checkpoints fall on step boundaries.
+  const int64_t first_step = (batches_per_epoch_ - batches_left) / per_step;
+  const int64_t steps =
+      std::min((batches_left + per_step - 1) / per_step, limit);
+  progress_->StartEpoch(epoch, *o_.epochs, steps);
   const absl::Time epoch_start = absl::Now();
   absl::Time end = epoch_start;
-  for (int64_t b = 0; b < batches; ++b) {
-    DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
-                            train_loader_->Next());
-    if (!batch.has_value()) break;
-    const absl::Time got = absl::Now();
-    data_time.Update(absl::ToDoubleSeconds(got - end));
-    at::Tensor images = (batch)->images.to(device_, /*non_blocking=*/true);
-    at::Tensor labels = (batch)->labels.to(device_, /*non_blocking=*/true);
-    const int64_t n = labels.size(0);
-
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t micro_batches =
+        std::min(per_step, train_loader_->batches_left());
+    if (micro_batches == 0) break;
+    DTRAIN_RETURN_IF_ERROR(schedule_->SetStep(epoch, first_step + s));
     // The stop flag travels with the step: issued before the step's other
     // collectives, it is done long before the gradients are.
     std::shared_ptr<backend::Work> stop_vote;
@@ -407,22 +442,31 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       stop_flag_.fill_(context_.stop_requested->load() ? 1 : 0);
       stop_vote = backend_.AllReduce(stop_flag_, ReduceOp::kMax, "stop vote");
     }
-    torch::manual_seed(StepSeed(o_.seed, world_.rank, global_step_));
-    DTRAIN_RETURN_IF_ERROR(ddp_->PrepareForward());
-    optimizer_->zero_grad();
-    at::Tensor output;
-    at::Tensor loss;
-    try {
-      output = model_->forward(images);
-      loss = Loss(output, labels, at::Reduction::Mean);
-      loss.backward();
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat(
-          "epoch ", epoch, " batch ", b,
-          ": forward/backward failed: ", base::ExceptionMessage(e)));
+    DTRAIN_RETURN_IF_ERROR(step_->Begin(micro_batches));
+    double waited = 0;
+    for (int64_t j = 0; j < micro_batches; ++j) {
+      const absl::Time wait = absl::Now();
+      DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
+                              train_loader_->Next());
+      if (!batch.has_value()) {
+        return absl::InternalError(absl::StrCat("epoch ", epoch, " step ", s,
+                                                ": the loader ended early"));
+      }
+      const double wait_seconds = absl::ToDoubleSeconds(absl::Now() - wait);
+      waited += wait_seconds;
+      data_time.Update(wait_seconds);
+      at::Tensor images = batch->images.to(device_, /*non_blocking=*/true);
+      at::Tensor labels = batch->labels.to(device_, /*non_blocking=*/true);
+      // One seed per micro-batch: with accumulate_steps 1, per step.
+      torch::manual_seed(
+          StepSeed(o_.seed, world_.rank, global_step_ * per_step + j));
+      if (absl::Status st = step_->MicroBatch(images, labels); !st.ok()) {
+        return absl::Status(
+            st.code(), absl::StrCat("epoch ", epoch, " step ", s,
+                                    " micro-batch ", j, ": ", st.message()));
+      }
     }
-    DTRAIN_RETURN_IF_ERROR(ddp_->SynchronizeGradients());
-    optimizer_->step();
+    DTRAIN_ASSIGN_OR_RETURN(const StepOutcome outcome, step_->Finish());
     ++global_step_;
     if (!first_step_done_) {
       first_step_done_ = true;
@@ -432,23 +476,26 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     if (o_.sync_gradients)
       exposed +=
           absl::ToDoubleSeconds(ddp_->last_step_stats().exposed_communication);
+    if (outcome.grad_norm.has_value()) grad_norm_sum += *outcome.grad_norm;
+    if (outcome.skipped) ++skipped;
 
-    const double loss_value = loss.item<double>();
-    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
-    loss_sum += loss_value * n;
-    correct1 += correct[0];
-    correct5 += correct[1];
+    const int64_t n = outcome.examples;
+    const double loss_value = outcome.loss_sum / std::max<int64_t>(1, n);
+    loss_sum += outcome.loss_sum;
+    correct1 += outcome.correct1;
+    correct5 += outcome.correct5;
     examples += n;
     loss_meter.Update(loss_value, n);
-    top1.Update(100.0 * correct[0] / n, n);
-    top5.Update(100.0 * correct[1] / n, n);
+    top1.Update(100.0 * outcome.correct1 / std::max<int64_t>(1, n), n);
+    top5.Update(100.0 * outcome.correct5 / std::max<int64_t>(1, n), n);
     const absl::Time now = absl::Now();
     batch_time.Update(absl::ToDoubleSeconds(now - end));
-    step_seconds.push_back(absl::ToDoubleSeconds(now - got));
+    // The step's own time: without its waits for the loader.
+    step_seconds.push_back(absl::ToDoubleSeconds(now - end) - waited);
     end = now;
     if (rank0_) {
       BatchReport report;
-      report.batch = b;
+      report.batch = s;
       report.batch_time = &batch_time;
       report.data_time = &data_time;
       report.loss = &loss_meter;
@@ -494,7 +541,12 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   m->epoch = epoch;
   m->steps = static_cast<int64_t>(step_seconds.size());
   m->samples = static_cast<int64_t>(scores.examples);
-  m->lr = schedule_->LearningRate(epoch);
+  m->lr = schedule_->LearningRate(epoch, first_step);
+  m->skipped_steps = skipped;
+  if (o_.clip_grad_norm > 0 && !step_seconds.empty())
+    m->grad_norm_mean = grad_norm_sum / step_seconds.size();
+  if (const LossScaler* scaler = step_->loss_scaler(); scaler != nullptr)
+    m->loss_scale = scaler->scale();
   m->epoch_seconds = maxima[0];
   m->samples_per_second =
       m->epoch_seconds > 0 ? scores.examples / m->epoch_seconds : 0;
@@ -573,6 +625,25 @@ absl::Status Run::Validate(EpochMetrics* m) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<TrainResult> Run::Evaluate() {
+  if (metrics_.resumed_from.empty() && o_.init_state_dict.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--evaluate: no checkpoint in ", o_.checkpoint_dir, " to evaluate"));
+  }
+  EpochMetrics m;
+  m.epoch = start_epoch_;
+  DTRAIN_RETURN_IF_ERROR(Validate(&m));
+  best_top1_ = *m.val_top1;
+  Say(absl::StrFormat(
+      " * evaluation of %s: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (%.1f s)",
+      metrics_.resumed_from.empty() ? o_.init_state_dict
+                                    : metrics_.resumed_from,
+      *m.val_loss, *m.val_top1, *m.val_top5, m.val_seconds));
+  metrics_.epochs.push_back(m);
+  DTRAIN_RETURN_IF_ERROR(WriteMetrics());
+  return TrainResult{metrics_, model_};
+}
+
 void Run::UpdateRunTotals() {
   metrics_.best_top1 = best_top1_;
   metrics_.global_step = global_step_;
@@ -587,6 +658,7 @@ absl::Status Run::WriteMetrics() {
 
 absl::StatusOr<TrainResult> Run::Execute() {
   DTRAIN_RETURN_IF_ERROR(Setup());
+  if (o_.evaluate) return Evaluate();
   for (int64_t epoch = start_epoch_; epoch < *o_.epochs; ++epoch) {
     if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;
     train_loader_->SetEpoch(epoch);

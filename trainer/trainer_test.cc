@@ -26,78 +26,19 @@
 #include "models/state_dict/state_dict.h"
 #include "nlohmann/json.hpp"
 #include "trainer/rank_sync.h"
+#include "trainer/trainer_testing.h"
 
 namespace dtrain::trainer {
 namespace {
 
 using ::testing::HasSubstr;
 
-absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
-    int rank, int world_size, std::shared_ptr<store::Store> store) {
-  backend::GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.store = std::move(store);
-  o.hostname = "127.0.0.1";
-  o.timeout = absl::Seconds(60);
-  return backend::CreateGlooBackend(o);
-}
-
-TrainOptions SmallRun() {
-  TrainOptions o;
-  o.dataset = "synthetic";
-  o.synthetic_train_size = 384;
-  o.synthetic_val_size = 101;  // odd: the sampler pads, validation must not
-  o.synthetic_shape = {1, 12, 12};
-  o.batch_size = 16;
-  o.epochs = 2;
-  o.progress = ProgressStyle::kNone;
-  o.timeout = absl::Seconds(60);
-  return *ResolveDefaults(o);
-}
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-// Runs Train on `world_size` threads; returns each rank's result.
-std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
-    const TrainOptions& options, int world_size, std::ostream* log = nullptr,
-    int cuda_device = -1) {
-  std::vector<absl::StatusOr<TrainResult>> results(
-      world_size, absl::UnknownError("rank did not run"));
-  backend::testing::RunRanks(world_size, Gloo, [&](backend::Backend& b) {
-    rendezvous::World world;
-    world.rank = b.rank();
-    world.world_size = b.size();
-    world.local_rank = b.rank();
-    world.local_world_size = b.size();
-    TrainContext context;
-    context.cuda_device = cuda_device;
-    std::ostringstream quiet;
-    context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
-    results[b.rank()] = Train(options, world, b, context);
-  });
-  return results;
-}
-
-std::vector<torch::Tensor> Parameters(const TrainResult& r) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : r.model->named_parameters()) out.push_back(p.value());
-  for (const auto& p : r.model->named_buffers()) out.push_back(p.value());
-  return out;
-}
-
-void ExpectSameParameters(const TrainResult& a, const TrainResult& b) {
-  const std::vector<torch::Tensor> pa = Parameters(a);
-  const std::vector<torch::Tensor> pb = Parameters(b);
-  ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i)
-    EXPECT_TRUE(pa[i].equal(pb[i])) << "tensor " << i;
-}
+using testing::ExpectSameParameters;
+using testing::Gloo;
+using testing::Parameters;
+using testing::SmallRun;
+using testing::TempDir;
+using testing::TrainOnRanks;
 
 TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
   std::ostringstream log;

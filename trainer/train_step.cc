@@ -1,0 +1,114 @@
+#include "trainer/train_step.h"
+
+#include <ATen/Functions.h>
+#include <torch/nn/utils/clip_grad.h>
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/torch_guard.h"
+#include "trainer/meters.h"
+
+namespace dtrain::trainer {
+
+TrainStep::TrainStep(const StepOptions& options, models::Model& model,
+                     ddp::DistributedDataParallel& ddp,
+                     torch::optim::Optimizer& optimizer,
+                     const c10::Device& device)
+    : options_(options),
+      model_(model),
+      ddp_(ddp),
+      optimizer_(optimizer),
+      device_(device),
+      parameters_(model.parameters()) {
+  if (options.precision == Precision::kFloat16) scaler_.emplace();
+}
+
+absl::Status TrainStep::Begin(int64_t micro_batches) {
+  if (micro_batches_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a step of ", micro_batches_, " micro-batches is open (",
+                     done_, " done): finish it first"));
+  }
+  if (micro_batches < 1 || micro_batches > options_.accumulate_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step takes 1 to ", options_.accumulate_steps,
+                     " micro-batches, not ", micro_batches));
+  }
+  micro_batches_ = micro_batches;
+  done_ = 0;
+  outcome_ = StepOutcome{};
+  outcome_.loss_scale = scaler_.has_value() ? scaler_->scale() : 1.0;
+  optimizer_.zero_grad();
+  return absl::OkStatus();
+}
+
+absl::Status TrainStep::MicroBatch(const at::Tensor& images,
+                                   const at::Tensor& labels) {
+  if (done_ >= micro_batches_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "micro-batch ", done_ + 1, " of a step of ", micro_batches_));
+  }
+  const bool last = done_ + 1 == micro_batches_;
+  // All but the last accumulate locally; the last one's backward carries the
+  // allreduce of the sum.
+  absl::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
+  if (!last) no_sync.emplace(ddp_);
+  DTRAIN_RETURN_IF_ERROR(ddp_.PrepareForward());
+  at::Tensor output;
+  at::Tensor loss;
+  try {
+    {
+      AutocastGuard autocast(options_.precision, device_);
+      output = model_.forward(images);
+      // Cross entropy works for both built-in models: for the ConvNet, whose
+      // output is already log-softmax, log_softmax changes nothing, so it
+      // equals the book's nll_loss. Autocast runs it in float32.
+      loss = at::cross_entropy_loss(output, labels, {}, at::Reduction::Mean);
+    }
+    const double weight = outcome_.loss_scale / micro_batches_;
+    (weight == 1.0 ? loss : loss * weight).backward();
+  } catch (const std::exception& e) {
+    micro_batches_ = 0;
+    return absl::InternalError(
+        absl::StrCat("forward/backward failed: ", base::ExceptionMessage(e)));
+  }
+  const int64_t n = labels.size(0);
+  const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
+  outcome_.loss_sum += loss.item<double>() * n;
+  outcome_.examples += n;
+  outcome_.correct1 += correct[0];
+  outcome_.correct5 += correct[1];
+  ++done_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> TrainStep::Finish() {
+  if (micro_batches_ == 0 || done_ != micro_batches_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Finish after ", done_, " of ", micro_batches_, " micro-batches"));
+  }
+  micro_batches_ = 0;
+  DTRAIN_RETURN_IF_ERROR(ddp_.SynchronizeGradients());
+  try {
+    // The gradients are averaged over ranks: every rank finds the same
+    // non-finite values and clips by the same norm.
+    if (scaler_.has_value()) {
+      outcome_.skipped = scaler_->UnscaleAndCheck(parameters_);
+      scaler_->Update(outcome_.skipped);
+    }
+    if (options_.clip_grad_norm > 0 && !outcome_.skipped) {
+      outcome_.grad_norm = torch::nn::utils::clip_grad_norm_(
+          parameters_, options_.clip_grad_norm);
+    }
+    if (!outcome_.skipped) optimizer_.step();
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("optimizer step failed: ", base::ExceptionMessage(e)));
+  }
+  return outcome_;
+}
+
+}  // namespace dtrain::trainer

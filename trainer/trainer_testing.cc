@@ -1,0 +1,80 @@
+#include "trainer/trainer_testing.h"
+
+#include <filesystem>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dist/backend/backend_testing.h"
+#include "dist/backend/gloo/gloo_backend.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::trainer::testing {
+
+absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
+    int rank, int world_size, std::shared_ptr<store::Store> store) {
+  backend::GlooBackendOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.store = std::move(store);
+  o.hostname = "127.0.0.1";
+  o.timeout = absl::Seconds(60);
+  return backend::CreateGlooBackend(o);
+}
+
+TrainOptions SmallRun() {
+  TrainOptions o;
+  o.dataset = "synthetic";
+  o.synthetic_train_size = 384;
+  o.synthetic_val_size = 101;  // odd: the sampler pads, validation must not
+  o.synthetic_shape = {1, 12, 12};
+  o.batch_size = 16;
+  o.epochs = 2;
+  o.progress = ProgressStyle::kNone;
+  o.timeout = absl::Seconds(60);
+  return *ResolveDefaults(o);
+}
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
+    const TrainOptions& options, int world_size, std::ostream* log,
+    int cuda_device) {
+  std::vector<absl::StatusOr<TrainResult>> results(
+      world_size, absl::UnknownError("rank did not run"));
+  backend::testing::RunRanks(world_size, Gloo, [&](backend::Backend& b) {
+    rendezvous::World world;
+    world.rank = b.rank();
+    world.world_size = b.size();
+    world.local_rank = b.rank();
+    world.local_world_size = b.size();
+    TrainContext context;
+    context.cuda_device = cuda_device;
+    std::ostringstream quiet;
+    context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
+    results[b.rank()] = Train(options, world, b, context);
+  });
+  return results;
+}
+
+std::vector<at::Tensor> Parameters(const TrainResult& r) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : r.model->named_parameters()) out.push_back(p.value());
+  for (const auto& p : r.model->named_buffers()) out.push_back(p.value());
+  return out;
+}
+
+void ExpectSameParameters(const TrainResult& a, const TrainResult& b) {
+  const std::vector<at::Tensor> pa = Parameters(a);
+  const std::vector<at::Tensor> pb = Parameters(b);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(pa[i].equal(pb[i])) << "tensor " << i;
+}
+
+}  // namespace dtrain::trainer::testing
