@@ -32,9 +32,11 @@
 #include "trainer/amp.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/evaluation.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
+#include "trainer/run_parts.h"
 #include "trainer/train_step.h"
 #include "trainer/training_data.h"
 
@@ -52,103 +54,6 @@ uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
   return (z ^ (z >> 31)) >> 1;  // manual_seed takes it as uint64; keep < 2^63
-}
-
-// The device the caller chose (TrainContext::cuda_device), checked against
-// the options: the choice itself is made once, before the backend exists.
-absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
-                                           int cuda_device) {
-  if (o.device == "cpu") {
-    if (cuda_device < 0) return c10::Device(c10::kCPU);
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=cpu, but TrainContext::cuda_device is ",
-                     cuda_device, " (leave it -1 for the CPU)"));
-  }
-  if (cuda_device < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device=", o.device,
-        ": TrainContext::cuda_device is not set; choose it with "
-        "ChooseCudaDevice and make it current before creating the backend"));
-  }
-  if (!torch::cuda::is_available() ||
-      cuda_device >= static_cast<int>(torch::cuda::device_count())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", o.device, ": cuda:", cuda_device,
-        " is not usable from LibTorch (it sees ",
-        torch::cuda::is_available() ? torch::cuda::device_count() : 0,
-        " CUDA devices; a CPU-only LibTorch sees none)"));
-  }
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
-}
-
-absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
-    const TrainOptions& o, std::vector<torch::Tensor> params) {
-  if (*o.optimizer == "sgd") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
-        std::move(params), torch::optim::SGDOptions(*o.lr)
-                               .momentum(*o.momentum)
-                               .weight_decay(*o.weight_decay)));
-  }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::move(params));
-  DTRAIN_ASSIGN_OR_RETURN(
-      std::unique_ptr<optim::Adadelta> adadelta,
-      optim::Adadelta::Create(
-          std::move(groups),
-          optim::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay)));
-  return std::unique_ptr<torch::optim::Optimizer>(std::move(adadelta));
-}
-
-absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
-    const data::Dataset& dataset, const data::TransformPipeline& transforms,
-    const TrainOptions& o, const rendezvous::World& world, bool shuffle,
-    bool pin_memory) {
-  data::DistributedSamplerOptions s;
-  s.num_replicas = world.world_size;
-  s.rank = world.rank;
-  s.shuffle = shuffle;
-  s.seed = o.seed;
-  DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
-                          data::DistributedSampler::Create(dataset.size(), s));
-  data::LoaderOptions l;
-  l.batch_size = *o.batch_size;
-  l.num_workers = o.workers;
-  l.seed = o.seed;
-  l.pin_memory = pin_memory;
-  return data::DataLoader::Create(dataset, std::move(sampler), transforms, l);
-}
-
-// Cross entropy, as TrainStep computes it.
-at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
-                int64_t reduction) {
-  return at::cross_entropy_loss(output, labels, {}, reduction);
-}
-
-// Everything one run holds, built by Setup and used by the loop.
-// Loss and top-1/top-5 accuracy over every rank's examples, from exact sums
-// of each rank's totals (one allreduce).
-struct Scores {
-  double loss = 0;
-  double top1 = 0;  // percent
-  double top5 = 0;  // percent
-  double examples = 0;
-};
-
-absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
-                                       const c10::Device& device,
-                                       absl::Duration timeout, double loss_sum,
-                                       int64_t correct1, int64_t correct5,
-                                       int64_t examples) {
-  DTRAIN_ASSIGN_OR_RETURN(
-      std::vector<double> sums,
-      AllReduceValues(
-          backend,
-          {loss_sum, static_cast<double>(correct1),
-           static_cast<double>(correct5), static_cast<double>(examples)},
-          ReduceOp::kSum, device, timeout));
-  const double total = std::max(1.0, sums[3]);
-  return Scores{sums[0] / total, 100.0 * sums[1] / total,
-                100.0 * sums[2] / total, sums[3]};
 }
 
 class Run {
@@ -567,61 +472,14 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
 
 absl::Status Run::Validate(EpochMetrics* m) {
   const absl::Time start = absl::Now();
-  model_->eval();
-  at::NoGradGuard no_grad;
-  val_loader_->SetEpoch(0);
-  const int64_t n_total = data_->val.size();
-  double loss_sum = 0;
-  int64_t correct1 = 0, correct5 = 0, examples = 0;
-  for (;;) {
-    DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
-                            val_loader_->Next());
-    if (!batch.has_value()) break;
-    const data::Batch& b = *batch;
-    // The sampler pads the last round with repeats so that every rank gets as
-    // many examples; slots past the dataset's end are those repeats, and are
-    // left out so that every test example counts exactly once.
-    std::vector<int64_t> keep;
-    for (int64_t j = 0; j < b.labels.size(0); ++j) {
-      if (val_loader_->sampler().GlobalSlot(b.position + j) < n_total)
-        keep.push_back(j);
-    }
-    if (keep.empty()) continue;
-    at::Tensor images = b.images;
-    at::Tensor labels = b.labels;
-    if (static_cast<int64_t>(keep.size()) < labels.size(0)) {
-      const at::Tensor index = at::tensor(keep, at::kLong);
-      images = images.index_select(0, index);
-      labels = labels.index_select(0, index);
-    }
-    images = images.to(device_, true);
-    labels = labels.to(device_, true);
-    at::Tensor output;
-    try {
-      output = model_->forward(images);
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("validation forward failed: ",
-                                              base::ExceptionMessage(e)));
-    }
-    loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
-    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
-    correct1 += correct[0];
-    correct5 += correct[1];
-    examples += labels.size(0);
-  }
   DTRAIN_ASSIGN_OR_RETURN(
       const Scores scores,
-      ScoresOverRanks(backend_, device_, o_.timeout, loss_sum, correct1,
-                      correct5, examples));
+      EvaluateOnRanks(*model_, *val_loader_, data_->val.size(), backend_,
+                      device_, o_.timeout));
   m->val_loss = scores.loss;
   m->val_top1 = scores.top1;
   m->val_top5 = scores.top5;
   m->val_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (static_cast<int64_t>(scores.examples) != n_total) {
-    return absl::InternalError(absl::StrCat("validation counted ",
-                                            scores.examples,
-                                            " examples, expected ", n_total));
-  }
   return absl::OkStatus();
 }
 

@@ -1,0 +1,103 @@
+#include "trainer/evaluation.h"
+
+#include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/torch_guard.h"
+#include "trainer/meters.h"
+#include "trainer/rank_sync.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using backend::ReduceOp;
+
+// Cross entropy, as TrainStep computes it.
+at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
+                int64_t reduction) {
+  return at::cross_entropy_loss(output, labels, {}, reduction);
+}
+
+}  // namespace
+
+absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
+                                       const c10::Device& device,
+                                       absl::Duration timeout, double loss_sum,
+                                       int64_t correct1, int64_t correct5,
+                                       int64_t examples) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> sums,
+      AllReduceValues(
+          backend,
+          {loss_sum, static_cast<double>(correct1),
+           static_cast<double>(correct5), static_cast<double>(examples)},
+          ReduceOp::kSum, device, timeout));
+  const double total = std::max(1.0, sums[3]);
+  return Scores{sums[0] / total, 100.0 * sums[1] / total,
+                100.0 * sums[2] / total, sums[3]};
+}
+
+absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
+                                       data::DataLoader& loader,
+                                       int64_t dataset_size,
+                                       backend::Backend& backend,
+                                       const c10::Device& device,
+                                       absl::Duration timeout) {
+  model.eval();
+  at::NoGradGuard no_grad;
+  loader.SetEpoch(0);
+  double loss_sum = 0;
+  int64_t correct1 = 0, correct5 = 0, examples = 0;
+  for (;;) {
+    DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch, loader.Next());
+    if (!batch.has_value()) break;
+    const data::Batch& b = *batch;
+    // The sampler pads the last round with repeats so that every rank gets as
+    // many examples; slots past the dataset's end are those repeats, and are
+    // left out so that every example counts exactly once.
+    std::vector<int64_t> keep;
+    for (int64_t j = 0; j < b.labels.size(0); ++j) {
+      if (loader.sampler().GlobalSlot(b.position + j) < dataset_size)
+        keep.push_back(j);
+    }
+    if (keep.empty()) continue;
+    at::Tensor images = b.images;
+    at::Tensor labels = b.labels;
+    if (static_cast<int64_t>(keep.size()) < labels.size(0)) {
+      const at::Tensor index = at::tensor(keep, at::kLong);
+      images = images.index_select(0, index);
+      labels = labels.index_select(0, index);
+    }
+    images = images.to(device, true);
+    labels = labels.to(device, true);
+    at::Tensor output;
+    try {
+      output = model.forward(images);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("validation forward failed: ",
+                                              base::ExceptionMessage(e)));
+    }
+    loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
+    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
+    correct1 += correct[0];
+    correct5 += correct[1];
+    examples += labels.size(0);
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const Scores scores,
+                          ScoresOverRanks(backend, device, timeout, loss_sum,
+                                          correct1, correct5, examples));
+  if (static_cast<int64_t>(scores.examples) != dataset_size) {
+    return absl::InternalError(
+        absl::StrCat("validation counted ", scores.examples,
+                     " examples, expected ", dataset_size));
+  }
+  return scores;
+}
+
+}  // namespace dtrain::trainer

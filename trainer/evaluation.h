@@ -1,0 +1,50 @@
+// The validation pass: loss and top-1/top-5 accuracy of a model over a split
+// that the ranks share through their DistributedSampler, every example
+// counted exactly once (the sampler's padding left out) and the totals summed
+// exactly over ranks.
+//
+// Collective: every rank calls with its own loader over the same split, in
+// the same order relative to its other collectives.
+#ifndef DTRAIN_TRAINER_EVALUATION_H_
+#define DTRAIN_TRAINER_EVALUATION_H_
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "data/loader.h"
+#include "dist/backend/backend.h"
+#include "models/model.h"
+
+namespace dtrain::trainer {
+
+// Over every rank's examples.
+struct Scores {
+  double loss = 0;  // mean per example
+  double top1 = 0;  // percent
+  double top5 = 0;  // percent
+  double examples = 0;
+};
+
+// Scores from this rank's sums (one allreduce).
+absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
+                                       const c10::Device& device,
+                                       absl::Duration timeout, double loss_sum,
+                                       int64_t correct1, int64_t correct5,
+                                       int64_t examples);
+
+// Puts the model in eval mode and runs the loader's epoch 0 through it
+// without gradients. kInternal when the model throws, or when the ranks
+// together did not count `dataset_size` examples; backend errors as they are.
+absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
+                                       data::DataLoader& loader,
+                                       int64_t dataset_size,
+                                       backend::Backend& backend,
+                                       const c10::Device& device,
+                                       absl::Duration timeout);
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_EVALUATION_H_
