@@ -31,6 +31,7 @@
 #include "optim/lr_schedule.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/live_report.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
@@ -195,6 +196,7 @@ class Run {
   std::unique_ptr<data::DataLoader> val_loader_;
   absl::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<ProgressPrinter> progress_;
+  std::unique_ptr<LiveReport> live_;
 
   int64_t start_epoch_ = 0;
   int64_t global_step_ = 0;
@@ -216,6 +218,21 @@ absl::Status Run::Setup() {
   DTRAIN_ASSIGN_OR_RETURN(c10::Device device,
                           TrainingDevice(o_, context_.cuda_device));
   device_ = device;
+  // Before any collective: a busy port fails this rank at once.
+  DTRAIN_ASSIGN_OR_RETURN(
+      live_,
+      LiveReport::Create(o_, {world_.rank, world_.world_size, world_.local_rank,
+                              o_.model, std::string(backend_.name())}));
+  if (const std::string url = live_->metrics_url(); !url.empty()) {
+    const std::string line =
+        absl::StrCat("[rank ", world_.rank, "] live metrics on ", url);
+    if (rank0_) {
+      metrics_.metrics_url = url;
+      Say(line);
+    } else if (context_.log != nullptr) {
+      *context_.log << line << std::endl;
+    }
+  }
 
   DTRAIN_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(o_));
   data_ = std::move(data);
@@ -389,6 +406,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   const int64_t batches = std::min(train_loader_->batches_left(), limit);
   progress_->StartEpoch(epoch, *o_.epochs, batches);
   const absl::Time epoch_start = absl::Now();
+  live_->StartEpoch(epoch, schedule_->LearningRate(epoch), epoch_start);
   absl::Time end = epoch_start;
   for (int64_t b = 0; b < batches; ++b) {
     DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch,
@@ -429,9 +447,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       metrics_.startup_seconds =
           absl::ToDoubleSeconds(absl::Now() - context_.start);
     }
-    if (o_.sync_gradients)
-      exposed +=
-          absl::ToDoubleSeconds(ddp_->last_step_stats().exposed_communication);
+    const double step_exposed =
+        o_.sync_gradients ? absl::ToDoubleSeconds(
+                                ddp_->last_step_stats().exposed_communication)
+                          : 0.0;
+    exposed += step_exposed;
 
     const double loss_value = loss.item<double>();
     const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
@@ -446,6 +466,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     batch_time.Update(absl::ToDoubleSeconds(now - end));
     step_seconds.push_back(absl::ToDoubleSeconds(now - got));
     end = now;
+    DTRAIN_RETURN_IF_ERROR(live_->Step(
+        b,
+        {step_seconds.back(), data_time.last(), step_exposed, n, loss_value,
+         /*samples_per_second=*/0, global_step_},
+        now));
     if (rank0_) {
       BatchReport report;
       report.batch = b;
@@ -595,6 +620,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
                         *o_.epochs, schedule_->LearningRate(epoch)));
     EpochMetrics m;
     DTRAIN_ASSIGN_OR_RETURN(bool stopped, TrainEpoch(epoch, &m));
+    DTRAIN_RETURN_IF_ERROR(live_->EndEpoch(m, global_step_));
     Say(absl::StrFormat(
         "epoch %d: loss %.4f  top1 %.2f%%  top5 %.2f%%  %.1f s  %.0f "
         "samples/s  (data %.2f s, exposed communication %.2f s)",
