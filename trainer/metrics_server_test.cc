@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/posix_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -84,6 +86,45 @@ TEST(MetricsServerTest, ABusyPortIsNamed) {
   EXPECT_THAT(second.status().message(), HasSubstr("Address already in use"));
   // The first one still serves its own metrics.
   EXPECT_THAT(Scrape(port), HasSubstr("test_things_total{rank=\"0\"} 1"));
+}
+
+// Sends `request` and returns the whole response.
+std::string Ask(int port, const std::string& request) {
+  base::UniqueFd fd = Connect(port);
+  if (!fd.valid() || base::WriteFull(fd.get(), request) != 0) return "";
+  std::string response;
+  base::ReadToEnd(fd.get(), &response);
+  return response;
+}
+
+TEST(MetricsServerTest, OtherPathsAndMethodsAreRefused) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1", 0, OneCounter(1));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_THAT(Ask(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+              HasSubstr("404 Not Found"));
+  EXPECT_THAT(Ask(port, "POST /metrics HTTP/1.1\r\n\r\n"),
+              HasSubstr("405 Method Not Allowed"));
+  // Prometheus's scrape: HTTP/1.1 with headers, and a query string is fine.
+  const std::string ok =
+      Ask(port,
+          "GET /metrics?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: "
+          "text/plain\r\nAccept-Encoding: gzip\r\n\r\n");
+  EXPECT_THAT(ok, HasSubstr("200 OK"));
+  EXPECT_THAT(ok, HasSubstr("Content-Type: text/plain; version=0.0.4"));
+  EXPECT_THAT(ok, HasSubstr("test_things_total{rank=\"0\"} 1"));
+}
+
+TEST(MetricsServerTest, ASilentClientDoesNotHoldUpTheEnd) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1", 0, OneCounter(1));
+  ASSERT_TRUE(server.ok()) << server.status();
+  base::UniqueFd silent = Connect((*server)->port());
+  ASSERT_TRUE(silent.valid());
+  const absl::Time start = absl::Now();
+  server->reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
 TEST(MetricsServerTest, BadArgumentsAreRefused) {
