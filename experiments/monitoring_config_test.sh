@@ -3,8 +3,13 @@
 # dashboard parses and each of its panels queries the provisioned datasource (uid dtrain-prometheus)
 # with a real expression, and the provisioning files name that datasource and a dashboard folder.
 #
-# Usage: monitoring_config_test.sh [FILE...]   (the files of //experiments:monitoring_files; without
-# arguments, those under grafana/ and monitoring/ next to this script)
+# Every metric name a dashboard's queries use (ddp_..., dtrain_train_...) must be one the code exports:
+# a name registered in the exporters' sources (experiments/prometheus_export.cc for the sweep,
+# trainer/live_metrics.cc for a training), with a histogram's _bucket, _sum and _count.
+#
+# Usage: monitoring_config_test.sh [FILE...]   (the files of //experiments:monitoring_files and the
+# exporters' sources; without arguments, those under grafana/ and monitoring/ next to this script
+# and the two exporters in this checkout)
 set -uo pipefail
 
 # The library: from the runfiles under Bazel, from this checkout when run by hand.
@@ -14,20 +19,23 @@ files=("$@")
 if [[ ${#files[@]} -eq 0 ]]; then
   here=$(dirname "$0")
   mapfile -t files < <(find "$here/grafana" "$here/monitoring" -type f 2>/dev/null | sort)
+  files+=("$here/prometheus_export.cc" "$here/../trainer/live_metrics.cc")
 fi
-prometheus_ymls=() dashboards=() datasources=() providers=()
+prometheus_ymls=() dashboards=() datasources=() providers=() exporters=()
 for f in "${files[@]}"; do
   case "$f" in
     */monitoring/prometheus.yml) prometheus_ymls+=("$f") ;;
     */grafana/dashboards/*.json) dashboards+=("$f") ;;
     */grafana/provisioning/datasources/*.yml) datasources+=("$f") ;;
     */grafana/provisioning/dashboards/*.yml) providers+=("$f") ;;
+    */prometheus_export.cc | */live_metrics.cc) exporters+=("$f") ;;
   esac
 done
 [[ ${#prometheus_ymls[@]} -eq 1 ]] || fail "want one monitoring/prometheus.yml, got ${#prometheus_ymls[@]}"
 [[ ${#dashboards[@]} -ge 1 ]] || fail "no dashboard JSON under grafana/dashboards/"
 [[ ${#datasources[@]} -ge 1 ]] || fail "no datasource under grafana/provisioning/datasources/"
 [[ ${#providers[@]} -ge 1 ]] || fail "no dashboard provider under grafana/provisioning/dashboards/"
+[[ ${#exporters[@]} -eq 2 ]] || fail "want the two exporters' sources, got ${#exporters[@]}"
 
 # 1. Prometheus's config: valid, and scraping the Pushgateway with the pushed labels kept.
 if command -v promtool >/dev/null 2>&1; then
@@ -40,6 +48,7 @@ fi
 for f in "${prometheus_ymls[@]}"; do
   grep -q 'localhost:9091' "$f" || fail "$f: does not scrape the Pushgateway at localhost:9091"
   grep -q 'localhost:9464' "$f" || fail "$f: does not scrape the sweep's --metrics_port 9464"
+  grep -q 'localhost:9465' "$f" || fail "$f: does not scrape train's --metrics_port 9465"
   grep -q 'honor_labels: true' "$f" || fail "$f: no honor_labels: true (the pushed job label is lost)"
 done
 
@@ -115,5 +124,50 @@ sys.exit(1 if problems else 0)
 PY
   ) || fail "$f:"$'\n'"$out"
 done
+
+# 4. Every metric a dashboard names is exported: the names registered in the exporters' sources
+# (string literals starting ddp_ or dtrain_train_), a histogram's with its three series.
+out=$(python3 - "${exporters[@]}" -- "${dashboards[@]}" <<'PY'
+import json, re, sys
+
+args = sys.argv[1:]
+sources, dashboards = args[:args.index("--")], args[args.index("--") + 1:]
+exported = set()
+for path in sources:
+    text = open(path).read()
+    names = set(re.findall(r'"((?:ddp|dtrain_train)_[a-z0-9_]+)"', text))
+    if not names:
+        print(f"{path}: no metric name found")
+    exported |= names
+    for name in re.findall(r'BuildHistogram\(\)\s*\.Name\("(\w+)"\)', text):
+        exported.update(name + s for s in ("_bucket", "_sum", "_count"))
+
+
+def walk(panels):
+    for p in panels:
+        yield p
+        yield from walk(p.get("panels", []))
+
+
+problems = []
+for path in dashboards:
+    dash = json.load(open(path))
+    exprs = [t.get("expr", "") for p in walk(dash.get("panels", [])) for t in p.get("targets", [])]
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        exprs.append(q.get("query", "") if isinstance(q, dict) else (q or ""))
+    used = set()
+    for e in exprs:
+        # Names outside label matchers and strings: drop {...} and "..." first.
+        bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', e)
+        used.update(re.findall(r'\b((?:ddp|dtrain_train)_[a-z0-9_]+)\b', bare))
+    if not used:
+        problems.append(f"{path}: no ddp_ or dtrain_train_ metric in any query")
+    for name in sorted(used - exported):
+        problems.append(f"{path}: {name} is not exported by {', '.join(sources)}")
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+PY
+) || fail "dashboard metric names:"$'\n'"$out"
 
 finish

@@ -3,13 +3,18 @@
 # Pushgateway, Prometheus scrapes the gateway, and every query of the Grafana dashboard must return
 # data for that run, for both of its process counts (world_size 1 and 2). Also checks the pushed
 # text with promtool and the metric names, types and labels that the dashboard relies on.
+# Then a training's live metrics: two ranks under the launcher serve /metrics (train
+# --metrics_port=0 --metrics_ranks=all), Prometheus scrapes both, their series carry rank labels and
+# sane values, and every query of the training dashboard returns data for ranks 0 and 1.
 #
-# Usage: monitoring_test.sh [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML]
+# Usage: monitoring_test.sh [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML
+#                           [TRAIN_BINARY LAUNCH_BINARY TRAINING_DASHBOARD_JSON]]
 #   --fake_push (or FAKE_PUSH=1)  push a hand-written exposition instead of running the sweep, so the
 #                                 dashboard part can be checked without the binary
 #   PROMETHEUS_YML                experiments/monitoring/prometheus.yml (or its folder): Prometheus
 #                                 starts from it, its targets moved to this test's ports; without
 #                                 it, a minimal config scraping the gateway is generated
+#   TRAIN_BINARY ...              the training part runs only when these three are given
 # Skips (exit 0) only when prometheus, prometheus-pushgateway or promtool is not installed.
 set -uo pipefail
 
@@ -19,12 +24,16 @@ if [[ ${1:-} == --fake_push ]]; then
   shift
 fi
 if [[ $# -lt 2 ]]; then
-  echo "usage: $0 [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML]" >&2
+  echo "usage: $0 [--fake_push] SCALING_BINARY DASHBOARD_JSON [PROMETHEUS_YML" \
+    "[TRAIN_BINARY LAUNCH_BINARY TRAINING_DASHBOARD_JSON]]" >&2
   exit 2
 fi
 scaling=$1
 dashboard=$2
 template=${3:-}
+train=${4:-}
+launch=${5:-}
+train_dashboard=${6:-}
 [[ -z $template || -f $template ]] || template=$template/prometheus.yml
 
 # The library: from the runfiles under Bazel, from this checkout when run by hand.
@@ -173,7 +182,7 @@ def wait_scraped(prom, gateway_metrics, run_id, deadline_s):
     return 1
 
 
-VARIABLES = {"run_id": None, "backend": ".*", "model": ".*", "implementation": ".*",
+VARIABLES = {"run_id": None, "backend": ".*", "model": ".*", "implementation": ".*", "rank": ".*",
              "__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600",
              "__range_ms": "3600000", "__interval_ms": "15000"}
 
@@ -193,7 +202,9 @@ def walk(panels):
         yield from walk(p.get("panels", []))
 
 
-def check_dashboard(prom, path, run_id):
+def check_dashboard(prom, path, run_id, label="world_size", want="1,2"):
+    """Every query returns finite data; series that carry `label` cover each value in `want`."""
+    want = set(want.split(","))
     dash = json.load(open(path))
     failed = checked = 0
     for p in walk(dash.get("panels", [])):
@@ -215,11 +226,11 @@ def check_dashboard(prom, path, run_id):
             else:
                 series = result if isinstance(result[0], dict) else [{"metric": {}, "value": result}]
                 bad = [s for s in series if not math.isfinite(float(s["value"][1]))]
-                sizes = {s["metric"]["world_size"] for s in series if "world_size" in s["metric"]}
+                sizes = {s["metric"][label] for s in series if label in s["metric"]}
                 if bad:
                     problem = f"non-finite value(s): {bad[:3]}"
-                elif any("world_size" in s["metric"] for s in series) and not {"1", "2"} <= sizes:
-                    problem = f"world_size {sorted(sizes)} in the result, want 1 and 2"
+                elif any(label in s["metric"] for s in series) and not want <= sizes:
+                    problem = f"{label} {sorted(sizes)} in the result, want {sorted(want)}"
             if problem:
                 failed += 1
                 print(f"FAIL [{p.get('title')}] {t.get('refId')}: {problem}\n  expr: {expr}")
@@ -245,6 +256,78 @@ def check_dashboard(prom, path, run_id):
         print(f"FAIL no query found in {path}")
         return 1
     return 1 if failed else 0
+
+
+# The trainer's live families (docs/MONITORING.md) and their types.
+LIVE = {
+    "dtrain_train_step_duration_seconds": "histogram",
+    "dtrain_train_steps_total": "counter",
+    "dtrain_train_samples_total": "counter",
+    "dtrain_train_data_wait_seconds_total": "counter",
+    "dtrain_train_exposed_communication_seconds_total": "counter",
+    "dtrain_train_samples_per_second": "gauge",
+    "dtrain_train_loss": "gauge",
+    "dtrain_train_learning_rate": "gauge",
+    "dtrain_train_epoch": "gauge",
+    "dtrain_train_global_step": "gauge",
+}
+
+
+def wait_live(prom, run_id, ranks, deadline_s):
+    """Until Prometheus holds at least 3 scrapes of every rank's step counter (enough for rate())."""
+    want = set(ranks.split(","))
+    expr = f'count_over_time(dtrain_train_steps_total{{run_id="{run_id}"}}[1m]) >= 3'
+    end = time.time() + float(deadline_s)
+    seen = set()
+    while time.time() < end:
+        seen = {s["metric"].get("rank") for s in query(prom, expr).get("data", {}).get("result", [])}
+        if want <= seen:
+            return 0
+        time.sleep(0.5)
+    print(f"Prometheus has not scraped ranks {sorted(want - seen)} 3 times within {deadline_s} s")
+    return 1
+
+
+def check_live(prom, run_id, ranks, batch_size, lr):
+    """The live series as Prometheus holds them: every family for every rank, its labels, sane values."""
+    want = set(ranks.split(","))
+    ok = True
+    values = {}
+    for name in LIVE:
+        series = name + ("_count" if LIVE[name] == "histogram" else "")
+        r = query(prom, f'{series}{{run_id="{run_id}"}}').get("data", {}).get("result", [])
+        by_rank = {s["metric"].get("rank"): s for s in r}
+        if not want <= set(by_rank):
+            print(f"{series}: ranks {sorted(k for k in by_rank if k)}, want {sorted(want)}")
+            ok = False
+            continue
+        for rank, s in by_rank.items():
+            m = s["metric"]
+            if m.get("world_size") != str(len(want)) or m.get("model") != "convnet" or not m.get("backend"):
+                print(f"{series} rank {rank}: labels {m}, want world_size {len(want)}, model convnet, a backend")
+                ok = False
+            values[(name, rank)] = float(s["value"][1])
+    for rank in want:
+        v = lambda name: values.get((name, rank), float("nan"))
+        steps = v("dtrain_train_steps_total")
+        checks = {
+            "steps > 0": steps > 0,
+            f"samples ~ {batch_size} x steps": abs(v("dtrain_train_samples_total") - int(batch_size) * steps)
+                                               <= int(batch_size),
+            "histogram count ~ steps": abs(v("dtrain_train_step_duration_seconds") - steps) <= 1,
+            "global step >= steps": v("dtrain_train_global_step") >= steps - 1,
+            "loss finite and > 0": math.isfinite(v("dtrain_train_loss")) and v("dtrain_train_loss") > 0,
+            f"lr {lr}": abs(v("dtrain_train_learning_rate") - float(lr)) < 1e-9,
+            "epoch >= 0": v("dtrain_train_epoch") >= 0,
+            "samples/s > 0": v("dtrain_train_samples_per_second") > 0,
+            "exposed communication >= 0": v("dtrain_train_exposed_communication_seconds_total") >= 0,
+            "data wait >= 0": v("dtrain_train_data_wait_seconds_total") >= 0,
+        }
+        for what, good in checks.items():
+            if not good:
+                print(f"rank {rank}: not {what} ({ {k[0]: x for k, x in values.items() if k[1] == rank} })")
+                ok = False
+    return 0 if ok else 1
 
 
 def fake_exposition(out, run_id):
@@ -305,7 +388,8 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     sys.exit({"wait_ready": wait_ready, "push": push, "get": get, "check_gateway": check_gateway,
               "wait_scraped": wait_scraped, "check_dashboard": check_dashboard,
-              "fake_exposition": fake_exposition}[cmd](*args))
+              "fake_exposition": fake_exposition, "wait_live": wait_live,
+              "check_live": check_live}[cmd](*args))
 PY
 mon() { python3 "$tmp/mon.py" "$@"; }
 
@@ -324,7 +408,9 @@ pids+=($!)
 if [[ -n $template ]]; then
   # The project's config, its targets moved here (nothing listens on the sweep's metrics port).
   unused_port=$(free_port)
+  unused_train_port=$(free_port)  # until a training runs (step 5)
   sed -e "s/localhost:9091/127.0.0.1:$gw_port/" -e "s/localhost:9464/127.0.0.1:$unused_port/" \
+    -e "s/localhost:9465/127.0.0.1:$unused_train_port/" \
     -e 's/scrape_interval: 5s/scrape_interval: 1s/' "$template" >"$tmp/prometheus.yml"
   grep -q "127.0.0.1:$gw_port" "$tmp/prometheus.yml" || fail "$template does not scrape localhost:9091"
 else
@@ -343,7 +429,8 @@ promtool check config "$tmp/prometheus.yml" >"$tmp/check_config.out" 2>&1 \
   || fail "promtool check config: $(cat "$tmp/check_config.out")"
 prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" --log.level=warn >"$tmp/prometheus.log" 2>&1 &
-pids+=($!)
+prom_pid=$!
+pids+=($prom_pid)
 
 mon wait_ready "$gateway/-/ready" 30 || fail "Pushgateway: $(tail -5 "$tmp/gateway.log")"
 mon wait_ready "$prom/-/ready" 30 || fail "Prometheus: $(tail -5 "$tmp/prometheus.log")"
@@ -382,6 +469,64 @@ if mon wait_scraped "$prom" "$tmp/gateway.prom" "$run_id" 30 >"$tmp/scraped.out"
   [[ $rc -eq 0 ]] || fail "dashboard queries: $(grep -c '^FAIL' "$tmp/dashboard.out") failed (above)"
 else
   fail "$(cat "$tmp/scraped.out"); Prometheus log: $(tail -5 "$tmp/prometheus.log")"
+fi
+
+# 5. A training's live metrics. Two ranks under the launcher each serve /metrics on a port of their
+# own (--metrics_port=0: the kernel's choice, printed); Prometheus, its config reloaded with those
+# targets, scrapes them while the training runs (it runs until this test stops it).
+live_ports() { grep -so 'live metrics on http://127.0.0.1:[0-9]*' "$tmp/train.err" | grep -o '[0-9]*$'; }
+two_ports() { [[ $(live_ports | sort -u | wc -l) -eq 2 ]]; }
+ports_or_gone() { two_ports || ! running "$train_pid"; }
+if [[ -n $train && ( -z $template || ! -f $train_dashboard ) ]]; then
+  fail "the training part needs PROMETHEUS_YML (its train job) and the training dashboard"
+elif [[ -n $train ]]; then
+  timeout 300 "$launch" --nproc_per_node=2 --master_port="$(free_port)" -- "$train" \
+    --dataset=synthetic --synthetic_train_size=4096 --synthetic_shape=1,12,12 --batch_size=16 \
+    --epochs=1000 --skip_validation --lr=0.5 --metrics_port=0 --metrics_ranks=all \
+    --metrics_bind=127.0.0.1 --metrics_run_id="$run_id" --progress=lines --print_freq=50 \
+    --log_jsonl="$tmp/steps.{rank}.jsonl" >"$tmp/train.out" 2>"$tmp/train.err" &
+  train_pid=$!
+  pids+=($train_pid)
+  wait_until 120 ports_or_gone
+  if ! two_ports; then
+    fail "train: no two 'live metrics on' lines: $(tail -5 "$tmp/train.err")"
+  else
+    targets=$(live_ports | sort -u | sed 's/.*/"127.0.0.1:&"/' | paste -sd, -)
+    sed -e "s/\"127.0.0.1:$unused_train_port\"/$targets/" "$tmp/prometheus.yml" >"$tmp/prometheus2.yml"
+    grep -qF "$targets" "$tmp/prometheus2.yml" || fail "the train job's target was not replaced"
+    cp "$tmp/prometheus2.yml" "$tmp/prometheus.yml"
+    kill -HUP "$prom_pid"
+    if mon wait_live "$prom" "$run_id" 0,1 60 >"$tmp/live.out"; then
+      mon check_live "$prom" "$run_id" 0,1 16 0.5 >"$tmp/check_live.out" \
+        || fail "live series:"$'\n'"$(cat "$tmp/check_live.out")"
+      mon check_dashboard "$prom" "$train_dashboard" "$run_id" rank 0,1 >"$tmp/train_dashboard.out"
+      rc=$?
+      cat "$tmp/train_dashboard.out"
+      [[ $rc -eq 0 ]] || fail "training dashboard queries: $(grep -c '^FAIL' "$tmp/train_dashboard.out") failed"
+    else
+      fail "$(cat "$tmp/live.out"); Prometheus log: $(tail -5 "$tmp/prometheus.log")"
+    fi
+    mon get "http://127.0.0.1:$(live_ports | head -1)/metrics" >"$tmp/live.prom" \
+      || fail "GET rank's /metrics"
+    promtool check metrics <"$tmp/live.prom" >"$tmp/check_live_metrics.out" 2>&1
+    if grep -q 'dtrain_train_' "$tmp/check_live_metrics.out"; then
+      fail "promtool check metrics: $(grep 'dtrain_train_' "$tmp/check_live_metrics.out")"
+    fi
+  fi
+  # Stopped as a user would (SIGTERM through timeout and the launcher): the ranks stop at a step
+  # boundary and their metrics servers close.
+  kill -TERM "$train_pid"
+  wait_exit "$train_pid" 60 || fail "train did not stop within 60 s of SIGTERM"
+  for port in $(live_ports); do
+    python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) == 0)" \
+      || fail "port $port still served after the training stopped"
+  done
+  if two_ports; then
+    for rank in 0 1; do
+      python3 -c "import json,sys; assert [json.loads(l) for l in open(sys.argv[1])]" \
+        "$tmp/steps.$rank.jsonl" || fail "--log_jsonl: rank $rank's lines do not parse"
+    done
+  fi
 fi
 
 finish

@@ -41,7 +41,7 @@
 #include "experiments/results.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
-#include "prometheus/exposer.h"
+#include "trainer/metrics_server.h"
 
 ABSL_FLAG(
     std::vector<std::string>, backends,
@@ -319,17 +319,17 @@ int Main(int argc, char** argv) {
         absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone());
 
   ScalingMetrics metrics(run_id);
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<trainer::MetricsServer> exposer;
   if (const int port = absl::GetFlag(FLAGS_metrics_port); port > 0) {
-    try {
-      exposer =
-          std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
-    } catch (const std::exception& e) {
-      return fail(absl::UnavailableError(absl::StrCat(
-          "--metrics_port=", port, ": cannot serve metrics: ", e.what())));
+    absl::StatusOr<std::unique_ptr<trainer::MetricsServer>> server =
+        trainer::MetricsServer::Start("0.0.0.0", port, metrics.collectable());
+    if (!server.ok()) {
+      return fail(absl::Status(server.status().code(),
+                               absl::StrCat("--metrics_port=", port, ": ",
+                                            server.status().message())));
     }
-    exposer->RegisterCollectable(metrics.collectable());
-    std::cerr << "serving metrics on http://0.0.0.0:" << port << "/metrics\n";
+    exposer = *std::move(server);
+    std::cerr << "serving metrics on " << exposer->url() << "\n";
   }
 
   std::cerr << absl::StrFormat(

@@ -55,6 +55,11 @@ json ConfigJson(const TrainOptions& o) {
       {"sync_gradients", o.sync_gradients},
       {"intra_op_threads", o.intra_op_threads},
       {"timeout_seconds", absl::ToDoubleSeconds(o.timeout)},
+      {"metrics_port", o.metrics_port},
+      {"metrics_ranks", o.metrics_ranks},
+      {"metrics_bind", o.metrics_bind},
+      {"metrics_run_id", o.metrics_run_id},
+      {"log_jsonl", o.log_jsonl},
   };
 }
 
@@ -128,6 +133,7 @@ std::string ToJson(const RunMetrics& m) {
       {"resumed_from", m.resumed_from},
       {"startup_seconds", m.startup_seconds},
       {"wall_seconds", m.wall_seconds},
+      {"metrics_url", m.metrics_url},
   };
   return out.dump(2) + "\n";
 }

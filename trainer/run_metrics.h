@@ -91,6 +91,9 @@ struct RunMetrics {
   // step, and to the end.
   double startup_seconds = 0;
   double wall_seconds = 0;
+  // Where rank 0 served live metrics (--metrics_port), "" when it did not:
+  // the scrapes it answered are part of the measured times.
+  std::string metrics_url;
 };
 
 // Upper bounds, in seconds, of the step-time histogram buckets: 1 ms to 10 s,

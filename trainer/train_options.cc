@@ -210,6 +210,17 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.keep_checkpoints < 1)
     return Invalid("keep_checkpoints", "must be >= 1");
   if (o.print_freq < 1) return Invalid("print_freq", "must be >= 1");
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return Invalid("metrics_port",
+                   absl::StrCat(o.metrics_port,
+                                " is not a port (0..65535; 0: a free one; -1: "
+                                "off)"));
+  }
+  if (o.metrics_ranks != "0" && o.metrics_ranks != "all") {
+    return Invalid("metrics_ranks",
+                   absl::StrCat("'", o.metrics_ranks, "' is not 0 or all"));
+  }
+  if (o.metrics_bind.empty()) return Invalid("metrics_bind", "is empty");
   return absl::OkStatus();
 }
 

@@ -150,8 +150,22 @@ struct TrainOptions {
   // Rank 0 writes per-epoch metrics and the configuration here (JSON).
   std::string metrics_json;
   ProgressStyle progress = ProgressStyle::kAuto;
-  // Batches between progress lines.
+  // Batches between progress lines (and --log_jsonl lines).
   int print_freq = 10;
+
+  // Live metrics while the run lasts (trainer/live_report.h,
+  // docs/MONITORING.md). metrics_port: -1 off, 0 a free port, else rank 0
+  // serves Prometheus's /metrics on it, or with metrics_ranks "all" every
+  // rank on metrics_port + its local rank. metrics_bind: the address served
+  // on ("0.0.0.0": every interface, since Prometheus scrapes from another
+  // host). metrics_run_id: a run_id label on every series ("" for none).
+  int metrics_port = -1;
+  std::string metrics_ranks = "0";  // "0" or "all"
+  std::string metrics_bind = "0.0.0.0";
+  std::string metrics_run_id;
+  // One JSON line per logged step and epoch end; rank 0 only unless the path
+  // holds "{rank}" (trainer/step_log.h). Empty: none.
+  std::string log_jsonl;
 };
 
 // Defaults of the chosen model for every unset field (see the file comment).

@@ -100,6 +100,10 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
          o.synthetic_shape = {1, 0, 28};
        },
        "--synthetic_shape"},
+      {[](TrainOptions& o) { o.metrics_port = 65536; }, "--metrics_port"},
+      {[](TrainOptions& o) { o.metrics_port = -2; }, "--metrics_port"},
+      {[](TrainOptions& o) { o.metrics_ranks = "1"; }, "--metrics_ranks"},
+      {[](TrainOptions& o) { o.metrics_bind = ""; }, "--metrics_bind"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());

@@ -17,6 +17,7 @@ small=(--train_limit=1024 --val_limit=300 --batch_size=64 --timeout=60s)
 port=$(free_port)
 timeout 120 "$train" --nproc_per_node=2 --master_port="$port" "${small[@]}" --progress=lines \
   --print_freq=2 --metrics_json="$tmp/spawn.json" --checkpoint_dir="$tmp/spawn_ck" \
+  --log_jsonl="$tmp/spawn.jsonl" --metrics_port=0 --metrics_bind=127.0.0.1 \
   >"$tmp/spawn.out" 2>"$tmp/spawn.err"
 rc=$?
 if [[ $rc -ne 0 ]]; then
@@ -30,6 +31,14 @@ else
   grep -q 'Epoch: \[0\]\[2/8\]' "$tmp/spawn.err" || fail "spawn: no progress lines"
   [[ $(grep -c 'Epoch: \[0\]\[2/8\]' "$tmp/spawn.err") == 1 ]] || fail "spawn: a rank other than 0 printed"
   ls "$tmp/spawn_ck"/checkpoint-*.dtc >/dev/null 2>&1 || fail "spawn: no checkpoint written"
+  # Rank 0 alone logs JSON lines (batches 0, 2, 4, 6 and the epoch) and serves live metrics.
+  lines=$(python3 -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]
+print(len(l), sum(x["event"] == "step" for x in l), sorted({x["rank"] for x in l}))' "$tmp/spawn.jsonl")
+  [[ $lines == "5 4 [0]" ]] || fail "spawn: --log_jsonl lines (count, steps, ranks): $lines"
+  [[ $(grep -c 'live metrics on http://127.0.0.1:' "$tmp/spawn.err") == 1 ]] \
+    || fail "spawn: want one 'live metrics on' line: $(grep 'live metrics' "$tmp/spawn.err")"
+  json "$tmp/spawn.json" 'm["metrics_url"]' | grep -q '^http://127.0.0.1:[0-9]*/metrics$' \
+    || fail "spawn: metrics_url in the metrics JSON"
 fi
 
 # 2. Under the launcher, meeting through a file (file://).
@@ -75,6 +84,26 @@ timeout 60 "$train" --dataset=mnist --data_dir=/nonexistent/mnist >"$tmp/nodata.
 rc=$?
 [[ $rc -eq 1 ]] || fail "missing data: exit $rc, want 1"
 grep -q '/nonexistent/mnist' "$tmp/nodata.err" || fail "missing data: message: $(cat "$tmp/nodata.err")"
+
+# Live metrics: each flag in --help; a bad value exits 2; a busy port exits 1 naming it.
+"$train" --help >"$tmp/help.out" 2>&1
+for flag in metrics_port metrics_ranks metrics_bind metrics_run_id log_jsonl; do
+  grep -q -- "--$flag " "$tmp/help.out" || fail "--help does not list --$flag"
+done
+"$train" --metrics_ranks=some >"$tmp/bad_ranks.out" 2>"$tmp/bad_ranks.err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- '--metrics_ranks' "$tmp/bad_ranks.err" \
+  || fail "bad --metrics_ranks: exit $rc: $(cat "$tmp/bad_ranks.err")"
+busy=$(free_port)
+python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(); print("listening", flush=True); time.sleep(120)' "$busy" >"$tmp/holder.out" &
+pids+=($!)
+wait_for_text "$tmp/holder.out" listening 30 || fail "busy port: the holder did not listen"
+timeout 60 "$train" "${small[@]}" --max_steps=1 --skip_validation --metrics_port="$busy" \
+  --metrics_bind=127.0.0.1 >"$tmp/busy.out" 2>"$tmp/busy.err"
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "cannot serve metrics on 127.0.0.1:$busy: Address already in use" "$tmp/busy.err" \
+  || fail "busy --metrics_port: exit $rc: $(cat "$tmp/busy.err")"
 
 # 6. SIGTERM to the spawning process: the ranks agree on a step, rank 0 checkpoints there, all exit
 #    128+15; resuming ends exactly where an uninterrupted run ends.

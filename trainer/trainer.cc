@@ -33,6 +33,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
 #include "trainer/evaluation.h"
+#include "trainer/live_report.h"
 #include "trainer/meters.h"
 #include "trainer/progress.h"
 #include "trainer/rank_sync.h"
@@ -104,6 +105,7 @@ class Run {
   std::unique_ptr<data::DataLoader> val_loader_;
   absl::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<ProgressPrinter> progress_;
+  std::unique_ptr<LiveReport> live_;
 
   int64_t start_epoch_ = 0;
   // Loader batches in a whole epoch, and optimizer steps (accumulate_steps
@@ -131,6 +133,21 @@ absl::Status Run::Setup() {
   device_ = device;
   DTRAIN_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(o_.amp));
   DTRAIN_RETURN_IF_ERROR(CheckPrecision(precision, device_));
+  // Before any collective: a busy port fails this rank at once.
+  DTRAIN_ASSIGN_OR_RETURN(
+      live_,
+      LiveReport::Create(o_, {world_.rank, world_.world_size, world_.local_rank,
+                              o_.model, std::string(backend_.name())}));
+  if (const std::string url = live_->metrics_url(); !url.empty()) {
+    const std::string line =
+        absl::StrCat("[rank ", world_.rank, "] live metrics on ", url);
+    if (rank0_) {
+      metrics_.metrics_url = url;
+      Say(line);
+    } else if (context_.log != nullptr) {
+      *context_.log << line << std::endl;
+    }
+  }
 
   DTRAIN_ASSIGN_OR_RETURN(TrainingData data, LoadTrainingData(o_));
   data_ = std::move(data);
@@ -334,6 +351,8 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       std::min((batches_left + per_step - 1) / per_step, limit);
   progress_->StartEpoch(epoch, *o_.epochs, steps);
   const absl::Time epoch_start = absl::Now();
+  live_->StartEpoch(epoch, schedule_->LearningRate(epoch, first_step),
+                    epoch_start);
   absl::Time end = epoch_start;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t micro_batches =
@@ -378,9 +397,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       metrics_.startup_seconds =
           absl::ToDoubleSeconds(absl::Now() - context_.start);
     }
-    if (o_.sync_gradients)
-      exposed +=
-          absl::ToDoubleSeconds(ddp_->last_step_stats().exposed_communication);
+    const double step_exposed =
+        o_.sync_gradients ? absl::ToDoubleSeconds(
+                                ddp_->last_step_stats().exposed_communication)
+                          : 0.0;
+    exposed += step_exposed;
     if (outcome.grad_norm.has_value()) grad_norm_sum += *outcome.grad_norm;
     if (outcome.skipped) ++skipped;
 
@@ -398,6 +419,12 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     // The step's own time: without its waits for the loader.
     step_seconds.push_back(absl::ToDoubleSeconds(now - end) - waited);
     end = now;
+    DTRAIN_RETURN_IF_ERROR(
+        live_->Step(s,
+                    {step_seconds.back(), waited, step_exposed, n, loss_value,
+                     /*samples_per_second=*/0, global_step_,
+                     schedule_->LearningRate(epoch, first_step + s)},
+                    now));
     if (rank0_) {
       BatchReport report;
       report.batch = s;
@@ -525,6 +552,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
                         *o_.epochs, schedule_->LearningRate(epoch)));
     EpochMetrics m;
     DTRAIN_ASSIGN_OR_RETURN(bool stopped, TrainEpoch(epoch, &m));
+    DTRAIN_RETURN_IF_ERROR(live_->EndEpoch(m, global_step_));
     Say(absl::StrFormat(
         "epoch %d: loss %.4f  top1 %.2f%%  top5 %.2f%%  %.1f s  %.0f "
         "samples/s  (data %.2f s, exposed communication %.2f s)",

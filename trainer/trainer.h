@@ -11,10 +11,11 @@
 //   DTRAIN_ASSIGN_OR_RETURN(TrainResult result,
 //                           Train(resolved, world, *backend, context));
 //
-// Per epoch: the sampler's epoch, the step learning-rate schedule, a training
-// pass with the tutorial's meters (batch time, data time, loss, top-1, top-5)
-// shown by rank 0, a validation pass, the best top-1 so far, a checkpoint and
-// the metrics file.
+// While it runs, live metrics and JSON lines as the options ask
+// (trainer/live_report.h). Per epoch: the sampler's epoch, the step
+// learning-rate schedule, a training pass with the tutorial's meters (batch
+// time, data time, loss, top-1, top-5) shown by rank 0, a validation pass, the
+// best top-1 so far, a checkpoint and the metrics file.
 //
 // Checkpoints: rank 0 writes them (see trainer/checkpoint/) at the end of
 // every epoch, every checkpoint_every_steps steps, and when the run stops at
@@ -51,7 +52,8 @@
 namespace dtrain::trainer {
 
 struct TrainContext {
-  // Rank 0's progress and messages; other ranks write nothing here.
+  // Rank 0's progress and messages; other ranks write only where they serve
+  // live metrics (--metrics_ranks=all).
   std::ostream* log = nullptr;
   // Whether `log` is a terminal (a progress bar for ProgressStyle::kAuto).
   bool log_is_terminal = false;

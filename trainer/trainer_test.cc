@@ -5,12 +5,16 @@
 
 #include "trainer/trainer.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -18,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/atomic_file.h"
+#include "base/posix_io.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "gmock/gmock.h"
@@ -99,6 +104,73 @@ TEST(TrainerTest, TwoRanksEndIdenticalAndCountEveryTestExampleOnce) {
   EXPECT_NEAR(correct, std::round(correct), 1e-9);
   EXPECT_EQ(results[0]->metrics.world_size, 2);
   EXPECT_EQ(results[0]->metrics.ranks_identical, absl::optional<bool>(true));
+}
+
+// Connects to 127.0.0.1:port: whether something listens there.
+bool Listening(int port) {
+  base::UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+}
+
+TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
+  TrainOptions o = SmallRun();
+  const std::string dir = TempDir("live");
+  o.log_jsonl = dir + "/steps.{rank}.jsonl";
+  o.print_freq = 5;
+  o.metrics_port = 0;
+  o.metrics_ranks = "all";
+  o.metrics_bind = "127.0.0.1";
+  o.metrics_json = dir + "/metrics.json";
+  auto results = TrainOnRanks(o, 2);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  const RunMetrics& m = results[0]->metrics;
+  ASSERT_EQ(m.epochs.size(), 2u);
+  // 384 examples in batches of 16 over 2 ranks: 12 steps per epoch, logged at
+  // batches 0, 5 and 10, then the epoch's line.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(absl::StrCat(dir, "/steps.", rank, ".jsonl"));
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);)
+      lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 8u) << "rank " << rank;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const nlohmann::json& l = lines[i];
+      const int64_t epoch = static_cast<int64_t>(i / 4);
+      EXPECT_EQ(l["rank"], rank);
+      EXPECT_EQ(l["epoch"], epoch);
+      EXPECT_DOUBLE_EQ(l["lr"].get<double>(), *o.lr);
+      if (i % 4 == 3) {
+        EXPECT_EQ(l["event"], "epoch");
+        EXPECT_EQ(l["step"], 12 * (epoch + 1));
+        EXPECT_NEAR(l["loss"].get<double>(), m.epochs[epoch].train_loss, 1e-6);
+        continue;
+      }
+      const int64_t batch = 5 * static_cast<int64_t>(i % 4);
+      EXPECT_EQ(l["event"], "step");
+      EXPECT_EQ(l["batch"], batch);
+      EXPECT_EQ(l["step"], 12 * epoch + batch + 1);
+      EXPECT_GT(l["loss"].get<double>(), 0);
+      EXPECT_GT(l["samples_per_second"].get<double>(), 0);
+      EXPECT_GT(l["step_seconds"].get<double>(), 0);
+      EXPECT_GE(l["exposed_communication_seconds"].get<double>(), 0);
+    }
+  }
+  // Rank 0 served, the metrics JSON says where, and serving ended with Train.
+  ASSERT_THAT(m.metrics_url, HasSubstr("http://127.0.0.1:"));
+  const std::string json_text = base::ReadFile(o.metrics_json).value_or("");
+  const nlohmann::json json = nlohmann::json::parse(json_text);
+  EXPECT_EQ(json["metrics_url"], m.metrics_url);
+  EXPECT_EQ(json["config"]["metrics_port"], 0);
+  EXPECT_EQ(json["config"]["metrics_ranks"], "all");
+  EXPECT_EQ(json["config"]["log_jsonl"], o.log_jsonl);
+  const int port =
+      std::stoi(m.metrics_url.substr(m.metrics_url.rfind(':') + 1));
+  EXPECT_FALSE(Listening(port)) << m.metrics_url << " still served";
 }
 
 TEST(TrainerTest, IdentityCheckNamesTheParameterThatDiffers) {
