@@ -2,14 +2,17 @@
 
 #include <setjmp.h>
 
-// jpeglib.h needs size_t and FILE declared first.
+// jpeglib.h needs size_t and FILE declared before it.
+// clang-format off
+#include <cstddef>
+#include <cstdio>
 #include <jpeglib.h>
+// clang-format on
+
 #include <png.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>

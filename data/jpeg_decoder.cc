@@ -8,13 +8,15 @@
 
 #include <setjmp.h>
 
-// jpeglib.h needs size_t and FILE declared first.
-#include <jerror.h>
-#include <jpeglib.h>
-
-#include <algorithm>
+// jpeglib.h needs size_t and FILE declared before it.
+// clang-format off
 #include <cstddef>
 #include <cstdio>
+#include <jerror.h>
+#include <jpeglib.h>
+// clang-format on
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 
