@@ -98,22 +98,22 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
 }
 
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
-    const data::Dataset& dataset, const data::TransformPipeline& transforms,
-    const TrainOptions& o, const rendezvous::World& world, bool shuffle,
-    bool pin_memory) {
+    const std::shared_ptr<const data::ExampleSource>& source,
+    const data::TransformPipeline& transforms, const TrainOptions& o,
+    const rendezvous::World& world, bool shuffle, bool pin_memory) {
   data::DistributedSamplerOptions s;
   s.num_replicas = world.world_size;
   s.rank = world.rank;
   s.shuffle = shuffle;
   s.seed = o.seed;
   DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
-                          data::DistributedSampler::Create(dataset.size(), s));
+                          data::DistributedSampler::Create(source->size(), s));
   data::LoaderOptions l;
   l.batch_size = *o.batch_size;
   l.num_workers = o.workers;
   l.seed = o.seed;
   l.pin_memory = pin_memory;
-  return data::DataLoader::Create(dataset, std::move(sampler), transforms, l);
+  return data::DataLoader::Create(source, std::move(sampler), transforms, l);
 }
 
 // Cross entropy works for both models: for the ConvNet, whose output is
@@ -253,11 +253,12 @@ absl::Status Run::Setup() {
 
   const bool pin = device_.is_cuda();
   DTRAIN_ASSIGN_OR_RETURN(
-      train_loader_, MakeLoader(data_->train, data_->transforms, o_, world_,
-                                /*shuffle=*/true, pin));
-  DTRAIN_ASSIGN_OR_RETURN(val_loader_,
-                          MakeLoader(data_->val, data_->transforms, o_, world_,
-                                     /*shuffle=*/false, pin));
+      train_loader_,
+      MakeLoader(data_->train, data_->train_transforms, o_, world_,
+                 /*shuffle=*/true, pin));
+  DTRAIN_ASSIGN_OR_RETURN(
+      val_loader_, MakeLoader(data_->val, data_->val_transforms, o_, world_,
+                              /*shuffle=*/false, pin));
 
   if (!o_.checkpoint_dir.empty() && rank0_) {
     DTRAIN_ASSIGN_OR_RETURN(
@@ -518,7 +519,7 @@ absl::Status Run::Validate(EpochMetrics* m) {
   model_->eval();
   at::NoGradGuard no_grad;
   val_loader_->SetEpoch(0);
-  const int64_t n_total = data_->val.size();
+  const int64_t n_total = data_->val->size();
   double loss_sum = 0;
   int64_t correct1 = 0, correct5 = 0, examples = 0;
   for (;;) {
