@@ -30,10 +30,13 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes,
     case ImageFormat::kUnknown:
       break;
   }
+  if (bytes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not a JPEG or PNG file: the file is empty"));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(name, ": not a JPEG or PNG file (", bytes.size(),
-                   " bytes; neither signature at the start)",
-                   bytes.empty() ? ": empty" : ""));
+                   " bytes, with neither signature at the start)"));
 }
 
 namespace internal {

@@ -202,6 +202,22 @@ TEST(DecodeImageTest, HugeDeclaredSizesAreRefusedBeforeDecoding) {
   EXPECT_THAT(image.status().message(), HasSubstr("bomb.jpg"));
   EXPECT_THAT(image.status().message(), HasSubstr("decompression bomb"));
 
+  // Within the limits, but more than 8 x 8 pixels of file could hold.
+  const std::string liar = WithPngSize(*EncodePng(p), 10000, 10000);
+  image = DecodeImage(liar, "liar.png");
+  EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(image.status().message(), HasSubstr("liar.png"));
+  EXPECT_THAT(image.status().message(), HasSubstr("1032:1"));
+  // While a large flat image, near deflate's best ratio, decodes.
+  Pixels black;
+  black.height = 1500;
+  black.width = 2000;
+  black.samples.assign(1500 * 2000 * 3, 0);
+  const std::string flat = *EncodePng(black);
+  image = DecodeImage(flat, "black.png");
+  ASSERT_TRUE(image.ok()) << image.status() << " (" << flat.size() << " bytes)";
+  EXPECT_EQ(image->pixels, black.samples);
+
   // Smaller limits apply as given.
   DecodeLimits limits;
   limits.max_pixels = 63;

@@ -205,17 +205,20 @@ absl::StatusOr<std::shared_ptr<const ImageFolder>> ImageFolder::Open(
                       std::move(classes), std::move(files), ignored));
 }
 
-absl::StatusOr<std::shared_ptr<const ImageFolder>> ImageFolder::Slice(
-    int64_t begin, int64_t end) const {
-  if (begin < 0 || begin > end || end > size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": slice [", begin, ", ", end,
-                     ") is not within [0, ", size(), "]"));
+absl::StatusOr<std::shared_ptr<const ImageFolder>> ImageFolder::Subset(
+    absl::Span<const int64_t> indices) const {
+  std::vector<File> files;
+  files.reserve(indices.size());
+  for (const int64_t i : indices) {
+    if (i < 0 || i >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, ": subset index ", i, " is outside [0, ", size(), ")"));
+    }
+    files.push_back(files_[i]);
   }
   return std::shared_ptr<const ImageFolder>(new ImageFolder(
-      root_, absl::StrCat(name_, "[", begin, ":", end, "]"), options_, classes_,
-      std::vector<File>(files_.begin() + begin, files_.begin() + end),
-      ignored_files_));
+      root_, absl::StrCat(name_, " (", files.size(), " of ", size(), ")"),
+      options_, classes_, std::move(files), ignored_files_));
 }
 
 std::vector<int64_t> ImageFolder::example_shape() const {

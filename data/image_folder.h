@@ -69,11 +69,12 @@ class ImageFolder final : public ExampleSource {
   int64_t ignored_files() const { return ignored_files_; }
   const ImageFolderOptions& options() const { return options_; }
 
-  // Examples [begin, end) as a folder of their own (quick runs on part of a
-  // folder); the classes stay all of them. kInvalidArgument unless
-  // 0 <= begin <= end <= size().
-  absl::StatusOr<std::shared_ptr<const ImageFolder>> Slice(int64_t begin,
-                                                           int64_t end) const;
+  // The examples at `indices`, in that order, as a folder of their own
+  // (quick runs on part of a folder; the files are sorted by class, so a
+  // prefix would hold the first classes only); the classes stay all of
+  // them. kInvalidArgument for an index outside [0, size()).
+  absl::StatusOr<std::shared_ptr<const ImageFolder>> Subset(
+      absl::Span<const int64_t> indices) const;
 
   // Reads and decodes example i, without the transform.
   absl::StatusOr<RgbImage> Decode(int64_t i) const;

@@ -190,16 +190,20 @@ TEST_F(ImageFolderTest, GatherTransformsEachImageToOneSize) {
   EXPECT_FALSE(folder->Gather({0, 1}, {0}).ok());
 }
 
-TEST_F(ImageFolderTest, SliceKeepsTheClasses) {
+TEST_F(ImageFolderTest, SubsetKeepsTheClasses) {
   std::shared_ptr<const ImageFolder> folder = Open(*ResizeCenterCrop(8, 8));
   ASSERT_NE(folder, nullptr);
-  absl::StatusOr<std::shared_ptr<const ImageFolder>> part = folder->Slice(2, 4);
+  absl::StatusOr<std::shared_ptr<const ImageFolder>> part =
+      folder->Subset({5, 2});
   ASSERT_TRUE(part.ok()) << part.status();
   EXPECT_EQ((*part)->size(), 2);
   EXPECT_EQ((*part)->num_classes(), 2);
-  EXPECT_EQ((*part)->path(0), written_[2].path);
-  EXPECT_EQ((*part)->label(1), 1);
-  EXPECT_FALSE(folder->Slice(3, 7).ok());
+  EXPECT_EQ((*part)->path(0), written_[5].path);
+  EXPECT_EQ((*part)->label(0), 1);
+  EXPECT_EQ((*part)->path(1), written_[2].path);
+  EXPECT_EQ((*part)->label(1), 0);
+  EXPECT_FALSE(folder->Subset({0, 6}).ok());
+  EXPECT_FALSE(folder->Subset({-1}).ok());
 }
 
 TransformPipeline Augment() {

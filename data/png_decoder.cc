@@ -9,6 +9,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -84,6 +85,23 @@ Outcome DecodePngInto(Context* ctx, const DecodeLimits& limits, RgbImage* image,
   }
   const int color = png_get_color_type(png, info);
   const int depth = png_get_bit_depth(png, info);
+  // Deflate compresses at most 1032:1, so a file can hold no more than that
+  // many bytes of rows: a header that declares more lies (a truncated file,
+  // or a bomb), and is refused before the pixels are allocated.
+  const double raw_bytes =
+      static_cast<double>(image->height) *
+      (1.0 + std::ceil(static_cast<double>(image->width) *
+                       png_get_channels(png, info) * depth / 8.0));
+  if (raw_bytes > 1032.0 * static_cast<double>(ctx->size) + 4096) {
+    std::snprintf(ctx->message, sizeof(ctx->message),
+                  "the header declares %lld x %lld pixels, more than %zu "
+                  "bytes of compressed data can hold (deflate's limit is "
+                  "1032:1): truncated or hostile",
+                  static_cast<long long>(image->width),
+                  static_cast<long long>(image->height), ctx->size);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return Outcome::kPngError;
+  }
   // To 8-bit RGB, as PIL's convert("RGB"): alpha and tRNS are dropped.
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if ((color & PNG_COLOR_MASK_COLOR) == 0) {

@@ -32,14 +32,16 @@ else
     "$tmp/convnet.err" || fail "convnet: no data line: $(grep -m1 data: "$tmp/convnet.err")"
 fi
 
-# 2. ResNet-18, a few steps.
+# 2. ResNet-18, a few steps, on 16 of the 64 images (spread over the 4 classes).
 port=$(free_port)
 timeout 180 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" "${common[@]}" \
-  --model=resnet18 --max_steps=2 --skip_validation --metrics_json="$tmp/resnet.json" \
+  --model=resnet18 --max_steps=2 --skip_validation --train_limit=16 --metrics_json="$tmp/resnet.json" \
   >"$tmp/resnet.out" 2>"$tmp/resnet.err"
 rc=$?
 [[ $rc -eq 0 ]] || fail "resnet18: exit $rc: $(tail -5 "$tmp/resnet.err")"
 [[ $rc -ne 0 ]] || [[ $(json "$tmp/resnet.json" 'm["global_step"]') == 2 ]] || fail "resnet18: steps"
+grep -q 'imagefolder from .*: 16 train, 16 val, 4 classes' "$tmp/resnet.err" \
+  || fail "resnet18: --train_limit: $(grep -m1 data: "$tmp/resnet.err")"
 
 # 3. Mistakes: each exits 1 with a message that names the paths involved.
 expect_error() {  # expect_error NAME TEXT ARGS...
@@ -58,7 +60,7 @@ expect_error noval "$tmp/noval/val" --data_dir="$tmp/noval"
 cp -r "$tmp/pets" "$tmp/damaged"
 head -c 300 "$tmp/pets/train/class_1/3.png" >"$tmp/damaged/train/class_1/3.png"
 expect_error damaged "$tmp/damaged/train/class_1/3.png: " --data_dir="$tmp/damaged" \
-  --train_limit=32 --batch_size=32 --nproc_per_node=1
+  --batch_size=64 --nproc_per_node=1
 "$train" --dataset=imagefolder >"$tmp/nodir.out" 2>"$tmp/nodir.err"
 [[ $? -eq 2 ]] || fail "no --data_dir: want exit 2 (a bad flag)"
 grep -q -- '--data_dir' "$tmp/nodir.err" || fail "no --data_dir: message: $(cat "$tmp/nodir.err")"

@@ -62,7 +62,8 @@ ABSL_FLAG(int64_t, image_size, 0,
           "Resize images to this size (0: stl10 with resnet18 at 224, the "
           "rest as stored); for imagefolder the crop size (0: 224).");
 ABSL_FLAG(int64_t, train_limit, 0,
-          "Train on the first N examples only (0: all).");
+          "Train on the first N examples only (0: all; imagefolder: N "
+          "spread evenly over its classes).");
 ABSL_FLAG(int64_t, val_limit, 0,
           "Validate on the first N test examples only (0: all).");
 ABSL_FLAG(std::string, synthetic_shape, "1,28,28",

@@ -46,7 +46,9 @@ struct TrainOptions {
   // For imagefolder, the crop size (default 224): RandomResizedCrop on
   // train, Resize(image_size * 256 / 224) + CenterCrop on val.
   absl::optional<int64_t> image_size;
-  // Train on the first train_limit examples only (quick runs, tests).
+  // Train on the first train_limit examples only (quick runs, tests); for
+  // imagefolder, whose files are sorted by class, on train_limit examples
+  // spread evenly over the folder.
   absl::optional<int64_t> train_limit;
   absl::optional<int64_t> val_limit;
   // The synthetic dataset: examples in the training and validation split, and

@@ -31,11 +31,16 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return absl::StrCat(dir, "/", name);
 }
 
+// `limit` examples spread evenly over the folder (example floor(i * size /
+// limit) for i < limit): its files are sorted by class, and a quick run on
+// the first ones would see the first classes only.
 absl::StatusOr<std::shared_ptr<const data::ImageFolder>> LimitFolder(
     std::shared_ptr<const data::ImageFolder> folder,
     const absl::optional<int64_t>& limit) {
   if (!limit || *limit >= folder->size()) return folder;
-  return folder->Slice(0, *limit);
+  std::vector<int64_t> indices(*limit);
+  for (int64_t i = 0; i < *limit; ++i) indices[i] = i * folder->size() / *limit;
+  return folder->Subset(indices);
 }
 
 // The ImageNet tutorial's input pipeline on <data_dir>/train and /val:
