@@ -276,7 +276,7 @@ BENCHMARK(BM_DecodeImage)
     ->Args({1, 224, 224})
     ->UseRealTime();
 
-// A folder of 64 images of 500 x 375 (ImageNet's typical size) in two
+// A folder of 32 images of 500 x 375 (ImageNet's typical size) in two
 // classes, all JPEG or all PNG, in a temporary folder removed at exit.
 class BenchFolder {
  public:
@@ -288,7 +288,7 @@ class BenchFolder {
     for (int c = 0; c < 2 && !root_.empty(); ++c) {
       const std::string dir = absl::StrCat(root_, "/class", c);
       std::filesystem::create_directory(dir);
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < 16; ++i) {
         std::ofstream(absl::StrCat(dir, "/", i, png ? ".png" : ".jpg"),
                       std::ios::binary)
             << Encode(png, 375, 500, c * 100 + i);
@@ -311,7 +311,7 @@ const std::string& FolderRoot(bool png) {
   return png ? png_folder.root() : jpeg.root();
 }
 
-// The whole per-example pipeline through the loader, batches of 32: read the
+// The whole per-example pipeline through the loader, batches of 16: read the
 // file (from the page cache), decode, RandomResizedCrop(224) and flip (train)
 // or Resize(256) + CenterCrop(224) (val), ToFloat + Normalize. workers:0 is
 // one core.
@@ -333,7 +333,7 @@ void BM_LoaderImageFolder(benchmark::State& state) {
       {kImageNetMean[0], kImageNetMean[1], kImageNetMean[2]},
       {kImageNetStd[0], kImageNetStd[1], kImageNetStd[2]});
   LoaderOptions options = Options(static_cast<int>(state.range(2)));
-  options.batch_size = 32;
+  options.batch_size = 16;
   std::unique_ptr<DataLoader> loader = *DataLoader::Create(
       *folder, Sampler((*folder)->size()), *builder.Build(), options);
   int64_t epoch = 0;

@@ -2,11 +2,15 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -49,6 +53,44 @@ absl::StatusOr<at::Tensor> Precompute(const at::Tensor& images,
   }
   return out;
 }
+
+// A Dataset's examples after the precomputed transforms, whatever their
+// shape (a transform of one's own may, say, flatten them), with its labels.
+class PrecomputedSource final : public ExampleSource {
+ public:
+  PrecomputedSource(const Dataset& dataset, at::Tensor images)
+      : name_(dataset.name()),
+        images_(std::move(images)),
+        labels_(dataset.labels()),
+        num_classes_(dataset.num_classes()) {}
+
+  const std::string& name() const override { return name_; }
+  int64_t size() const override { return labels_.size(0); }
+  int64_t num_classes() const override { return num_classes_; }
+  std::vector<int64_t> example_shape() const override {
+    return std::vector<int64_t>(images_.sizes().begin() + 1,
+                                images_.sizes().end());
+  }
+  absl::StatusOr<Examples> Gather(absl::Span<const int64_t> indices,
+                                  absl::Span<const uint64_t>) const override {
+    const auto count = static_cast<int64_t>(indices.size());
+    at::Tensor index = at::empty({count}, at::TensorOptions().dtype(at::kLong));
+    std::memcpy(index.data_ptr<int64_t>(), indices.data(),
+                count * sizeof(int64_t));
+    return Examples{at::index_select(images_, 0, index),
+                    at::index_select(labels_, 0, index)};
+  }
+  std::string DebugString() const override {
+    return absl::StrCat(name_, " (precomputed): ", size(), " x ",
+                        base::ShapeString(images_.sizes().slice(1)));
+  }
+
+ private:
+  std::string name_;
+  at::Tensor images_;
+  at::Tensor labels_;
+  int64_t num_classes_;
+};
 
 }  // namespace
 
@@ -110,11 +152,8 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
           absl::StatusOr<at::Tensor> all =
               Precompute(dataset->images(), transforms, prefix, *first);
           if (!all.ok()) return invalid(all.status().message());
-          absl::StatusOr<Dataset> ready =
-              Dataset::Create(dataset->name(), *std::move(all),
-                              dataset->labels(), dataset->num_classes());
-          if (!ready.ok()) return invalid(ready.status().message());
-          gather_from = std::make_shared<const Dataset>(*std::move(ready));
+          gather_from = std::make_shared<const PrecomputedSource>(
+              *dataset, *std::move(all));
           precomputed = prefix;
         }
       }

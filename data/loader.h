@@ -191,7 +191,7 @@ class DataLoader {
   DistributedSampler sampler_;
   const TransformPipeline transforms_;
   const LoaderOptions options_;
-  // source_, or the Dataset of its images after the first `precomputed_`
+  // source_, or (for a Dataset) its images after the first `precomputed_`
   // transforms.
   const std::shared_ptr<const ExampleSource> gather_from_;
   const size_t precomputed_;
