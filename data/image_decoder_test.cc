@@ -127,6 +127,38 @@ TEST(JpegDecodeTest, QualityHundredIsCloseToWhatWasEncoded) {
   }
 }
 
+TEST(JpegDecodeTest, ProgressiveJpegsDecodeAlike) {
+  const Pixels p = TestPattern(45, 61, 8);
+  absl::StatusOr<std::string> jpeg = EncodeJpeg(p, 100, /*progressive=*/true);
+  ASSERT_TRUE(jpeg.ok()) << jpeg.status();
+  absl::StatusOr<RgbImage> image = DecodeJpeg(*jpeg, "p.jpg");
+  ASSERT_TRUE(image.ok()) << image.status();
+  auto [max, mean] = Difference(image->pixels, p.samples);
+  EXPECT_LE(max, 6);
+  EXPECT_LE(mean, 1.5);
+}
+
+// Adobe's CMYK JPEGs hold inverted inks, R = C * K / 255: with K = 255 the
+// stored C, M, Y are the R, G, B that come out.
+TEST(JpegDecodeTest, AdobeCmykBecomesRgb) {
+  const Pixels rgb = TestPattern(16, 24, 9);
+  Pixels cmyk = rgb;
+  cmyk.channels = 4;
+  cmyk.samples.clear();
+  for (size_t i = 0; i < rgb.samples.size(); i += 3) {
+    cmyk.samples.insert(cmyk.samples.end(), &rgb.samples[i],
+                        &rgb.samples[i] + 3);
+    cmyk.samples.push_back(255);
+  }
+  absl::StatusOr<std::string> jpeg = EncodeJpeg(cmyk, 100);
+  ASSERT_TRUE(jpeg.ok()) << jpeg.status();
+  absl::StatusOr<RgbImage> image = DecodeJpeg(*jpeg, "cmyk.jpg");
+  ASSERT_TRUE(image.ok()) << image.status();
+  auto [max, mean] = Difference(image->pixels, rgb.samples);
+  EXPECT_LE(max, 6);
+  EXPECT_LE(mean, 1.5);
+}
+
 TEST(JpegDecodeTest, GrayscaleBecomesThreeEqualChannels) {
   Pixels gray;
   gray.height = 24;
@@ -230,8 +262,9 @@ TEST(DecodeImageTest, HugeDeclaredSizesAreRefusedBeforeDecoding) {
 
 TEST(DecodeImageTest, TruncatedFilesAreErrorsNamingTheFile) {
   const Pixels p = TestPattern(33, 47, 2);
-  for (const std::string& file : {*EncodePng(p), *EncodePng(p, true),
-                                  *EncodeJpeg(p, 95), *EncodeJpeg(p, 50)}) {
+  for (const std::string& file :
+       {*EncodePng(p), *EncodePng(p, true), *EncodeJpeg(p, 95),
+        *EncodeJpeg(p, 50), *EncodeJpeg(p, 80, /*progressive=*/true)}) {
     for (size_t n = 0; n < file.size(); n += 1 + n / 16) {
       absl::StatusOr<RgbImage> image =
           DecodeImage(file.substr(0, n), "cut.img");
@@ -246,9 +279,9 @@ TEST(DecodeImageTest, TruncatedFilesAreErrorsNamingTheFile) {
 // error naming the file; nothing crashes (the ASan build runs this too).
 TEST(DecodeImageTest, DamagedAndRandomBytesNeverCrash) {
   const Pixels p = TestPattern(40, 52, 3);
-  const std::vector<std::string> files = {*EncodePng(p), *EncodePng(p, true),
-                                          *EncodeJpeg(p, 95),
-                                          *EncodeJpeg(p, 30)};
+  const std::vector<std::string> files = {
+      *EncodePng(p), *EncodePng(p, true), *EncodeJpeg(p, 95),
+      *EncodeJpeg(p, 30), *EncodeJpeg(p, 90, /*progressive=*/true)};
   internal::SplitMix64 rng(7);
   int decoded = 0, refused = 0;
   for (int round = 0; round < 1500; ++round) {

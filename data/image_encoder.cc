@@ -37,8 +37,8 @@ struct JpegError {
 
 // Only trivially destructible locals (setjmp); the output goes to *buffer,
 // malloc'ed by libjpeg.
-bool CompressJpeg(const Pixels& p, int quality, unsigned char** buffer,
-                  unsigned long* size, char* message) {
+bool CompressJpeg(const Pixels& p, int quality, bool progressive,
+                  unsigned char** buffer, unsigned long* size, char* message) {
   jpeg_compress_struct cinfo;
   JpegError err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -53,9 +53,12 @@ bool CompressJpeg(const Pixels& p, int quality, unsigned char** buffer,
   cinfo.image_width = static_cast<JDIMENSION>(p.width);
   cinfo.image_height = static_cast<JDIMENSION>(p.height);
   cinfo.input_components = p.channels;
-  cinfo.in_color_space = p.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.in_color_space = p.channels == 1   ? JCS_GRAYSCALE
+                         : p.channels == 4 ? JCS_CMYK
+                                           : JCS_RGB;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, quality, TRUE);
+  if (progressive) jpeg_simple_progression(&cinfo);
   if (quality >= 90) {
     for (int c = 0; c < cinfo.num_components; ++c) {
       cinfo.comp_info[c].h_samp_factor = 1;
@@ -136,17 +139,19 @@ absl::Status CheckPixels(const Pixels& p) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality) {
+absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality,
+                                       bool progressive) {
   if (absl::Status s = CheckPixels(pixels); !s.ok()) return s;
-  if ((pixels.channels != 1 && pixels.channels != 3) || pixels.bit_depth != 8 ||
-      quality < 1 || quality > 100) {
+  if (pixels.channels == 2 || pixels.bit_depth != 8 || quality < 1 ||
+      quality > 100) {
     return absl::InvalidArgumentError(
-        "EncodeJpeg: needs 1 or 3 channels of 8 bits, quality 1-100");
+        "EncodeJpeg: needs 1, 3 or 4 channels of 8 bits, quality 1-100");
   }
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
   char message[JMSG_LENGTH_MAX] = {0};
-  const bool ok = CompressJpeg(pixels, quality, &buffer, &size, message);
+  const bool ok =
+      CompressJpeg(pixels, quality, progressive, &buffer, &size, message);
   std::string out;
   if (ok) out.assign(reinterpret_cast<const char*>(buffer), size);
   std::free(buffer);

@@ -19,7 +19,8 @@ namespace dtrain::data::testing {
 // Interleaved samples: height x width pixels of `channels` samples each.
 // For PNG, channels is 1 (gray), 2 (gray + alpha), 3 (RGB) or 4 (RGBA), and
 // with bit_depth 16 every sample takes two bytes, most significant first
-// (PNG's order). For JPEG, channels is 1 or 3 and bit_depth 8.
+// (PNG's order). For JPEG, channels is 1, 3 or 4 (CMYK, the samples written
+// as given, as Adobe's files hold them) and bit_depth 8.
 struct Pixels {
   int64_t height = 0;
   int64_t width = 0;
@@ -28,8 +29,10 @@ struct Pixels {
   std::vector<uint8_t> samples;
 };
 
-// A JPEG at `quality` (1-100), 4:4:4 (no chroma subsampling) at 90 and above.
-absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality);
+// A JPEG at `quality` (1-100), 4:4:4 (no chroma subsampling) at 90 and above;
+// baseline, or progressive (several scans).
+absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality,
+                                       bool progressive = false);
 
 // A PNG; `interlaced` writes Adam7. With `palette`, 8-bit RGB pixels are
 // stored as a palette image (at most 256 distinct colours, else an error).
