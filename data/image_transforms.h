@@ -5,6 +5,9 @@
 // RandomResizedCrop(size) (training) and Resize(resize) + CenterCrop(size)
 // (validation), with PIL's bilinear resampling (image_resample.h).
 //
+// torchvision's algorithms and distributions, drawn from random.h's generator
+// rather than torch's: the crops differ from torchvision's for the same seed.
+//
 // Randomness: a random transform draws only from the seed it is given; the
 // ImageFolder reader derives that seed from the loader's per-example seed,
 // so the crops of an epoch are the same for any number of loader workers and
