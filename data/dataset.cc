@@ -4,8 +4,11 @@
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/argmin.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -105,6 +108,34 @@ absl::StatusOr<Dataset> Dataset::Slice(int64_t begin, int64_t end) const {
   return Dataset(absl::StrCat(name_, "[", begin, ":", end, "]"),
                  images_.slice(0, begin, end), labels_.slice(0, begin, end),
                  num_classes_);
+}
+
+absl::StatusOr<Examples> Dataset::Gather(
+    absl::Span<const int64_t> indices, absl::Span<const uint64_t> seeds) const {
+  if (seeds.size() != indices.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", name_, "': ", seeds.size(), " seeds for ",
+                     indices.size(), " examples"));
+  }
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset '", name_, "': index ", indices[i],
+                       " is outside [0, ", size(), ")"));
+    }
+  }
+  return base::GuardTorch(
+      absl::StatusCode::kInternal,
+      absl::StrCat("dataset '", name_, "': gathering failed: "),
+      [&]() -> absl::StatusOr<Examples> {
+        const auto count = static_cast<int64_t>(indices.size());
+        at::Tensor index =
+            at::empty({count}, at::TensorOptions().dtype(at::kLong));
+        std::memcpy(index.data_ptr<int64_t>(), indices.data(),
+                    count * sizeof(int64_t));
+        return Examples{at::index_select(images_, 0, index),
+                        at::index_select(labels_, 0, index)};
+      });
 }
 
 std::string Dataset::DebugString() const {

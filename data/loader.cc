@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -51,14 +54,60 @@ absl::StatusOr<at::Tensor> Precompute(const at::Tensor& images,
   return out;
 }
 
+// A Dataset's examples after the precomputed transforms, whatever their
+// shape (a transform of one's own may, say, flatten them), with its labels.
+class PrecomputedSource final : public ExampleSource {
+ public:
+  PrecomputedSource(const Dataset& dataset, at::Tensor images)
+      : name_(dataset.name()),
+        images_(std::move(images)),
+        labels_(dataset.labels()),
+        num_classes_(dataset.num_classes()) {}
+
+  const std::string& name() const override { return name_; }
+  int64_t size() const override { return labels_.size(0); }
+  int64_t num_classes() const override { return num_classes_; }
+  std::vector<int64_t> example_shape() const override {
+    return std::vector<int64_t>(images_.sizes().begin() + 1,
+                                images_.sizes().end());
+  }
+  absl::StatusOr<Examples> Gather(absl::Span<const int64_t> indices,
+                                  absl::Span<const uint64_t>) const override {
+    const auto count = static_cast<int64_t>(indices.size());
+    at::Tensor index = at::empty({count}, at::TensorOptions().dtype(at::kLong));
+    std::memcpy(index.data_ptr<int64_t>(), indices.data(),
+                count * sizeof(int64_t));
+    return Examples{at::index_select(images_, 0, index),
+                    at::index_select(labels_, 0, index)};
+  }
+  std::string DebugString() const override {
+    return absl::StrCat(name_, " (precomputed): ", size(), " x ",
+                        base::ShapeString(images_.sizes().slice(1)));
+  }
+
+ private:
+  std::string name_;
+  at::Tensor images_;
+  at::Tensor labels_;
+  int64_t num_classes_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     Dataset dataset, DistributedSampler sampler, TransformPipeline transforms,
     const LoaderOptions& options) {
+  return Create(std::make_shared<const Dataset>(std::move(dataset)),
+                std::move(sampler), std::move(transforms), options);
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
+    std::shared_ptr<const ExampleSource> source, DistributedSampler sampler,
+    TransformPipeline transforms, const LoaderOptions& options) {
   auto invalid = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("DataLoader: ", parts...));
   };
+  if (source == nullptr) return invalid("the example source is null");
   if (options.batch_size < 1) {
     return invalid("batch_size must be >= 1, got ", options.batch_size);
   }
@@ -73,10 +122,10 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     return invalid("precompute_limit_bytes must be >= 0, got ",
                    options.precompute_limit_bytes);
   }
-  if (sampler.dataset_size() != dataset.size()) {
+  if (sampler.dataset_size() != source->size()) {
     return invalid("the sampler was made for ", sampler.dataset_size(),
-                   " examples, dataset '", dataset.name(), "' has ",
-                   dataset.size());
+                   " examples, dataset '", source->name(), "' has ",
+                   source->size());
   }
   if (options.pin_memory && !at::hasCUDA()) {
     return absl::FailedPreconditionError(
@@ -84,56 +133,61 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
         "support or sees no GPU; leave pin_memory off on CPU-only machines");
   }
 
-  at::Tensor source = dataset.images();
+  std::shared_ptr<const ExampleSource> gather_from = source;
   size_t precomputed = 0;
-  if (dataset.size() > 0) {
+  if (source->size() > 0) {
     try {
       const uint64_t seed = 0;
-      const at::Tensor example = dataset.images().slice(0, 0, 1);
+      const int64_t index = 0;
+      const Dataset* dataset = source->AsDataset();
       const size_t prefix = transforms.deterministic_prefix_size();
-      at::Tensor first = example;
-      if (prefix > 0) {
-        absl::StatusOr<at::Tensor> out =
+      if (dataset != nullptr && prefix > 0) {
+        const at::Tensor example = dataset->images().slice(0, 0, 1);
+        absl::StatusOr<at::Tensor> first =
             transforms.Apply(example, absl::MakeConstSpan(&seed, 1), 0, prefix);
-        if (!out.ok()) return invalid(out.status().message());
-        first = *std::move(out);
-        const int64_t bytes = static_cast<int64_t>(first.nbytes());
+        if (!first.ok()) return invalid(first.status().message());
+        const int64_t bytes = static_cast<int64_t>(first->nbytes());
         if (bytes > 0 &&
-            bytes <= options.precompute_limit_bytes / dataset.size()) {
+            bytes <= options.precompute_limit_bytes / dataset->size()) {
           absl::StatusOr<at::Tensor> all =
-              Precompute(dataset.images(), transforms, prefix, first);
+              Precompute(dataset->images(), transforms, prefix, *first);
           if (!all.ok()) return invalid(all.status().message());
-          source = *std::move(all);
+          gather_from = std::make_shared<const PrecomputedSource>(
+              *dataset, *std::move(all));
           precomputed = prefix;
         }
       }
       // The rest of the pipeline on one example: errors now, not mid-epoch.
+      absl::StatusOr<Examples> examples = gather_from->Gather(
+          absl::MakeConstSpan(&index, 1), absl::MakeConstSpan(&seed, 1));
+      if (!examples.ok()) return invalid(examples.status().message());
       absl::StatusOr<at::Tensor> last = transforms.Apply(
-          source.slice(0, 0, 1), absl::MakeConstSpan(&seed, 1), precomputed);
+          examples->images, absl::MakeConstSpan(&seed, 1), precomputed);
       if (!last.ok()) return invalid(last.status().message());
       if (last->dim() < 1 || last->size(0) != 1) {
         return invalid("the transforms turned a batch of 1 into ",
                        base::ShapeString(last->sizes()));
       }
     } catch (const std::exception& e) {
-      return invalid("preparing '", dataset.name(),
+      return invalid("preparing '", source->name(),
                      "' failed: ", base::ExceptionMessage(e));
     }
   }
   return std::unique_ptr<DataLoader>(new DataLoader(
-      std::move(dataset), std::move(sampler), std::move(transforms), options,
-      std::move(source), precomputed));
+      std::move(source), std::move(sampler), std::move(transforms), options,
+      std::move(gather_from), precomputed));
 }
 
-DataLoader::DataLoader(Dataset dataset, DistributedSampler sampler,
-                       TransformPipeline transforms,
-                       const LoaderOptions& options, at::Tensor source,
+DataLoader::DataLoader(std::shared_ptr<const ExampleSource> source,
+                       DistributedSampler sampler, TransformPipeline transforms,
+                       const LoaderOptions& options,
+                       std::shared_ptr<const ExampleSource> gather_from,
                        size_t precomputed)
-    : dataset_(std::move(dataset)),
+    : source_(std::move(source)),
       sampler_(std::move(sampler)),
       transforms_(std::move(transforms)),
       options_(options),
-      source_(std::move(source)),
+      gather_from_(std::move(gather_from)),
       precomputed_(precomputed) {
   workers_.reserve(options_.num_workers);
   for (int i = 0; i < options_.num_workers; ++i) {
@@ -175,7 +229,7 @@ std::string DataLoader::DebugString() const {
     list = list == "none" ? name : absl::StrCat(list, " -> ", name);
   }
   return absl::StrCat(
-      "DataLoader(", dataset_.DebugString(),
+      "DataLoader(", source_->DebugString(),
       "; batch_size=", options_.batch_size, ", workers=", options_.num_workers,
       "; precomputed: ", precomputed, "; per batch: ", per_batch, ")");
 }
@@ -202,8 +256,17 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(const Job& job, int64_t k) const {
               options_.seed, job.epoch,
               job.rank + (batch.position + i) * job.num_replicas);
         }
-        absl::StatusOr<at::Tensor> images = transforms_.Apply(
-            at::index_select(source_, 0, batch.indices), seeds, precomputed_);
+        absl::StatusOr<Examples> examples = gather_from_->Gather(
+            absl::MakeConstSpan(job.indices.data() + begin, count), seeds);
+        if (!examples.ok()) {
+          return absl::Status(
+              examples.status().code(),
+              absl::StrCat("DataLoader: batch at position ", batch.position,
+                           " of epoch ", job.epoch, ": ",
+                           examples.status().message()));
+        }
+        absl::StatusOr<at::Tensor> images =
+            transforms_.Apply(examples->images, seeds, precomputed_);
         if (!images.ok()) {
           return absl::Status(
               images.status().code(),
@@ -212,7 +275,7 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(const Job& job, int64_t k) const {
                            images.status().message()));
         }
         batch.images = *std::move(images);
-        batch.labels = at::index_select(dataset_.labels(), 0, batch.indices);
+        batch.labels = std::move(examples->labels);
         if (options_.pin_memory) {
           batch.images = batch.images.pin_memory();
           batch.labels = batch.labels.pin_memory();

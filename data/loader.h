@@ -1,5 +1,7 @@
-// DataLoader: batches of a Dataset in DistributedSampler order, transformed,
-// prepared ahead of the training loop by background threads.
+// DataLoader: batches of an ExampleSource (an in-memory Dataset, or a reader
+// that decodes files per batch such as ImageFolder) in DistributedSampler
+// order, transformed, prepared ahead of the training loop by background
+// threads.
 //
 //   LoaderOptions options;
 //   options.batch_size = 64;
@@ -26,10 +28,12 @@
 // number of workers, and a run restored from a saved state continues with
 // exactly the batches the uninterrupted run would have produced.
 //
-// Work: deterministic transforms at the front of the pipeline run once over
-// the whole dataset in Create when the result fits in
+// Work: for a Dataset, deterministic transforms at the front of the pipeline
+// run once over the whole dataset in Create when the result fits in
 // options.precompute_limit_bytes; per batch, the loader gathers the examples
-// (one index_select) and runs the rest of the pipeline. With num_workers = 0
+// from the source (one index_select for a Dataset; reading, decoding and the
+// per-example transforms for ImageFolder, with the same example seeds as the
+// batch transforms) and runs the rest of the pipeline. With num_workers = 0
 // that happens inside Next on the caller's thread; with N workers, N threads
 // keep up to N * prefetch_factor batches ready, and Next only waits for the
 // next one in order.
@@ -61,6 +65,7 @@
 #include "absl/types/optional.h"
 #include "data/dataset.h"
 #include "data/distributed_sampler.h"
+#include "data/example_source.h"
 #include "data/transforms.h"
 
 namespace dtrain::data {
@@ -111,6 +116,14 @@ class DataLoader {
       Dataset dataset, DistributedSampler sampler, TransformPipeline transforms,
       const LoaderOptions& options);
 
+  // The same for any source; precomputing applies when source->AsDataset()
+  // is not null. The first example is gathered (for a file reader: read and
+  // decoded) and transformed here, so that a pipeline that does not suit the
+  // source fails now. Also kInvalidArgument for a null source.
+  static absl::StatusOr<std::unique_ptr<DataLoader>> Create(
+      std::shared_ptr<const ExampleSource> source, DistributedSampler sampler,
+      TransformPipeline transforms, const LoaderOptions& options);
+
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -137,7 +150,7 @@ class DataLoader {
   int64_t batches_per_epoch() const;
   int64_t batches_left() const;
 
-  const Dataset& dataset() const { return dataset_; }
+  const ExampleSource& source() const { return *source_; }
   const DistributedSampler& sampler() const { return sampler_; }
   const LoaderOptions& options() const { return options_; }
 
@@ -159,9 +172,11 @@ class DataLoader {
     int64_t num_replicas;
   };
 
-  DataLoader(Dataset dataset, DistributedSampler sampler,
-             TransformPipeline transforms, const LoaderOptions& options,
-             at::Tensor source, size_t precomputed);
+  DataLoader(std::shared_ptr<const ExampleSource> source,
+             DistributedSampler sampler, TransformPipeline transforms,
+             const LoaderOptions& options,
+             std::shared_ptr<const ExampleSource> gather_from,
+             size_t precomputed);
 
   int64_t BatchesFor(int64_t examples) const;
   absl::StatusOr<Batch> MakeBatch(const Job& job, int64_t k) const;
@@ -172,12 +187,13 @@ class DataLoader {
   bool HasWork() const;
   bool NextIsReady() const;
 
-  const Dataset dataset_;
+  const std::shared_ptr<const ExampleSource> source_;
   DistributedSampler sampler_;
   const TransformPipeline transforms_;
   const LoaderOptions options_;
-  // dataset_.images() after the first `precomputed_` transforms.
-  const at::Tensor source_;
+  // source_, or (for a Dataset) its images after the first `precomputed_`
+  // transforms.
+  const std::shared_ptr<const ExampleSource> gather_from_;
   const size_t precomputed_;
 
   // std::mutex rather than absl::Mutex: Debian's Abseil is not built for

@@ -19,6 +19,8 @@ readonly COMMON_PACKAGES=(
   # Libraries wrapped in third_party/. LibTorch and Gloo come as a CPU or a CUDA build.
   "libtorch-dev|libtorch-cuda-dev" "libgloo-dev|libgloo-cuda-dev" libabsl-dev libgtest-dev libgmock-dev
   libbenchmark-dev prometheus-cpp-dev zlib1g-dev nlohmann-json3-dev
+  # Image decoding for --dataset=imagefolder (libjpeg-turbo and libpng, Debian 12 and 13 alike).
+  libjpeg62-turbo-dev libpng-dev
   # Without OpenBLAS, LibTorch runs on the reference BLAS (about 2x slower training here).
   libopenblas0-pthread
   # The default dataset (Fashion-MNIST, IDX files under /usr/share/datasets/fashion-mnist).

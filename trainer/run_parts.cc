@@ -60,22 +60,22 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
 }
 
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
-    const data::Dataset& dataset, const data::TransformPipeline& transforms,
-    const TrainOptions& o, const rendezvous::World& world, bool shuffle,
-    bool pin_memory) {
+    const std::shared_ptr<const data::ExampleSource>& source,
+    const data::TransformPipeline& transforms, const TrainOptions& o,
+    const rendezvous::World& world, bool shuffle, bool pin_memory) {
   data::DistributedSamplerOptions s;
   s.num_replicas = world.world_size;
   s.rank = world.rank;
   s.shuffle = shuffle;
   s.seed = o.seed;
   DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
-                          data::DistributedSampler::Create(dataset.size(), s));
+                          data::DistributedSampler::Create(source->size(), s));
   data::LoaderOptions l;
   l.batch_size = *o.batch_size;
   l.num_workers = o.workers;
   l.seed = o.seed;
   l.pin_memory = pin_memory;
-  return data::DataLoader::Create(dataset, std::move(sampler), transforms, l);
+  return data::DataLoader::Create(source, std::move(sampler), transforms, l);
 }
 
 }  // namespace dtrain::trainer

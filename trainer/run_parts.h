@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "data/dataset.h"
+#include "data/example_source.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "dist/rendezvous/init.h"
@@ -31,12 +31,12 @@ absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const TrainOptions& o, std::vector<at::Tensor> params);
 
-// A loader over `dataset` in this rank's DistributedSampler order (shuffled
+// A loader over `source` in this rank's DistributedSampler order (shuffled
 // or not, seeded from the options), batch_size and workers from the options.
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
-    const data::Dataset& dataset, const data::TransformPipeline& transforms,
-    const TrainOptions& o, const rendezvous::World& world, bool shuffle,
-    bool pin_memory);
+    const std::shared_ptr<const data::ExampleSource>& source,
+    const data::TransformPipeline& transforms, const TrainOptions& o,
+    const rendezvous::World& world, bool shuffle, bool pin_memory);
 
 }  // namespace dtrain::trainer
 

@@ -6,6 +6,8 @@
 //                                           # srun, mpirun: env:// finds them)
 //   train --model=resnet18 --dataset=stl10 --data_dir=/data/stl10
 //         --dist_backend=nccl --device=cuda --nproc_per_node=8
+//   train --model=resnet18 --dataset=imagefolder --data_dir=/data/pets
+//         --workers=4 --nproc_per_node=2   # /data/pets/{train,val}/<class>/
 //
 // Exit status: 0 when training finished, 1 when it failed (the message says
 // which rank and why), 2 for bad flags, 128 + N when signal N (SIGINT,
@@ -50,15 +52,18 @@ ABSL_FLAG(bool, small_input_stem, false,
           "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small "
           "images.");
 ABSL_FLAG(std::string, dataset, "fashion-mnist",
-          "fashion-mnist (embedded default), mnist, stl10 or synthetic.");
+          "fashion-mnist (embedded default), mnist, stl10, synthetic, or "
+          "imagefolder (your own images: --data_dir with train/ and val/, "
+          "one folder of .jpg/.png per class).");
 ABSL_FLAG(std::string, data_dir, "",
           "Folder with the dataset's files (default for fashion-mnist: "
           "/usr/share/datasets/fashion-mnist).");
 ABSL_FLAG(int64_t, image_size, 0,
           "Resize images to this size (0: stl10 with resnet18 at 224, the "
-          "rest as stored).");
+          "rest as stored); for imagefolder the crop size (0: 224).");
 ABSL_FLAG(int64_t, train_limit, 0,
-          "Train on the first N examples only (0: all).");
+          "Train on the first N examples only (0: all; imagefolder: N "
+          "spread evenly over its classes).");
 ABSL_FLAG(int64_t, val_limit, 0,
           "Validate on the first N test examples only (0: all).");
 ABSL_FLAG(std::string, synthetic_shape, "1,28,28",

@@ -40,7 +40,7 @@ absl::StatusOr<int> ParseDevice(const std::string& device) {
 
 const std::vector<std::string>& KnownDatasets() {
   static const auto* const kNames = new std::vector<std::string>{
-      "fashion-mnist", "mnist", "stl10", "synthetic"};
+      "fashion-mnist", "mnist", "stl10", "synthetic", "imagefolder"};
   return *kNames;
 }
 
@@ -58,6 +58,8 @@ absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions o) {
   if (!o.batch_size) o.batch_size = resnet ? 32 : 128;
   if (!o.epochs) o.epochs = resnet ? 2 : 1;
   if (!o.image_size && resnet && o.dataset == "stl10") o.image_size = 224;
+  // The ImageNet tutorial's crop, for either model.
+  if (!o.image_size && o.dataset == "imagefolder") o.image_size = 224;
   return o;
 }
 
@@ -79,8 +81,17 @@ absl::Status Validate(const TrainOptions& o) {
                    "stl10 needs the folder with train_X.bin, train_y.bin, "
                    "test_X.bin and test_y.bin");
   }
+  if (o.dataset == "imagefolder" && o.data_dir.empty()) {
+    return Invalid("data_dir",
+                   "imagefolder needs the folder with train/ and val/, each "
+                   "holding one folder of images per class");
+  }
   if (o.image_size && *o.image_size < 1)
     return Invalid("image_size", absl::StrCat(*o.image_size, " is not >= 1"));
+  // Bounds the validation resize (size * 256 / 224) and the batch memory.
+  if (o.image_size && *o.image_size > 4096)
+    return Invalid("image_size",
+                   absl::StrCat(*o.image_size, " is not <= 4096"));
   if (o.train_limit && *o.train_limit < 1)
     return Invalid("train_limit", absl::StrCat(*o.train_limit, " is not >= 1"));
   if (o.val_limit && *o.val_limit < 1)

@@ -36,14 +36,19 @@ struct TrainOptions {
   bool small_input_stem = false;
 
   // Data: "fashion-mnist" (default, Debian's dataset-fashion-mnist), "mnist",
-  // "stl10" (needs data_dir) or "synthetic".
+  // "stl10" (needs data_dir), "synthetic", or "imagefolder" (needs data_dir
+  // with train/ and val/, one folder of JPEG or PNG images per class).
   std::string dataset = "fashion-mnist";
   // Empty: the dataset's default location (Fashion-MNIST's Debian path).
   std::string data_dir;
   // Resize images to image_size x image_size; unset: STL-10 for ResNet-18 is
   // resized to 224 as in the AWS tutorial, everything else stays as stored.
+  // For imagefolder, the crop size (default 224): RandomResizedCrop on
+  // train, Resize(image_size * 256 / 224) + CenterCrop on val.
   absl::optional<int64_t> image_size;
-  // Train on the first train_limit examples only (quick runs, tests).
+  // Train on the first train_limit examples only (quick runs, tests); for
+  // imagefolder, whose files are sorted by class, on train_limit examples
+  // spread evenly over the folder.
   absl::optional<int64_t> train_limit;
   absl::optional<int64_t> val_limit;
   // The synthetic dataset: examples in the training and validation split, and

@@ -179,11 +179,12 @@ absl::Status Run::Setup() {
 
   const bool pin = device_.is_cuda();
   DTRAIN_ASSIGN_OR_RETURN(
-      train_loader_, MakeLoader(data_->train, data_->transforms, o_, world_,
-                                /*shuffle=*/true, pin));
-  DTRAIN_ASSIGN_OR_RETURN(val_loader_,
-                          MakeLoader(data_->val, data_->transforms, o_, world_,
-                                     /*shuffle=*/false, pin));
+      train_loader_,
+      MakeLoader(data_->train, data_->train_transforms, o_, world_,
+                 /*shuffle=*/true, pin));
+  DTRAIN_ASSIGN_OR_RETURN(
+      val_loader_, MakeLoader(data_->val, data_->val_transforms, o_, world_,
+                              /*shuffle=*/false, pin));
   batches_per_epoch_ = train_loader_->batches_left();
   steps_per_epoch_ = std::max<int64_t>(
       1, (batches_per_epoch_ + o_.accumulate_steps - 1) / o_.accumulate_steps);
@@ -501,7 +502,7 @@ absl::Status Run::Validate(EpochMetrics* m) {
   const absl::Time start = absl::Now();
   DTRAIN_ASSIGN_OR_RETURN(
       const Scores scores,
-      EvaluateOnRanks(*model_, *val_loader_, data_->val.size(), backend_,
+      EvaluateOnRanks(*model_, *val_loader_, data_->val->size(), backend_,
                       device_, o_.timeout));
   m->val_loss = scores.loss;
   m->val_top1 = scores.top1;

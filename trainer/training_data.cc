@@ -1,12 +1,18 @@
 #include "trainer/training_data.h"
 
 #include <algorithm>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "data/dataset.h"
+#include "data/image_folder.h"
+#include "data/image_transforms.h"
 #include "data/mnist.h"
 #include "data/stl10.h"
 #include "data/synthetic.h"
@@ -20,9 +26,87 @@ absl::StatusOr<data::Dataset> Limit(data::Dataset dataset,
   return dataset.Slice(0, *limit);
 }
 
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') return dir + name;
+  return absl::StrCat(dir, "/", name);
+}
+
+// `limit` examples spread evenly over the folder (example floor(i * size /
+// limit) for i < limit): its files are sorted by class, and a quick run on
+// the first ones would see the first classes only.
+absl::StatusOr<std::shared_ptr<const data::ImageFolder>> LimitFolder(
+    std::shared_ptr<const data::ImageFolder> folder,
+    const absl::optional<int64_t>& limit) {
+  if (!limit || *limit >= folder->size()) return folder;
+  std::vector<int64_t> indices(*limit);
+  for (int64_t i = 0; i < *limit; ++i) indices[i] = i * folder->size() / *limit;
+  return folder->Subset(indices);
+}
+
+// The ImageNet tutorial's input pipeline on <data_dir>/train and /val:
+// RandomResizedCrop(size) + flip for training, Resize(size * 256 / 224) +
+// CenterCrop(size) for validation, ImageNet's mean and std for both.
+absl::StatusOr<TrainingData> LoadImageFolders(const TrainOptions& o) {
+  const int64_t size = o.image_size.value_or(224);
+  const std::string train_dir = JoinPath(o.data_dir, "train");
+  const std::string val_dir = JoinPath(o.data_dir, "val");
+  data::ImageFolderOptions train_options;
+  DTRAIN_ASSIGN_OR_RETURN(train_options.transform,
+                          data::RandomResizedCrop(size));
+  train_options.name = "imagefolder train";
+  data::ImageFolderOptions val_options;
+  DTRAIN_ASSIGN_OR_RETURN(val_options.transform,
+                          data::ResizeCenterCrop(size * 256 / 224, size));
+  val_options.name = "imagefolder val";
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<const data::ImageFolder> train,
+                          data::ImageFolder::Open(train_dir, train_options));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<const data::ImageFolder> val,
+                          data::ImageFolder::Open(val_dir, val_options));
+  if (train->classes() != val->classes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset=imagefolder: the class folders of ", train_dir, " (",
+        train->num_classes(), ": ", absl::StrJoin(train->classes(), ", "),
+        ") and ", val_dir, " (", val->num_classes(), ": ",
+        absl::StrJoin(val->classes(), ", "),
+        ") differ; both need the same classes, or labels would mean "
+        "different things"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(train, LimitFolder(std::move(train), o.train_limit));
+  DTRAIN_ASSIGN_OR_RETURN(val, LimitFolder(std::move(val), o.val_limit));
+  const std::vector<double> mean(std::begin(data::kImageNetMean),
+                                 std::end(data::kImageNetMean));
+  const std::vector<double> std(std::begin(data::kImageNetStd),
+                                std::end(data::kImageNetStd));
+  DTRAIN_ASSIGN_OR_RETURN(data::TransformPipeline train_transforms,
+                          data::TransformPipeline::Builder()
+                              .RandomHorizontalFlip()
+                              .ToFloat()
+                              .Normalize(mean, std)
+                              .Build());
+  DTRAIN_ASSIGN_OR_RETURN(data::TransformPipeline val_transforms,
+                          data::TransformPipeline::Builder()
+                              .ToFloat()
+                              .Normalize(mean, std)
+                              .Build());
+  TrainingData out;
+  out.num_classes = train->num_classes();
+  out.input_shape = {3, size, size};
+  out.description = absl::StrCat(
+      "imagefolder from ", o.data_dir, ": ", train->size(), " train, ",
+      val->size(), " val, ", out.num_classes, " classes, 3x", size, "x", size,
+      " (", train->ignored_files() + val->ignored_files(),
+      " other files ignored)");
+  out.train = std::move(train);
+  out.val = std::move(val);
+  out.train_transforms = std::move(train_transforms);
+  out.val_transforms = std::move(val_transforms);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
+  if (o.dataset == "imagefolder") return LoadImageFolders(o);
   absl::StatusOr<data::Dataset> train = absl::UnknownError("unset");
   absl::StatusOr<data::Dataset> val = absl::UnknownError("unset");
   std::vector<double> mean;
@@ -95,16 +179,16 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
   builder.ToFloat().Normalize(mean, std);
   DTRAIN_ASSIGN_OR_RETURN(data::TransformPipeline transforms, builder.Build());
 
-  TrainingData out{std::move(train_cut),
-                   std::move(val_cut),
-                   std::move(transforms),
-                   0,
-                   shape,
-                   ""};
-  out.num_classes = out.train.num_classes();
+  TrainingData out;
+  out.num_classes = train_cut.num_classes();
+  out.input_shape = shape;
   out.description =
-      absl::StrCat(source, ": ", out.train.size(), " train, ", out.val.size(),
+      absl::StrCat(source, ": ", train_cut.size(), " train, ", val_cut.size(),
                    " test, ", shape[0], "x", shape[1], "x", shape[2]);
+  out.train = std::make_shared<const data::Dataset>(std::move(train_cut));
+  out.val = std::make_shared<const data::Dataset>(std::move(val_cut));
+  out.train_transforms = transforms;
+  out.val_transforms = std::move(transforms);
   return out;
 }
 
