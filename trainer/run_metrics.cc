@@ -46,6 +46,7 @@ json ConfigJson(const TrainOptions& o) {
       {"device", o.device},
       {"bucket_cap_mb", o.bucket_cap_mb},
       {"sync_gradients", o.sync_gradients},
+      {"sync_batchnorm", o.sync_batchnorm},
       {"intra_op_threads", o.intra_op_threads},
       {"timeout_seconds", absl::ToDoubleSeconds(o.timeout)},
   };
@@ -111,6 +112,7 @@ std::string ToJson(const RunMetrics& m) {
       {"data", m.data},
       {"launch_source", m.launch_source},
       {"parameters", m.parameters},
+      {"sync_batchnorm_layers", m.sync_batchnorm_layers},
       {"epochs", epochs},
       {"best_top1", m.best_top1},
       {"global_step", m.global_step},
