@@ -155,7 +155,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   for (int64_t d = 0; d < input.dim(); ++d) {
     if (d != 1) dims.push_back(d);
   }
-  const int64_t local_count = c == 0 ? 0 : input.numel() / c;
+  const int64_t local_count = input.numel() / c;
   const at::Tensor x = input.to(at::kDouble);
   const at::Tensor local =
       at::cat({x.sum(at::IntArrayRef(dims)), (x * x).sum(at::IntArrayRef(dims)),

@@ -6,23 +6,27 @@
 // which LibTorch cannot: see models/norm_layer.h).
 //
 // Semantics (PyTorch's):
-// - Training: per channel (dimension 1 of an
-//   input [N, C, ...]) the mean and biased variance over every element of
-//   every rank's input, then (x - mean) / sqrt(var + eps) * weight + bias.
-//   running_mean and running_var move towards the mean and the unbiased
-//   variance (global count / (global count - 1)) by `momentum`, or by
-//   1 / num_batches_tracked when momentum is unset; num_batches_tracked
-//   counts the training forwards. Ranks may have different batch sizes, none
-//   at all included: counts are summed. A global count of 1 or less per
-//   channel is an error, as in BatchNorm.
+// - Training: per channel (dimension 1 of an input [N, C, ...]) the mean
+//   and biased variance over every element of every rank's input, then
+//   (x - mean) / sqrt(var + eps) * weight + bias. running_mean and
+//   running_var move towards the mean and the unbiased variance (global
+//   count / (global count - 1)) by `momentum`, or by 1 / num_batches_tracked
+//   when momentum is unset; num_batches_tracked counts the training
+//   forwards. Ranks may have different batch sizes, none at all included:
+//   counts are summed. A global count of 1 or less per channel is an error,
+//   as in BatchNorm.
 // - Eval: plain batch norm with the running statistics (with the rank's own
 //   batch statistics when track_running_stats is off); no communication.
 // - Without a backend, or with one of size 1: plain BatchNorm (PyTorch's
 //   SyncBatchNorm outside a process group of more than one).
-// Gradients are exact: each rank's input gradient includes every rank's loss
-// through the shared statistics; weight and bias gradients are this rank's
-// share, which DDP's allreduce adds up (its average over ranks then equals the
-// one-process gradient of the global mean loss).
+// Backward is the exact derivative, not an approximation: each rank's input
+// gradient includes every rank's loss through the shared statistics; weight
+// and bias gradients are this rank's share, which DDP's allreduce adds up
+// (its average over ranks then equals the one-process gradient of the
+// global mean loss). So results equal one BatchNorm2d on the global batch up
+// to rounding (in float32 a gradient can still differ by one term
+// downstream of a ReLU whose input lies within rounding of 0;
+// sync_batch_norm_resnet_test explains).
 // Parameter and buffer names equal BatchNorm2d's (weight, bias, running_mean,
 // running_var, num_batches_tracked), and so does initialisation (weight 1,
 // bias 0, running_var 1): checkpoints and state_dicts are interchangeable.

@@ -362,18 +362,22 @@ TEST(SyncBatchNormTest, OneValuePerChannelOverAllRanksIsAnError) {
   });
 }
 
-// A rank that never joins the forward's allreduce: the others fail within
-// the backend's timeout with an error that names the layer and the
+// A rank that never joins the forward's allreduce, staying connected or
+// gone (its backend destroyed, as when its process dies): the other fails
+// within the backend's timeout with an error that names the layer and the
 // collective.
-TEST(SyncBatchNormTest, ARankThatDoesNotJoinFailsTheForwardWithinTheTimeout) {
+class SyncBatchNormPeerTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SyncBatchNormPeerTest, ARankThatDoesNotJoinFailsTheForwardInTime) {
+  const bool peer_gone = GetParam();
   constexpr absl::Duration kTimeout = absl::Seconds(2);
   backend::testing::Notification done;
   std::string message;
   absl::Duration elapsed;
   backend::testing::RunRanks(2, Gloo(kTimeout), [&](backend::Backend& b) {
     if (b.rank() == 1) {
-      // Stays connected, but never calls forward.
-      done.WaitForNotificationWithTimeout(absl::Seconds(60));
+      // Never calls forward; leaving destroys its backend.
+      if (!peer_gone) done.WaitForNotificationWithTimeout(absl::Seconds(60));
       return;
     }
     SyncBatchNorm bn(SyncBatchNormOptions(3), &b);
@@ -388,13 +392,21 @@ TEST(SyncBatchNormTest, ARankThatDoesNotJoinFailsTheForwardWithinTheTimeout) {
     elapsed = absl::Now() - start;
     done.Notify();
   });
-  std::cout << "error after " << elapsed << ": " << message << "\n";
+  std::cout << (peer_gone ? "peer gone" : "peer silent") << ": error after "
+            << elapsed << ": " << message.substr(0, message.find('\n')) << "\n";
   EXPECT_THAT(message, HasSubstr("[rank 0]"));
   EXPECT_THAT(message, HasSubstr("sync_batch_norm layer1.0.bn1: forward "
                                  "statistics allreduce (7 x float64)"));
-  EXPECT_GE(elapsed, kTimeout - absl::Milliseconds(100));
+  if (!peer_gone) {
+    EXPECT_GE(elapsed, kTimeout - absl::Milliseconds(100));
+  }
   EXPECT_LT(elapsed, kTimeout + absl::Seconds(5));
 }
+
+INSTANTIATE_TEST_SUITE_P(Peers, SyncBatchNormPeerTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "gone" : "silent";
+                         });
 
 // A collective that fails in backward (injected on every rank) comes out of
 // Tensor::backward as an exception naming it.
