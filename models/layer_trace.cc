@@ -44,6 +44,16 @@ void LayerTrace::End(int token, const torch::Tensor& output) {
   layers_[token].output_shape.assign(sizes.begin(), sizes.end());
 }
 
+torch::Tensor TracedForward(LayerTrace* trace, absl::string_view name,
+                            torch::nn::AnyModule& module,
+                            const torch::Tensor& input) {
+  if (trace == nullptr) return module.forward<torch::Tensor>(input);
+  const int token = trace->Begin(name, *module.ptr());
+  torch::Tensor output = module.forward<torch::Tensor>(input);
+  trace->End(token, output);
+  return output;
+}
+
 torch::Tensor TracedSequential(LayerTrace* trace, absl::string_view name,
                                torch::nn::Sequential& sequential,
                                const torch::Tensor& input) {

@@ -9,6 +9,7 @@
 #define DTRAIN_MODELS_LAYER_TRACE_H_
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
@@ -68,6 +69,11 @@ torch::Tensor TracedForward(LayerTrace* trace, absl::string_view name,
   trace->End(token, output);
   return output;
 }
+
+// The same for a type-erased module (a model's norm_layer, norm_layer.h).
+torch::Tensor TracedForward(LayerTrace* trace, absl::string_view name,
+                            torch::nn::AnyModule& module,
+                            const torch::Tensor& input);
 
 // Records `module` as `name` around `forward()`, a callable that runs it and
 // reports its own layers to `trace` (for blocks with a traced Forward).

@@ -35,6 +35,7 @@ absl::StatusOr<std::shared_ptr<Model>> CreateResNet18(
   options.num_classes = config.num_classes.value_or(options.num_classes);
   options.in_channels = config.in_channels.value_or(options.in_channels);
   options.small_input_stem = config.small_input_stem;
+  options.norm_layer = config.norm_layer;
   if (config.image_size.has_value() && *config.image_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resnet18: image_size must be positive, got ", *config.image_size));
@@ -53,12 +54,14 @@ const std::vector<Entry>& Entries() {
       {{"convnet",
         "the book's MNIST ConvNet: 2 convolutions, 2 linear layers, dropout",
         10,
-        {1, 28, 28}},
+        {1, 28, 28},
+        /*batch_norm=*/false},
        &CreateConvNet},
       {{"resnet18",
         "ResNet-18 as in torchvision: BasicBlocks [2, 2, 2, 2], batch norm",
         1000,
-        {3, 224, 224}},
+        {3, 224, 224},
+        /*batch_norm=*/true},
        &CreateResNet18},
   };
   return *entries;

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
 #include "models/model.h"
+#include "models/norm_layer.h"
 
 namespace dtrain::models {
 
@@ -26,6 +27,11 @@ struct ModelConfig {
   absl::optional<int64_t> image_size;
   // ResNet-18 only (ResNet18Options::small_input_stem); an error for others.
   bool small_input_stem = false;
+  // Builds the batch norms of models that have them (ModelInfo::batch_norm;
+  // ResNet18Options::norm_layer); empty: BatchNorm2d. Models without batch
+  // norm ignore it, as torch.nn.SyncBatchNorm.convert_sync_batchnorm leaves
+  // them unchanged.
+  NormLayerFactory norm_layer;
 };
 
 struct ModelInfo {
@@ -34,6 +40,8 @@ struct ModelInfo {
   int64_t default_num_classes = 0;
   // Channels, height, width of the input the model is made for.
   std::vector<int64_t> default_input_shape;
+  // Whether the model has batch norm layers (takes ModelConfig::norm_layer).
+  bool batch_norm = false;
 };
 
 // Every model CreateModel knows, sorted by name.

@@ -1,5 +1,6 @@
 #include "models/registry.h"
 
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
 #include <string>
@@ -73,6 +74,17 @@ TEST(RegistryTest, PassesTheOptionsOn) {
   (*resnet)->eval();
   EXPECT_THAT((*resnet)->forward(torch::zeros({2, 1, 28, 28})).sizes().vec(),
               ElementsAre(2, 10));
+
+  // The norm layer reaches ResNet-18; the ConvNet has no batch norm.
+  int norm_layers = 0;
+  config.norm_layer = [&norm_layers](int64_t channels) {
+    ++norm_layers;
+    return torch::nn::AnyModule(torch::nn::BatchNorm2d(channels));
+  };
+  ASSERT_TRUE(CreateModel("resnet18", config).ok());
+  EXPECT_EQ(norm_layers, 20);
+  EXPECT_TRUE(FindModel("resnet18")->batch_norm);
+  EXPECT_FALSE(FindModel("convnet")->batch_norm);
 
   ModelConfig convnet_config;
   convnet_config.num_classes = 7;

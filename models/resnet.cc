@@ -1,6 +1,7 @@
 #include "models/resnet.h"
 
 #include <torch/nn/init.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
 #include <memory>
@@ -25,6 +26,15 @@ nn::Conv2d Conv1x1(int64_t in_planes, int64_t out_planes, int64_t stride) {
       nn::Conv2dOptions(in_planes, out_planes, 1).stride(stride).bias(false));
 }
 
+// Registers a norm layer under `name` and returns it.
+nn::AnyModule RegisterNorm(nn::Module& parent, const std::string& name,
+                           nn::AnyModule layer) {
+  TORCH_CHECK(!layer.is_empty(), "ResNet18: norm_layer built no module for ",
+              name);
+  parent.register_module(name, layer.ptr());
+  return layer;
+}
+
 }  // namespace
 
 absl::Status Validate(const ResNet18Options& options) {
@@ -40,19 +50,21 @@ absl::Status Validate(const ResNet18Options& options) {
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes,
-                               int64_t stride)
+                               int64_t stride,
+                               const NormLayerFactory& norm_layer)
     : torch::nn::Module("BasicBlock") {
   // torchvision builds the projection before the block: same generator order.
   nn::Sequential downsample{nullptr};
   if (stride != 1 || in_planes != planes) {
-    downsample = nn::Sequential(Conv1x1(in_planes, planes, stride),
-                                nn::BatchNorm2d(planes));
+    downsample = nn::Sequential();
+    downsample->push_back(Conv1x1(in_planes, planes, stride));
+    downsample->push_back(norm_layer(planes));
   }
   conv1_ = register_module("conv1", Conv3x3(in_planes, planes, stride));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+  bn1_ = RegisterNorm(*this, "bn1", norm_layer(planes));
   relu_ = register_module("relu", nn::ReLU(nn::ReLUOptions(/*inplace=*/true)));
   conv2_ = register_module("conv2", Conv3x3(planes, planes, 1));
-  bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+  bn2_ = RegisterNorm(*this, "bn2", norm_layer(planes));
   if (downsample) downsample_ = register_module("downsample", downsample);
 }
 
@@ -84,7 +96,9 @@ ResNet18Impl::ResNet18Impl(const ResNet18Options& options)
                            .stride(2)
                            .padding(3)
                            .bias(false)));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(in_planes));
+  const NormLayerFactory norm_layer =
+      options_.norm_layer ? options_.norm_layer : BatchNorm2dLayers();
+  bn1_ = RegisterNorm(*this, "bn1", norm_layer(in_planes));
   relu_ = register_module("relu", nn::ReLU(nn::ReLUOptions(/*inplace=*/true)));
   if (!options_.small_input_stem) {
     maxpool_ = register_module(
@@ -95,7 +109,7 @@ ResNet18Impl::ResNet18Impl(const ResNet18Options& options)
     nn::Sequential stage;
     for (int64_t b = 0; b < kBlocksPerStage[s]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      stage->push_back(BasicBlock(in_planes, planes, stride));
+      stage->push_back(BasicBlock(in_planes, planes, stride, norm_layer));
       in_planes = planes;
     }
     stages_[s] = register_module(absl::StrCat("layer", s + 1), stage);
@@ -110,7 +124,8 @@ ResNet18Impl::ResNet18Impl(const ResNet18Options& options)
     if (auto* conv = module->as<nn::Conv2d>()) {
       nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut,
                                 torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+    } else if (auto* bn = module->as<nn::BatchNorm2d>();
+               bn != nullptr && bn->options.affine()) {
       nn::init::constant_(bn->weight, 1);
       nn::init::constant_(bn->bias, 0);
     }
@@ -118,7 +133,11 @@ ResNet18Impl::ResNet18Impl(const ResNet18Options& options)
   if (options_.zero_init_residual) {
     for (const nn::Sequential& stage : stages_) {
       for (size_t b = 0; b < stage->size(); ++b) {
-        nn::init::zeros_(stage->ptr<BasicBlockImpl>(b)->bn2()->weight);
+        // As torchvision: only a norm layer that has a weight.
+        const auto params =
+            stage->ptr<BasicBlockImpl>(b)->bn2()->named_parameters(false);
+        const torch::Tensor* weight = params.find("weight");
+        if (weight != nullptr && weight->defined()) nn::init::zeros_(*weight);
       }
     }
   }

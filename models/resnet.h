@@ -11,11 +11,16 @@
 // weights equal torchvision.models.resnet18()'s.
 //
 // The output is logits (train with cross-entropy).
+//
+// Every batch norm is built by ResNet18Options::norm_layer (torchvision's
+// norm_layer argument), BatchNorm2d by default; SyncBatchNorm
+// (dist/ddp/sync_batch_norm.h) is the other one in use. The structure and the
+// names stay the same whichever is chosen.
 #ifndef DTRAIN_MODELS_RESNET_H_
 #define DTRAIN_MODELS_RESNET_H_
 
 #include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -24,10 +29,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "models/layer_trace.h"
 #include "models/model.h"
+#include "models/norm_layer.h"
 
 namespace dtrain::models {
 
@@ -41,6 +48,9 @@ struct ResNet18Options {
   // torchvision's zero_init_residual: each block's last batch norm starts
   // with weight 0, so that every block starts as the identity.
   bool zero_init_residual = false;
+  // Builds each of the 20 batch norms, in torchvision's construction order
+  // (norm_layer.h); empty means BatchNorm2d.
+  NormLayerFactory norm_layer;
 };
 
 // kInvalidArgument naming the field when a value is out of range.
@@ -51,24 +61,26 @@ absl::Status Validate(const ResNet18Options& options);
 // stride or the channel count changes), then ReLU.
 class BasicBlockImpl : public torch::nn::Module {
  public:
-  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  // `norm_layer` must not be empty.
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride,
+                 const NormLayerFactory& norm_layer);
 
   torch::Tensor forward(const torch::Tensor& input) {
     return Forward(input, nullptr);
   }
   torch::Tensor Forward(const torch::Tensor& input, LayerTrace* trace);
 
-  // The last batch norm, which zero_init_residual sets to 0.
-  torch::nn::BatchNorm2d& bn2() { return bn2_; }
+  // The last batch norm, whose weight zero_init_residual sets to 0.
+  std::shared_ptr<torch::nn::Module> bn2() const { return bn2_.ptr(); }
   // Null when the block keeps the shape of its input.
   const torch::nn::Sequential& downsample() const { return downsample_; }
 
  private:
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  torch::nn::AnyModule bn1_;
   torch::nn::ReLU relu_{nullptr};
   torch::nn::Conv2d conv2_{nullptr};
-  torch::nn::BatchNorm2d bn2_{nullptr};
+  torch::nn::AnyModule bn2_;
   torch::nn::Sequential downsample_{nullptr};
 };
 
@@ -96,7 +108,7 @@ class ResNet18Impl : public CloneableModel<ResNet18Impl> {
  private:
   ResNet18Options options_;
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  torch::nn::AnyModule bn1_;
   torch::nn::ReLU relu_{nullptr};
   torch::nn::MaxPool2d maxpool_{nullptr};  // null with small_input_stem
   std::array<torch::nn::Sequential, 4> stages_{nullptr, nullptr, nullptr,

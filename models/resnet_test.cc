@@ -1,6 +1,7 @@
 #include "models/resnet.h"
 
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
 #include <cmath>
@@ -316,6 +317,44 @@ TEST(ResNet18Test, ZeroInitResidualZeroesEachBlocksLastBatchNorm) {
     }
   }
   EXPECT_EQ(zeroed, 8);
+}
+
+// torchvision's norm_layer: the factory builds all 20 batch norms, in
+// construction order, and the names, shapes, initial weights and outputs
+// stay those of the default model.
+TEST(ResNet18Test, NormLayerBuildsEveryBatchNormAndKeepsTheModel) {
+  std::vector<int64_t> built;
+  ResNet18Options options = Options(10, true);
+  options.zero_init_residual = true;
+  options.norm_layer = [&built](int64_t channels) {
+    built.push_back(channels);
+    return torch::nn::AnyModule(torch::nn::BatchNorm2d(
+        torch::nn::BatchNorm2dOptions(channels).momentum(0.3)));
+  };
+  torch::manual_seed(4);
+  ResNet18 custom(options);
+  options.norm_layer = nullptr;
+  torch::manual_seed(4);
+  ResNet18 standard(options);
+  EXPECT_THAT(built,
+              ElementsAre(64, 64, 64, 64, 64, 128, 128, 128, 128, 128, 256, 256,
+                          256, 256, 256, 512, 512, 512, 512, 512));
+  EXPECT_EQ(Shapes(custom->named_parameters()),
+            Shapes(standard->named_parameters()));
+  EXPECT_EQ(Shapes(custom->named_buffers()), Shapes(standard->named_buffers()));
+  const auto expected = standard->named_parameters();
+  for (const auto& item : custom->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()])) << item.key();
+  }
+  // The custom layers run: with momentum 0.3, not 0.1, the statistics move
+  // further in one training forward.
+  const torch::Tensor x = TestInput(4, 3, 8, 8);
+  EXPECT_TRUE(
+      torch::allclose(custom->forward(x), standard->forward(x), 1e-5, 1e-5));
+  const torch::Tensor moved = custom->named_buffers()["bn1.running_var"] - 1;
+  const torch::Tensor moved_default =
+      standard->named_buffers()["bn1.running_var"] - 1;
+  EXPECT_TRUE(torch::allclose(moved, moved_default * 3, 1e-4, 1e-6));
 }
 
 // Expected values from torchvision 0.14.1: torch.manual_seed(0), then

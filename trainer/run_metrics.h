@@ -79,6 +79,8 @@ struct RunMetrics {
   // a run shows which environment it took its rank and world size from.
   std::string launch_source;
   int64_t parameters = 0;
+  // Batch norms that ran as SyncBatchNorm (--sync_batchnorm with 2+ ranks).
+  int sync_batchnorm_layers = 0;
   std::vector<EpochMetrics> epochs;
   double best_top1 = 0;
   int64_t global_step = 0;

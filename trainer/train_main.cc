@@ -149,6 +149,10 @@ ABSL_FLAG(double, bucket_cap_mb, 25, "DDP gradient bucket size in MiB.");
 ABSL_FLAG(bool, sync_gradients, true,
           "false: no gradient averaging (measures the no-communication "
           "bound; not a way to train).");
+ABSL_FLAG(bool, sync_batchnorm, false,
+          "Batch norm statistics over every rank's batch (PyTorch's "
+          "SyncBatchNorm): resnet18 trains as one process on the global "
+          "batch. No effect on convnet (no batch norm).");
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch threads per process.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Where rank 0 writes checkpoints.");
 ABSL_FLAG(std::string, init_state_dict, "",
@@ -311,6 +315,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.device = absl::GetFlag(FLAGS_device);
   o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
   o.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
+  o.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
   o.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.init_state_dict = absl::GetFlag(FLAGS_init_state_dict);

@@ -197,6 +197,10 @@ absl::Status Validate(const TrainOptions& o) {
   }
   if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
     return Invalid("bucket_cap_mb", "must be a finite number > 0");
+  if (o.sync_batchnorm && !o.sync_gradients)
+    return Invalid("sync_batchnorm",
+                   "communicates batch statistics; --sync_gradients=false "
+                   "measures training without communication");
   if (o.intra_op_threads < 1)
     return Invalid("intra_op_threads", "must be >= 1");
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{

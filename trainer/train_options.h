@@ -129,6 +129,10 @@ struct TrainOptions {
   // no-communication bound the experiment runner compares against. Not a
   // way to train a model.
   bool sync_gradients = true;
+  // ResNet-18's batch norms as SyncBatchNorm (dist/ddp/sync_batch_norm.h):
+  // statistics over the global batch. No effect with one rank, or on a model
+  // without batch norm (the ConvNet; the trainer says so).
+  bool sync_batchnorm = false;
   // LibTorch intra-op threads per process; several processes on few cores
   // oversubscribe otherwise.
   int intra_op_threads = 1;

@@ -96,6 +96,11 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
        "--small_input_stem"},
       {[](TrainOptions& o) { o.timeout = absl::ZeroDuration(); }, "--timeout"},
       {[](TrainOptions& o) {
+         o.sync_batchnorm = true;
+         o.sync_gradients = false;
+       },
+       "--sync_batchnorm"},
+      {[](TrainOptions& o) {
          o.dataset = "synthetic";
          o.synthetic_shape = {1, 0, 28};
        },

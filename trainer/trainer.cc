@@ -25,6 +25,7 @@
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/sync_batch_norm.h"
 #include "models/registry.h"
 #include "models/state_dict/state_dict.h"
 #include "optim/adadelta.h"
@@ -158,12 +159,23 @@ absl::Status Run::Setup() {
   config.in_channels = data_->input_shape[0];
   config.image_size = data_->input_shape[1];
   config.small_input_stem = o_.small_input_stem;
+  if (o_.sync_batchnorm && world_.world_size > 1) {
+    ddp::SyncBatchNormOptions sync;
+    sync.timeout = o_.timeout;
+    config.norm_layer = ddp::SyncBatchNormLayers(backend_, sync);
+  }
   // Every rank builds the same initial weights; DDP broadcasts rank 0's all
   // the same, which also covers models whose construction is not seeded.
   torch::manual_seed(o_.seed);
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<models::Model> model,
                           models::CreateModel(o_.model, config));
   model_ = std::move(model);
+  metrics_.sync_batchnorm_layers = ddp::LabelSyncBatchNorms(*model_);
+  if (o_.sync_batchnorm && !models::FindModel(o_.model)->batch_norm) {
+    Say(absl::StrCat("--sync_batchnorm: ", o_.model,
+                     " has no batch norm layers; it trains unchanged, as "
+                     "PyTorch's convert_sync_batchnorm leaves it"));
+  }
   model_->to(device_);
   if (!o_.init_state_dict.empty()) {
     if (absl::Status s =
