@@ -54,6 +54,15 @@ absl::StatusOr<at::Tensor> Precompute(const at::Tensor& images,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
+    Dataset dataset, const DistributedSamplerOptions& sampling,
+    TransformPipeline transforms, const LoaderOptions& options) {
+  DTRAIN_ASSIGN_OR_RETURN(DistributedSampler sampler,
+                          DistributedSampler::Create(dataset.size(), sampling));
+  return Create(std::move(dataset), std::move(sampler), std::move(transforms),
+                options);
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     Dataset dataset, DistributedSampler sampler, TransformPipeline transforms,
     const LoaderOptions& options) {
   auto invalid = [](auto&&... parts) {
