@@ -3,12 +3,14 @@
 # the example program (train_own_model.cc) trains its model to a falling loss, saves a checkpoint
 # and a second run continues from it; the train binary with the registered model
 # (train_with_own_model --model=mlp) trains with train's flags, writes its metrics, state_dict and
-# checkpoints, and lists mlp among the known models when given an unknown one.
+# checkpoints, and lists mlp among the known models when given an unknown one; model_summary with the
+# registered model summarizes it layer by layer.
 set -uo pipefail
 
 own=$1
 registered=$2
-launch=$3
+summary=$3
+launch=$4
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 start_test own_model
 
@@ -94,5 +96,11 @@ rc=$?
 [[ $rc -eq 2 ]] || fail "--model=unknown: exit $rc, want 2"
 grep -q "unknown model 'unknown'; known: convnet, mlp, resnet18" "$tmp/unknown.err" \
   || fail "--model=unknown: message: $(cat "$tmp/unknown.err")"
+
+# 6. The summary tool with the registered model.
+"$summary" --model=mlp >"$tmp/summary.out" 2>"$tmp/summary.err" || fail "model_summary: $(cat "$tmp/summary.err")"
+[[ $(tail -1 "$tmp/summary.out") == "Total params: 101,770" ]] || fail "model_summary: $(cat "$tmp/summary.out")"
+grep -qE '^ *fc1 \(Linear\) +\[1, 128\] +100,480$' "$tmp/summary.out" || fail "model_summary: no fc1 row: $(cat "$tmp/summary.out")"
+"$summary" --list | grep -q '^mlp ' || fail "model_summary --list: no mlp"
 
 finish
