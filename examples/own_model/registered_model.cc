@@ -31,8 +31,9 @@ class Mlp : public models::Model {
  public:
   Mlp(int64_t in_features, int64_t num_classes)
       : Model("Mlp"), in_features_(in_features) {
-    // Layers registered in forward order, so that the same seed gives the
-    // same weights as PyTorch's nn.Sequential(Flatten, Linear, ReLU, Linear).
+    // Layers with parameters come first, in the order a PyTorch module with
+    // self.fc1 and self.fc2 creates them: that order decides which random
+    // numbers each layer's initial weights take.
     fc1_ = register_module("fc1", torch::nn::Linear(in_features, kHiddenUnits));
     fc2_ = register_module("fc2", torch::nn::Linear(kHiddenUnits, num_classes));
     flatten_ = register_module("flatten", torch::nn::Flatten());
