@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "models/registry.h"
+#include "models/model_catalog.h"
 #include "models/state_dict/state_dict_path.h"
 
 namespace dtrain::trainer {
@@ -21,7 +21,7 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--", field, ": ", why));
 }
 
-// Built-in or registered (models/registry.h).
+// Built-in or registered (models/model_catalog.h).
 absl::Status CheckModel(const std::string& model) {
   if (models::FindModel(model).ok()) return absl::OkStatus();
   return Invalid("model", absl::StrCat("unknown model '", model, "'; known: ",
