@@ -95,6 +95,15 @@ class PrecomputedSource final : public ExampleSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
+    Dataset dataset, const DistributedSamplerOptions& sampling,
+    TransformPipeline transforms, const LoaderOptions& options) {
+  DTRAIN_ASSIGN_OR_RETURN(DistributedSampler sampler,
+                          DistributedSampler::Create(dataset.size(), sampling));
+  return Create(std::move(dataset), std::move(sampler), std::move(transforms),
+                options);
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     Dataset dataset, DistributedSampler sampler, TransformPipeline transforms,
     const LoaderOptions& options) {
   return Create(std::make_shared<const Dataset>(std::move(dataset)),

@@ -124,6 +124,13 @@ class DataLoader {
       std::shared_ptr<const ExampleSource> source, DistributedSampler sampler,
       TransformPipeline transforms, const LoaderOptions& options);
 
+  // The same with a DistributedSampler over the whole dataset made from
+  // `sampling` (rank, num_replicas, shuffle, seed), as most data-parallel
+  // loops want: DistributedSampler::Create's errors, then the above.
+  static absl::StatusOr<std::unique_ptr<DataLoader>> Create(
+      Dataset dataset, const DistributedSamplerOptions& sampling,
+      TransformPipeline transforms, const LoaderOptions& options);
+
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;

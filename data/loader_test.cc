@@ -393,6 +393,31 @@ TEST_F(LoaderTest, RanksTogetherCoverTheDataset) {
   EXPECT_EQ(seen.size(), 50u);
 }
 
+TEST_F(LoaderTest, SamplerOptionsMakeTheSampler) {
+  const Dataset dataset = Synthetic(50);
+  DistributedSamplerOptions sampling;
+  sampling.num_replicas = 4;
+  sampling.rank = 1;
+  sampling.seed = 5;
+  absl::StatusOr<std::unique_ptr<DataLoader>> loader =
+      DataLoader::Create(dataset, sampling, Augment(), Options(6, 1));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((*loader)->sampler().dataset_size(), 50);
+  EXPECT_EQ((*loader)->sampler().options().rank, 1);
+  std::unique_ptr<DataLoader> explicit_sampler =
+      MakeLoader(dataset, Sampler(50, 4, 1), Augment(), Options(6, 1));
+  ASSERT_NE(explicit_sampler, nullptr);
+  (*loader)->SetEpoch(2);
+  explicit_sampler->SetEpoch(2);
+  ExpectSameBatches(Drain(**loader), Drain(*explicit_sampler),
+                    "sampler options");
+
+  sampling.rank = 4;
+  loader = DataLoader::Create(dataset, sampling, Augment(), Options(6, 1));
+  EXPECT_EQ(loader.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loader.status().message()), HasSubstr("rank"));
+}
+
 TEST_F(LoaderTest, EmptyDataset) {
   std::unique_ptr<DataLoader> loader =
       MakeLoader(Synthetic(0), Sampler(0), Augment(), Options(4, 2));

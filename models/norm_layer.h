@@ -22,12 +22,14 @@
 #include <cstdint>
 #include <functional>
 
+#include "models/model_catalog.h"
+
 namespace dtrain::models {
 
 // Called once per layer, in the order the model builds its layers, on the
 // constructing thread.
-using NormLayerFactory =
-    std::function<torch::nn::AnyModule(int64_t num_features)>;
+// (NormLayerFactory itself is declared in model_catalog.h, so that
+// ModelConfig can hold one without LibTorch's headers.)
 
 // torch::nn::BatchNorm2d with default options: the default everywhere.
 NormLayerFactory BatchNorm2dLayers();

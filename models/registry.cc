@@ -2,11 +2,11 @@
 
 #include <c10/util/Exception.h>
 
-#include <algorithm>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/types/optional.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "models/convnet.h"
@@ -44,70 +44,41 @@ absl::StatusOr<std::shared_ptr<Model>> CreateResNet18(
   return std::shared_ptr<Model>(std::make_shared<ResNet18Impl>(options));
 }
 
-struct Entry {
-  ModelInfo info;
-  absl::StatusOr<std::shared_ptr<Model>> (*create)(const ModelConfig&);
-};
-
-const std::vector<Entry>& Entries() {
-  static const auto* const entries = new std::vector<Entry>{
-      {{"convnet",
-        "the book's MNIST ConvNet: 2 convolutions, 2 linear layers, dropout",
-        10,
-        {1, 28, 28},
-        /*batch_norm=*/false},
-       &CreateConvNet},
-      {{"resnet18",
-        "ResNet-18 as in torchvision: BasicBlocks [2, 2, 2, 2], batch norm",
-        1000,
-        {3, 224, 224},
-        /*batch_norm=*/true},
-       &CreateResNet18},
-  };
-  return *entries;
+// The factories of the built-in models model_catalog.cc lists.
+ModelFactory BuiltInFactory(const std::string& name) {
+  if (name == "convnet") return &CreateConvNet;
+  if (name == "resnet18") return &CreateResNet18;
+  return nullptr;
 }
 
 }  // namespace
 
-const std::vector<ModelInfo>& KnownModels() {
-  static const auto* const infos = [] {
-    auto* v = new std::vector<ModelInfo>;
-    for (const Entry& e : Entries()) v->push_back(e.info);
-    std::sort(v->begin(), v->end(), [](const ModelInfo& a, const ModelInfo& b) {
-      return a.name < b.name;
-    });
-    return v;
-  }();
-  return *infos;
-}
-
-std::string KnownModelNames() {
-  return absl::StrJoin(
-      KnownModels(), ", ",
-      [](std::string* out, const ModelInfo& info) { out->append(info.name); });
-}
-
-absl::StatusOr<ModelInfo> FindModel(absl::string_view name) {
-  for (const Entry& e : Entries()) {
-    if (e.info.name == name) return e.info;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown model \"", name, "\"; known models: ", KnownModelNames()));
-}
-
 absl::StatusOr<std::shared_ptr<Model>> CreateModel(absl::string_view name,
                                                    const ModelConfig& config) {
-  for (const Entry& e : Entries()) {
-    if (e.info.name != name) continue;
-    // Options were validated; anything LibTorch throws now is unexpected but
-    // still reported as a status at this boundary.
-    return base::GuardTorch(absl::StatusCode::kInternal,
-                            absl::StrCat("building ", name, ": "),
-                            [&]() -> absl::StatusOr<std::shared_ptr<Model>> {
-                              return e.create(config);
-                            });
+  absl::optional<internal::CatalogEntry> entry =
+      internal::FindCatalogEntry(name);
+  if (!entry.has_value()) return FindModel(name).status();
+  const ModelInfo& info = entry->info;
+  ModelFactory create =
+      entry->built_in ? BuiltInFactory(info.name) : entry->create;
+  ModelConfig full = config;
+  if (!full.num_classes) full.num_classes = info.default_num_classes;
+  if (!full.in_channels) full.in_channels = info.default_input_shape[0];
+  if (!full.image_size) full.image_size = info.default_input_shape[1];
+  // Options were validated; anything LibTorch throws now is unexpected but
+  // still reported as a status at this boundary.
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::shared_ptr<Model> model,
+      base::GuardTorch(absl::StatusCode::kInternal,
+                       absl::StrCat("building ", name, ": "),
+                       [&]() -> absl::StatusOr<std::shared_ptr<Model>> {
+                         return create(full);
+                       }));
+  if (model == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("building ", name, ": its factory returned no model"));
   }
-  return FindModel(name).status();
+  return model;
 }
 
 }  // namespace dtrain::models

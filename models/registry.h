@@ -1,61 +1,40 @@
-// Builds a model by name ("convnet", "resnet18") from one options struct, so
-// that binaries can take the model as a flag. Unknown names and options the
-// model cannot honour come back as kInvalidArgument, never as exceptions.
+// Builds a model by name from one options struct, so that binaries can take
+// the model as a flag: the built-in models ("convnet", "resnet18") and any a
+// user's library registers. Which models exist, and registering one, is
+// model_catalog.h's (included here). Unknown names and options the model
+// cannot honour come back as kInvalidArgument, never as exceptions.
+//
+// Registering a model of your own (docs/OWN_MODEL.md):
+//
+//   absl::StatusOr<std::shared_ptr<dtrain::models::Model>> CreateMlp(
+//       const dtrain::models::ModelConfig& config) {  // every field set
+//     return std::shared_ptr<dtrain::models::Model>(std::make_shared<Mlp>(
+//         *config.in_channels, *config.image_size, *config.num_classes));
+//   }
+//   const dtrain::models::ModelRegistration kMlp(
+//       {"mlp", "two linear layers", 10, {1, 28, 28}}, &CreateMlp);
+//
+// in a cc_library with `alwayslink = True` (see model_catalog.h).
+//
+// Thread safety: CreateModel may be called from any thread.
 #ifndef DTRAIN_MODELS_REGISTRY_H_
 #define DTRAIN_MODELS_REGISTRY_H_
 
-#include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/optional.h"
 #include "models/model.h"
+#include "models/model_catalog.h"
 #include "models/norm_layer.h"
 
 namespace dtrain::models {
 
-// Options common to the registry's models; unset fields take the model's
-// default (ModelInfo).
-struct ModelConfig {
-  absl::optional<int64_t> num_classes;
-  absl::optional<int64_t> in_channels;
-  // Side of the square input images. The ConvNet's fc1 depends on it;
-  // ResNet-18 takes any size and ignores it.
-  absl::optional<int64_t> image_size;
-  // ResNet-18 only (ResNet18Options::small_input_stem); an error for others.
-  bool small_input_stem = false;
-  // Builds the batch norms of models that have them (ModelInfo::batch_norm;
-  // ResNet18Options::norm_layer); empty: BatchNorm2d. Models without batch
-  // norm ignore it, as torch.nn.SyncBatchNorm.convert_sync_batchnorm leaves
-  // them unchanged.
-  NormLayerFactory norm_layer;
-};
-
-struct ModelInfo {
-  std::string name;         // "resnet18"
-  std::string description;  // one line
-  int64_t default_num_classes = 0;
-  // Channels, height, width of the input the model is made for.
-  std::vector<int64_t> default_input_shape;
-  // Whether the model has batch norm layers (takes ModelConfig::norm_layer).
-  bool batch_norm = false;
-};
-
-// Every model CreateModel knows, sorted by name.
-const std::vector<ModelInfo>& KnownModels();
-
-// "convnet, resnet18": for messages and flag help.
-std::string KnownModelNames();
-
-// kInvalidArgument listing the known names when `name` is unknown.
-absl::StatusOr<ModelInfo> FindModel(absl::string_view name);
-
 // Builds the model with freshly initialised weights (drawn from the global
 // generator: seed with torch::manual_seed first for reproducible weights).
-// kInvalidArgument for an unknown name or options out of range.
+// Unset fields of `config` take the model's defaults (ModelInfo).
+// kInvalidArgument for an unknown name or options out of range; kInternal
+// when a factory throws or returns no model.
 absl::StatusOr<std::shared_ptr<Model>> CreateModel(
     absl::string_view name, const ModelConfig& config = {});
 

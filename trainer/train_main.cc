@@ -9,6 +9,9 @@
 //   train --model=resnet18 --dataset=imagefolder --data_dir=/data/pets
 //         --workers=4 --nproc_per_node=2   # /data/pets/{train,val}/<class>/
 //
+// Built as //trainer:train, and as the train_main library that a user's own
+// binary links together with its own registered models (docs/OWN_MODEL.md).
+//
 // Exit status: 0 when training finished, 1 when it failed (the message says
 // which rank and why), 2 for bad flags, 128 + N when signal N (SIGINT,
 // SIGTERM) stopped it after rank 0 saved a checkpoint at a step boundary.
@@ -47,7 +50,9 @@
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
 
-ABSL_FLAG(std::string, model, "convnet", "Model: convnet or resnet18.");
+ABSL_FLAG(std::string, model, "convnet",
+          "Model: convnet, resnet18, or a model that a library linked into "
+          "this binary registered (docs/OWN_MODEL.md).");
 ABSL_FLAG(bool, small_input_stem, false,
           "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small "
           "images.");

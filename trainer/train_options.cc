@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "models/model_catalog.h"
 #include "models/state_dict/state_dict_path.h"
 
 namespace dtrain::trainer {
@@ -18,6 +19,13 @@ namespace {
 
 absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--", field, ": ", why));
+}
+
+// Built-in or registered (models/model_catalog.h).
+absl::Status CheckModel(const std::string& model) {
+  if (models::FindModel(model).ok()) return absl::OkStatus();
+  return Invalid("model", absl::StrCat("unknown model '", model, "'; known: ",
+                                       models::KnownModelNames()));
 }
 
 bool Known(const std::vector<std::string>& names, const std::string& name) {
@@ -45,11 +53,9 @@ const std::vector<std::string>& KnownDatasets() {
 }
 
 absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions o) {
+  DTRAIN_RETURN_IF_ERROR(CheckModel(o.model));
+  // Registered models take the ConvNet's defaults.
   const bool resnet = o.model == "resnet18";
-  if (!resnet && o.model != "convnet") {
-    return Invalid("model", absl::StrCat("unknown model '", o.model,
-                                         "'; known: convnet, resnet18"));
-  }
   if (!o.optimizer) o.optimizer = resnet ? "sgd" : "adadelta";
   const bool sgd = *o.optimizer == "sgd";
   if (!o.lr) o.lr = sgd ? 0.1 : 0.5;
@@ -64,10 +70,7 @@ absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions o) {
 }
 
 absl::Status Validate(const TrainOptions& o) {
-  if (o.model != "convnet" && o.model != "resnet18") {
-    return Invalid("model", absl::StrCat("unknown model '", o.model,
-                                         "'; known: convnet, resnet18"));
-  }
+  DTRAIN_RETURN_IF_ERROR(CheckModel(o.model));
   if (o.small_input_stem && o.model != "resnet18") {
     return Invalid("small_input_stem", "only resnet18 has this stem");
   }

@@ -6,6 +6,7 @@
 // the tutorials have them: the book's ConvNet trains with Adadelta (lr 0.5,
 // batch 128, 1 epoch), the AWS tutorial's ResNet-18 with SGD (lr 0.1,
 // momentum 0.9, weight decay 1e-4, batch 32, 2 epochs, STL-10 at 224 px).
+// Models a library registers (models/model_catalog.h) take the ConvNet's.
 // ResolveDefaults fills them; Validate checks the result.
 #ifndef DTRAIN_TRAINER_TRAIN_OPTIONS_H_
 #define DTRAIN_TRAINER_TRAIN_OPTIONS_H_
@@ -30,7 +31,8 @@ enum class ProgressStyle {
 };
 
 struct TrainOptions {
-  // Model: a name of models/registry.h ("convnet", "resnet18").
+  // Model: a name of models/model_catalog.h ("convnet", "resnet18", or one a
+  // library linked into the program registered).
   std::string model = "convnet";
   // ResNet-18's 3x3 stride-1 stem for small images.
   bool small_input_stem = false;

@@ -1,0 +1,25 @@
+#include "dist/backend/process_group.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+
+namespace dtrain::backend {
+
+absl::StatusOr<ProcessGroup> InitProcessGroup(
+    const ProcessGroupOptions& options, const rendezvous::EnvMap& env) {
+  ProcessGroup group;
+  DTRAIN_ASSIGN_OR_RETURN(group.world,
+                          rendezvous::InitWorld(options.init, env));
+  BackendConfig config = options.backend;
+  config.rank = group.world.rank;
+  config.world_size = group.world.world_size;
+  config.store = group.world.store;
+  if (config.gloo_iface.empty()) {
+    config.gloo_iface = group.world.launch.gloo_socket_ifname;
+  }
+  DTRAIN_ASSIGN_OR_RETURN(group.backend, CreateBackend(config));
+  return group;
+}
+
+}  // namespace dtrain::backend

@@ -1,0 +1,111 @@
+// Checkpoints for a training loop of one's own, the way the trainer keeps
+// them: rank 0 owns the checkpoint directory (trainer/checkpoint/), and
+// resuming reads the newest valid checkpoint there and broadcasts its bytes,
+// so that the other ranks need no shared filesystem. Every rank then restores
+// the model, the optimizer and, if given, the loader's position.
+//
+//   DTRAIN_ASSIGN_OR_RETURN(LoopCheckpoints checkpoints,
+//                           LoopCheckpoints::Open("ckpt", *backend));
+//   DTRAIN_ASSIGN_OR_RETURN(TrainingState state,
+//                           checkpoints.Resume(*model, optimizer, loader.get()));
+//   ... train from state.epoch, state.global_step ...
+//   DTRAIN_RETURN_IF_ERROR(
+//       checkpoints.Save(*model, optimizer, step, *loader).status());
+//
+// The optimizer must be one the checkpoint format knows (SGD, optim::Adadelta;
+// trainer/checkpoint/checkpoint.h).
+//
+// Thread safety: thread-compatible. Lifetimes: the backend must outlive the
+// object.
+#ifndef DTRAIN_TRAINER_LOOP_CHECKPOINTS_H_
+#define DTRAIN_TRAINER_LOOP_CHECKPOINTS_H_
+
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/optional.h"
+#include "data/loader.h"
+#include "dist/backend/backend.h"
+#include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/checkpoint/training_state.h"
+
+namespace dtrain::trainer {
+
+struct LoopCheckpointOptions {
+  // Checkpoint files Save keeps (CheckpointDir's `keep`), >= 1.
+  int keep = 2;
+  // Where the backend's collectives run: the CPU for Gloo, the rank's CUDA
+  // device for NCCL.
+  c10::Device device = c10::kCPU;
+  // Bounds Resume's collectives.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+class LoopCheckpoints {
+ public:
+  // Not collective. Rank 0 opens `dir`, creating it if needed
+  // (CheckpointDir::Open's errors); the other ranks never touch it.
+  // kInvalidArgument for an empty `dir` on every rank.
+  static absl::StatusOr<LoopCheckpoints> Open(
+      std::string dir, backend::Backend& backend,
+      const LoopCheckpointOptions& options = {});
+
+  // Collective. Loads the newest valid checkpoint into `model` and
+  // `optimizer` on every rank (DecodeCheckpoint, all or nothing) and, when
+  // `loader` is not null, continues its epoch where the checkpoint stopped
+  // (DataLoader::Restore). Returns the checkpoint's TrainingState, or a
+  // default one (epoch 0, step 0) when the directory has no checkpoint;
+  // resumed_from() then says which file it was. Every rank fails alike when
+  // rank 0 cannot read the directory or finds only damaged files (kDataLoss
+  // listing them, as kFailedPrecondition on the other ranks); a checkpoint
+  // that does not fit the model fails with DecodeCheckpoint's error.
+  absl::StatusOr<TrainingState> Resume(torch::nn::Module& model,
+                                       torch::optim::Optimizer& optimizer,
+                                       data::DataLoader* loader = nullptr);
+
+  // Not collective. Rank 0 writes checkpoint-<state.global_step>.dtc
+  // (CheckpointDir::Save: atomically, then rotation) and returns its path;
+  // the other ranks return "" at once. EncodeCheckpoint's and the
+  // directory's errors.
+  absl::StatusOr<std::string> Save(const torch::nn::Module& model,
+                                   const torch::optim::Optimizer& optimizer,
+                                   const TrainingState& state);
+
+  // Save for a loop that has taken `global_step` optimizer steps and reads
+  // its data from `loader`: the state holds the step and the loader's
+  // position (DataLoader::state(): its epoch and the examples consumed).
+  absl::StatusOr<std::string> Save(const torch::nn::Module& model,
+                                   const torch::optim::Optimizer& optimizer,
+                                   int64_t global_step,
+                                   const data::DataLoader& loader);
+
+  // The file the last Resume loaded, on rank 0 ("" elsewhere or when none).
+  const std::string& resumed_from() const { return resumed_from_; }
+
+ private:
+  LoopCheckpoints(std::string path, absl::optional<CheckpointDir> dir,
+                  backend::Backend& backend,
+                  const LoopCheckpointOptions& options)
+      : path_(std::move(path)),
+        dir_(std::move(dir)),
+        backend_(&backend),
+        options_(options) {}
+
+  std::string path_;
+  // Rank 0 only.
+  absl::optional<CheckpointDir> dir_;
+  backend::Backend* backend_;
+  LoopCheckpointOptions options_;
+  std::string resumed_from_;
+};
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_LOOP_CHECKPOINTS_H_

@@ -1,0 +1,201 @@
+// LoopCheckpoints with ranks as threads (Gloo over an in-memory store): no
+// checkpoint yet, a checkpoint saved by rank 0 restored on every rank, and
+// damaged files failing every rank alike.
+#include "trainer/loop_checkpoints.h"
+
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "data/loader.h"
+#include "dist/backend/backend_testing.h"
+#include "dist/backend/gloo/gloo_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
+    int rank, int world_size, std::shared_ptr<store::Store> store) {
+  backend::GlooBackendOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.store = std::move(store);
+  o.hostname = "127.0.0.1";
+  o.timeout = absl::Seconds(60);
+  return backend::CreateGlooBackend(o);
+}
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// 12 examples of 1x2x2, shuffled over the ranks, 2 per batch.
+std::unique_ptr<data::DataLoader> Loader(int rank, int world_size) {
+  absl::StatusOr<data::Dataset> dataset =
+      data::Dataset::Create("tiny", torch::zeros({12, 1, 2, 2}, torch::kUInt8),
+                            torch::zeros({12}, torch::kLong), 2);
+  data::DistributedSamplerOptions share;
+  share.num_replicas = world_size;
+  share.rank = rank;
+  absl::StatusOr<data::DistributedSampler> sampler =
+      data::DistributedSampler::Create(12, share);
+  absl::StatusOr<data::TransformPipeline> transforms =
+      data::TransformPipeline::Builder().ToFloat().Build();
+  data::LoaderOptions options;
+  options.batch_size = 2;
+  absl::StatusOr<std::unique_ptr<data::DataLoader>> loader =
+      data::DataLoader::Create(*dataset, *std::move(sampler), *transforms,
+                               options);
+  EXPECT_TRUE(loader.ok()) << loader.status();
+  return loader.ok() ? *std::move(loader) : nullptr;
+}
+
+TEST(LoopCheckpointsTest, WithoutACheckpointEveryRankStartsAtZero) {
+  const std::string dir = TempDir("empty");
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    absl::StatusOr<TrainingState> state =
+        checkpoints->Resume(*model, optimizer);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(*state, TrainingState());
+    EXPECT_EQ(checkpoints->resumed_from(), "");
+  });
+  // Rank 0 created the directory.
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+}
+
+TEST(LoopCheckpointsTest, RankZeroSavesAndEveryRankResumes) {
+  const std::string dir = TempDir("saved");
+  // Rank 0 saves a model, its momentum and a loader's position; other ranks
+  // write nothing.
+  torch::manual_seed(1);
+  torch::nn::Linear saved(4, 2);
+  torch::optim::SGD saved_optimizer(
+      saved->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  saved->forward(torch::ones({3, 4})).sum().backward();
+  saved_optimizer.step();
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    std::unique_ptr<data::DataLoader> loader = Loader(b.rank(), b.size());
+    ASSERT_NE(loader, nullptr);
+    loader->SetEpoch(1);
+    ASSERT_TRUE(loader->Next().ok());
+    absl::StatusOr<std::string> path =
+        checkpoints->Save(*saved, saved_optimizer, /*global_step=*/7, *loader);
+    ASSERT_TRUE(path.ok()) << path.status();
+    EXPECT_EQ(*path, b.rank() == 0 ? dir + "/checkpoint-000000007.dtc" : "");
+  });
+
+  std::vector<std::vector<torch::Tensor>> restored(2);
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);  // other weights
+    torch::optim::SGD optimizer(model->parameters(),
+                                torch::optim::SGDOptions(0.1).momentum(0.9));
+    std::unique_ptr<data::DataLoader> loader = Loader(b.rank(), b.size());
+    ASSERT_NE(loader, nullptr);
+    absl::StatusOr<TrainingState> state =
+        checkpoints->Resume(*model, optimizer, loader.get());
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->global_step, 7);
+    EXPECT_EQ(state->epoch, 1);
+    EXPECT_EQ(loader->state().epoch, 1);
+    EXPECT_EQ(loader->state().position, 2);
+    EXPECT_EQ(state->sampler, loader->state());
+    if (b.rank() == 0) {
+      EXPECT_THAT(checkpoints->resumed_from(),
+                  EndsWith("checkpoint-000000007.dtc"));
+    } else {
+      EXPECT_EQ(checkpoints->resumed_from(), "");
+    }
+    // The momentum came back too: one more step moves alike.
+    model->forward(torch::ones({3, 4})).sum().backward();
+    optimizer.step();
+    restored[b.rank()] = model->parameters();
+  });
+  saved_optimizer.zero_grad();
+  saved->forward(torch::ones({3, 4})).sum().backward();
+  saved_optimizer.step();
+  for (const std::vector<torch::Tensor>& params : restored) {
+    ASSERT_EQ(params.size(), 2u);
+    EXPECT_TRUE(torch::equal(params[0], saved->weight));
+    EXPECT_TRUE(torch::equal(params[1], saved->bias));
+  }
+}
+
+TEST(LoopCheckpointsTest, SavesTheStateItIsGiven) {
+  const std::string dir = TempDir("state");
+  backend::testing::RunRanks(1, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    TrainingState state;
+    state.epoch = 3;
+    state.global_step = 12;
+    state.best_top1 = 50;
+    state.model_name = "linear";
+    state.optimizer_name = "sgd";
+    ASSERT_TRUE(checkpoints->Save(*model, optimizer, state).ok());
+    state.global_step = 13;
+    ASSERT_TRUE(checkpoints->Save(*model, optimizer, state).ok());
+    absl::StatusOr<TrainingState> resumed =
+        checkpoints->Resume(*model, optimizer);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(*resumed, state);
+    EXPECT_THAT(checkpoints->resumed_from(),
+                EndsWith("checkpoint-000000013.dtc"));
+  });
+}
+
+TEST(LoopCheckpointsTest, DamagedCheckpointsFailEveryRank) {
+  const std::string dir = TempDir("damaged");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/checkpoint-000000003.dtc") << "not a checkpoint";
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    absl::StatusOr<TrainingState> state =
+        checkpoints->Resume(*model, optimizer);
+    if (b.rank() == 0) {
+      EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(std::string(state.status().message()),
+                  HasSubstr("checkpoint-000000003.dtc"));
+    } else {
+      EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(std::string(state.status().message()),
+                  HasSubstr("rank 0 has nothing to send"));
+    }
+  });
+}
+
+TEST(LoopCheckpointsTest, AnEmptyPathIsRefused) {
+  backend::testing::RunRanks(1, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open("", b);
+    EXPECT_EQ(checkpoints.status().code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace dtrain::trainer
