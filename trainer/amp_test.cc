@@ -1,6 +1,7 @@
 #include "trainer/amp.h"
 
 #include <ATen/Functions.h>
+#include <torch/cuda.h>
 
 #include <limits>
 #include <string>
@@ -85,6 +86,41 @@ TEST(LossScalerTest, BacksOffOnOverflowAndGrowsAfterCleanSteps) {
   scaler.Update(false);
   EXPECT_EQ(scaler.scale(), 512);
   EXPECT_EQ(scaler.skipped_steps(), 2);
+}
+
+// fp16 is CUDA's: matrix products in float16 under autocast, the loss scaled
+// before backward and the gradients unscaled after, ending close to float32's.
+TEST(AutocastGuardTest, Float16OnCudaWithLossScalingMatchesFloat32) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device is visible (or LibTorch is built without "
+                    "CUDA); --amp=fp16 runs on CUDA only";
+  }
+  const c10::Device cuda(c10::kCUDA, 0);
+  const at::Tensor x = at::randn({16, 32}).to(cuda);
+  const at::Tensor w0 = at::randn({32, 8}).mul_(0.1).to(cuda);
+  auto gradient = [&](Precision precision, LossScaler* scaler) {
+    at::Tensor w = w0.clone().requires_grad_();
+    at::Tensor loss;
+    {
+      AutocastGuard guard(precision, cuda);
+      const at::Tensor y = at::matmul(x, w);
+      if (precision == Precision::kFloat16) {
+        EXPECT_EQ(y.scalar_type(), at::kHalf);
+      }
+      loss = y.to(at::kFloat).pow(2).mean();
+    }
+    (scaler != nullptr ? loss.mul(scaler->scale()) : loss).backward();
+    if (scaler != nullptr) {
+      EXPECT_FALSE(scaler->UnscaleAndCheck({w}));
+    }
+    EXPECT_EQ(w.grad().scalar_type(), at::kFloat);
+    return w.grad().cpu();
+  };
+  LossScaler scaler;
+  const at::Tensor fp32 = gradient(Precision::kFloat32, nullptr);
+  const at::Tensor fp16 = gradient(Precision::kFloat16, &scaler);
+  EXPECT_TRUE(at::allclose(fp16, fp32, /*rtol=*/1e-2, /*atol=*/1e-3))
+      << fp16.sub(fp32).abs().max().item<double>();
 }
 
 }  // namespace

@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "data/loader.h"
 #include "dist/backend/backend_testing.h"
-#include "dist/backend/gloo/gloo_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/trainer_testing.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -26,16 +26,7 @@ namespace {
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
-    int rank, int world_size, std::shared_ptr<store::Store> store) {
-  backend::GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.store = std::move(store);
-  o.hostname = "127.0.0.1";
-  o.timeout = absl::Seconds(60);
-  return backend::CreateGlooBackend(o);
-}
+using testing::Gloo;
 
 std::string TempDir(const std::string& name) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);

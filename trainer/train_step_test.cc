@@ -13,24 +13,15 @@
 #include <vector>
 
 #include "dist/backend/backend_testing.h"
-#include "dist/backend/gloo/gloo_backend.h"
 #include "dist/ddp/ddp.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
+#include "trainer/trainer_testing.h"
 
 namespace dtrain::trainer {
 namespace {
 
-absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
-    int rank, int world_size, std::shared_ptr<store::Store> store) {
-  backend::GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.store = std::move(store);
-  o.hostname = "127.0.0.1";
-  o.timeout = absl::Seconds(60);
-  return backend::CreateGlooBackend(o);
-}
+using testing::Gloo;
 
 // Two layers, no dropout or batch norm: a batch's gradient is the mean of its
 // examples' gradients, whatever way the batch is split.

@@ -76,6 +76,11 @@ struct StallInspector::State {
     bool warned = false;
   };
   std::deque<InFlight> in_flight;
+  // The newest collectives issued, whatever became of them: a failed one's
+  // error asks for its description after the loop may have dropped it from
+  // in_flight.
+  static constexpr size_t kRecent = 64;
+  std::deque<Record> recent;
 
   void Warn(const std::string& line) {
     if (options.warn) {
@@ -225,6 +230,8 @@ int64_t StallInspector::Issued(absl::string_view op, absl::string_view label,
   std::lock_guard<std::mutex> lock(state_->mu);
   r.seq = ++state_->last_seq;
   state_->last = r;
+  state_->recent.push_back(r);
+  if (state_->recent.size() > State::kRecent) state_->recent.pop_front();
   state_->in_flight.push_back({std::move(r), work, false});
   return state_->last_seq;
 }
@@ -234,8 +241,8 @@ std::string StallInspector::Report(int64_t seq) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     mine.seq = seq;
-    for (const State::InFlight& f : state_->in_flight) {
-      if (f.record.seq == seq) mine = f.record;
+    for (const Record& r : state_->recent) {
+      if (r.seq == seq) mine = r;
     }
   }
   return state_->Report(mine, state_);
