@@ -542,10 +542,16 @@ def train(o, log):
         init.update(rank=rank, world_size=world_size)
     dist.init_process_group(**init)
     try:
-        return _train_in_group(o, log, say, rank, world_size, rank0, device,
-                               np, torch, dist, nn, F,
-                               DistributedDataParallel, DataLoader,
-                               TensorDataset, DistributedSampler)
+        result = _train_in_group(o, log, say, rank, world_size, rank0, device,
+                                 np, torch, dist, nn, F,
+                                 DistributedDataParallel, DataLoader,
+                                 TensorDataset, DistributedSampler)
+        # Ranks that never synchronised (--sync_gradients=false) finish apart;
+        # without this, rank 0 (which serves the store) can leave while another
+        # is still tearing down its Gloo group, which PyTorch 2.6 answers with
+        # std::terminate.
+        dist.barrier()
+        return result
     finally:
         dist.destroy_process_group()
 
