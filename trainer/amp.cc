@@ -2,7 +2,10 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/isfinite.h>
+#include <ATen/ops/stack.h>
 #include <torch/version.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -114,15 +117,16 @@ LossScaler::LossScaler(LossScalerOptions options)
 bool LossScaler::UnscaleAndCheck(
     const std::vector<at::Tensor>& parameters) const {
   const double inverse = 1.0 / scale_;
-  bool non_finite = false;
+  // One flag per gradient, read back once: an item() per parameter would
+  // wait for the device that many times every step.
+  std::vector<at::Tensor> finite;
   for (const at::Tensor& p : parameters) {
     at::Tensor grad = p.grad();
     if (!grad.defined()) continue;
     grad.mul_(inverse);
-    if (!non_finite && !at::isfinite(grad).all().item<bool>())
-      non_finite = true;
+    finite.push_back(at::isfinite(grad).all());
   }
-  return non_finite;
+  return !finite.empty() && !at::stack(finite).all().item<bool>();
 }
 
 void LossScaler::Update(bool found_non_finite) {
