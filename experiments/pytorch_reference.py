@@ -847,6 +847,7 @@ def _train_in_group(o, log, say, rank, world_size, rank0, device, np, torch,
         for key in m:
             if isinstance(m[key], float):
                 m[key] = _finite(m[key])
+        m["ddp_timeline"] = _ddp_timeline(ddp) if o.sync_gradients else None
         state["epochs"].append(m)
         write_metrics()
         if stopped:
@@ -854,6 +855,32 @@ def _train_in_group(o, log, say, rank, world_size, rank0, device, np, torch,
             break
     write_metrics()
     return 0
+
+
+def _ddp_timeline(ddp):
+    """PyTorch DDP's own timing of backward, as its reducer samples it (the
+    first ten iterations, then every hundredth), averaged over the run so far,
+    in the fields of the trainer's ddp_timeline it has (docs/FORMATS.md).
+    Its backward starts at the end of forward; the trainer's at the first
+    gradient hook."""
+    try:
+        d = ddp._get_ddp_logging_data()
+    except (AttributeError, RuntimeError):
+        return None
+
+    def seconds(key):
+        v = d.get(key)
+        return v / 1e9 if isinstance(v, int) and v > 0 else None
+
+    sizes = d.get("rebuilt_bucket_sizes") or d.get("bucket_sizes") or ""
+    return {
+        "source": "torch DDP logging data",
+        "backward_seconds": seconds("avg_backward_compute_time"),
+        "communication_seconds": seconds("avg_backward_comm_time"),
+        "overlap_seconds": seconds("avg_backward_compute_comm_overlap_time"),
+        "buckets": [{"bytes": int(x)} for x in str(sizes).split(",")
+                    if x.strip()],
+    }
 
 
 def _probe():

@@ -64,6 +64,26 @@ json ConfigJson(const TrainOptions& o) {
   };
 }
 
+json TimelineJson(const absl::optional<DdpTimeline>& t) {
+  if (!t.has_value()) return nullptr;
+  json buckets = json::array();
+  for (const DdpTimeline::Bucket& b : t->buckets) {
+    json j{{"bytes", b.bytes}, {"launch_seconds", b.launch_seconds}};
+    j["start_seconds"] = t->timed ? json(b.start_seconds) : json(nullptr);
+    j["finish_seconds"] = t->timed ? json(b.finish_seconds) : json(nullptr);
+    buckets.push_back(std::move(j));
+  }
+  json j{{"steps", t->steps},
+         {"backward_seconds", t->backward_seconds},
+         {"hooks_seconds", t->hooks_seconds},
+         {"synchronize_seconds", t->synchronize_seconds},
+         {"buckets", std::move(buckets)}};
+  j["communication_seconds"] =
+      t->timed ? json(t->communication_seconds) : json(nullptr);
+  j["overlap_seconds"] = t->timed ? json(t->overlap_seconds) : json(nullptr);
+  return j;
+}
+
 json EpochJson(const EpochMetrics& e) {
   return json{
       {"epoch", e.epoch},
@@ -92,6 +112,7 @@ json EpochJson(const EpochMetrics& e) {
       {"skipped_steps", e.skipped_steps},
       {"grad_norm_mean", Optional(e.grad_norm_mean)},
       {"loss_scale", Optional(e.loss_scale)},
+      {"ddp_timeline", TimelineJson(e.ddp_timeline)},
   };
 }
 

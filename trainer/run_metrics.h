@@ -25,6 +25,34 @@
 
 namespace dtrain::trainer {
 
+// DDP's timeline of a synchronised step (ddp::StepStats), rank 0's, averaged
+// over the epoch's synchronised steps except the run's first (which includes
+// lazy start-up). Offsets count from the step's first gradient hook.
+struct DdpTimeline {
+  int64_t steps = 0;
+  // From the first gradient hook to the last.
+  double backward_seconds = 0;
+  // Inside the hooks: copies into buckets and launches.
+  double hooks_seconds = 0;
+  // In SynchronizeGradients: launches left, waits, copies into .grad.
+  double synchronize_seconds = 0;
+  // Whether the backend timed its collectives (Work::times); without it the
+  // fields below that depend on it stay unset.
+  bool timed = false;
+  // From the first bucket's allreduce starting to the last one finishing.
+  double communication_seconds = 0;
+  // The part of it while backward still ran (until the last hook).
+  double overlap_seconds = 0;
+  struct Bucket {
+    int64_t bytes = 0;
+    double launch_seconds = 0;
+    // Started running (after the collectives before it) and finished.
+    double start_seconds = 0;
+    double finish_seconds = 0;
+  };
+  std::vector<Bucket> buckets;
+};
+
 struct EpochMetrics {
   int64_t epoch = 0;
   // Optimizer steps and examples (all ranks) in this run's part of the epoch
@@ -67,6 +95,8 @@ struct EpochMetrics {
   absl::optional<double> grad_norm_mean;
   // The float16 loss scale at the epoch's end (--amp=fp16).
   absl::optional<double> loss_scale;
+  // With gradient sync, after the run's first step.
+  absl::optional<DdpTimeline> ddp_timeline;
 };
 
 struct RunMetrics {

@@ -33,6 +33,7 @@
 #include "trainer/amp.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/ddp_timeline.h"
 #include "trainer/evaluation.h"
 #include "trainer/live_report.h"
 #include "trainer/meters.h"
@@ -352,6 +353,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   AverageMeter batch_time, data_time, loss_meter, top1, top5;
   std::vector<double> step_seconds;
   double exposed = 0, grad_norm_sum = 0;
+  DdpTimelineAccumulator timeline;
   int64_t correct1 = 0, correct5 = 0, examples = 0, skipped = 0;
   double loss_sum = 0;
   const int64_t per_step = o_.accumulate_steps;
@@ -415,6 +417,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
                                 ddp_->last_step_stats().exposed_communication)
                           : 0.0;
     exposed += step_exposed;
+    if (o_.sync_gradients) timeline.Add(ddp_->last_step_stats());
     if (outcome.grad_norm.has_value()) grad_norm_sum += *outcome.grad_norm;
     if (outcome.skipped) ++skipped;
 
@@ -500,6 +503,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   m->train_top5 = scores.top5;
   m->data_seconds = maxima[1];
   m->exposed_communication_seconds = maxima[2];
+  m->ddp_timeline = timeline.Mean();
   for (double x : step_seconds) m->step_seconds_sum += x;
   m->step_seconds_mean =
       step_seconds.empty() ? 0 : m->step_seconds_sum / step_seconds.size();

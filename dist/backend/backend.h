@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/optional.h"
 
 namespace dtrain::backend {
 
@@ -54,6 +55,14 @@ enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
 absl::string_view ReduceOpName(ReduceOp op);
 
 // A collective in flight.
+// When a collective ran, by the host clock.
+struct WorkTimes {
+  // It started running: after the collectives issued before it on this rank.
+  absl::Time started;
+  // It completed, successfully or not.
+  absl::Time finished;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
@@ -70,6 +79,11 @@ class Work {
 
   // The collective's status once completed; OK while still running.
   virtual absl::Status status() = 0;
+
+  // When it ran, once completed, where a host thread runs it (Gloo, shm);
+  // nullopt before that and where the host cannot tell (NCCL runs on the
+  // device). For DDP's per-step timeline.
+  virtual absl::optional<WorkTimes> times() { return absl::nullopt; }
 };
 
 class Backend {

@@ -76,6 +76,7 @@ void OrderedWorker::Loop() {
       continue;
     }
     const absl::Time start = absl::Now();
+    task.work->MarkStarted();
     absl::Status result;
     try {
       result = task.run(who);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace dtrain::backend::internal {
 
@@ -37,11 +38,25 @@ absl::Status CompletionWork::status() {
   return done_ ? status_ : absl::OkStatus();
 }
 
+absl::optional<WorkTimes> CompletionWork::times() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_ || !started_.has_value()) return absl::nullopt;
+  return WorkTimes{*started_, finished_};
+}
+
+void CompletionWork::MarkStarted() {
+  const absl::Time now = absl::Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) started_ = now;
+}
+
 void CompletionWork::Complete(absl::Status status) {
+  const absl::Time now = absl::Now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
+    finished_ = now;
     status_ = std::move(status);
   }
   cv_.notify_all();

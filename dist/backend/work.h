@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 
+#include "absl/time/time.h"
+#include "absl/types/optional.h"
 #include "dist/backend/backend.h"
 
 namespace dtrain::backend::internal {
@@ -29,6 +31,12 @@ class CompletionWork : public Work {
   bool IsCompleted() override;
   absl::Status status() override;
 
+  absl::optional<WorkTimes> times() override;
+
+  // Called by the thread that runs the collective as it starts; Complete
+  // then records the end, and times() reports both.
+  void MarkStarted();
+
   // Marks the work finished with `status`; later calls are ignored.
   void Complete(absl::Status status);
 
@@ -38,6 +46,8 @@ class CompletionWork : public Work {
   const std::string what_;
   bool done_ = false;
   absl::Status status_;
+  absl::optional<absl::Time> started_;
+  absl::Time finished_;
 };
 
 }  // namespace dtrain::backend::internal

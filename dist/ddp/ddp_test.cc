@@ -149,6 +149,22 @@ TEST(DdpTest, BucketsLaunchInOrderWhileBackwardRuns) {
                                  stats.bucket_launch_offsets.end()));
       EXPECT_EQ(stats.backward_until_last_launch,
                 stats.bucket_launch_offsets.back());
+      EXPECT_GE(stats.backward_until_last_gradient,
+                stats.backward_until_last_launch);
+      // Gloo times its collectives on its one worker thread: each bucket runs
+      // after its launch and after the bucket before it.
+      ASSERT_EQ(stats.bucket_start_offsets.size(), 3u);
+      ASSERT_EQ(stats.bucket_finish_offsets.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_GE(stats.bucket_start_offsets[i],
+                  stats.bucket_launch_offsets[i]);
+        EXPECT_GE(stats.bucket_finish_offsets[i],
+                  stats.bucket_start_offsets[i]);
+        if (i > 0) {
+          EXPECT_GE(stats.bucket_start_offsets[i],
+                    stats.bucket_finish_offsets[i - 1]);
+        }
+      }
       EXPECT_GE(stats.exposed_communication, absl::ZeroDuration());
       EXPECT_GE(stats.synchronize, stats.exposed_communication);
       EXPECT_GT(stats.hooks, absl::ZeroDuration());

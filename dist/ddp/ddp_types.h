@@ -80,10 +80,18 @@ struct StepStats {
   absl::Duration synchronize;
   // Buffer broadcasts in PrepareForward since the previous step.
   absl::Duration buffer_broadcast;
+  // From the first gradient hook to the last: backward's span as DDP sees it
+  // (its compute before the first hook is not included).
+  absl::Duration backward_until_last_gradient;
   // Per bucket: gradient bytes and how long after the step's first hook it was
   // launched.
   std::vector<int64_t> bucket_bytes;
   std::vector<absl::Duration> bucket_launch_offsets;
+  // Per bucket, after the step's first hook: when its allreduce started
+  // running (after the collectives before it) and finished. Empty where the
+  // backend does not time its collectives on the host (backend::Work::times).
+  std::vector<absl::Duration> bucket_start_offsets;
+  std::vector<absl::Duration> bucket_finish_offsets;
   // Parameters that received no gradient this step, on this rank.
   std::vector<std::string> unused_parameters;
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/optional.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "dist/backend/describe.h"
@@ -224,7 +225,8 @@ void Reducer::OnGradient(int index, const at::Tensor& grad) {
                                    buckets_[p.bucket].description));
   }
   MarkReady(index, /*in_backward=*/true);
-  hooks_ += absl::Now() - start;
+  last_hook_ = absl::Now();
+  hooks_ += last_hook_ - start;
 }
 
 void Reducer::MarkReady(int index, bool in_backward) {
@@ -239,6 +241,9 @@ void Reducer::MarkReady(int index, bool in_backward) {
 
 void Reducer::Launch(Bucket& b, bool in_backward) {
   backend::Backend& backend = comm_.backend();
+  // Before the call: the backend's thread may start it before it returns.
+  b.launched_at = last_launch_ = absl::Now();
+  b.launched_in_backward = in_backward;
   if (b.compressed) {
     absl::Status s =
         base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
@@ -253,8 +258,6 @@ void Reducer::Launch(Bucket& b, bool in_backward) {
   } else {
     b.work = backend.AllReduce(b.comm, backend::ReduceOp::kAverage, b.label);
   }
-  b.launched_at = last_launch_ = absl::Now();
-  b.launched_in_backward = in_backward;
 }
 
 void Reducer::KeepFirstError(const absl::Status& s, absl::string_view doing) {
@@ -272,7 +275,7 @@ absl::Status Reducer::Synchronize() {
 
   StepStats stats;
   const std::vector<char> unused = FillInUnused(&stats.unused_parameters);
-  if (!step_started_) first_hook_ = start;
+  if (!step_started_) first_hook_ = last_hook_ = start;
 
   // Which parameters went unused where, for kError.
   std::shared_ptr<backend::Work> unused_work;
@@ -310,10 +313,22 @@ absl::Status Reducer::Synchronize() {
   ++steps_;
   stats.step = steps_;
   stats.num_buckets = static_cast<int>(buckets_.size());
+  bool timed = true;
   for (const Bucket& b : buckets_) {
     stats.buckets_launched_in_backward += b.launched_in_backward ? 1 : 0;
     stats.bucket_launch_offsets.push_back(b.launched_at - first_hook_);
+    const absl::optional<backend::WorkTimes> t =
+        timed ? b.work->times() : absl::nullopt;
+    timed = t.has_value();
+    if (!timed) continue;
+    stats.bucket_start_offsets.push_back(t->started - first_hook_);
+    stats.bucket_finish_offsets.push_back(t->finished - first_hook_);
   }
+  if (!timed) {
+    stats.bucket_start_offsets.clear();
+    stats.bucket_finish_offsets.clear();
+  }
+  stats.backward_until_last_gradient = last_hook_ - first_hook_;
   for (const BucketInfo& info : bucket_info_)
     stats.bucket_bytes.push_back(info.bytes);
   stats.backward_until_last_launch =

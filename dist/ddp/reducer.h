@@ -173,6 +173,7 @@ class Reducer {
   int next_launch_ = 0;
   bool step_started_ = false;
   absl::Time first_hook_;
+  absl::Time last_hook_;
   absl::Time last_launch_;
   absl::Duration hooks_;
   absl::Status hook_error_;

@@ -37,6 +37,7 @@ class InspectedWork : public Work {
     return Explained(s);
   }
   bool IsCompleted() override { return inner_->IsCompleted(); }
+  absl::optional<WorkTimes> times() override { return inner_->times(); }
   absl::Status status() override {
     absl::Status s = inner_->status();
     return inner_->IsCompleted() ? Explained(s) : s;
