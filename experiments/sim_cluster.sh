@@ -149,7 +149,7 @@ scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
 [[ $(id -u) -eq 0 ]] || die "must run as root (network and PID namespaces, veth links and tc need it); try sudo"
 for tool in ip tc unshare python3; do
   command -v "$tool" >/dev/null \
-    || die "'$tool' is not installed (ip and tc: Debian's iproute2; unshare: util-linux; tools/setup.sh installs them)"
+    || die "'$tool' is not installed (tools/setup.sh installs it: ip and tc are Debian's iproute2, unshare is util-linux)"
 done
 
 # --- Teardown -----------------------------------------------------------------------------------
@@ -173,8 +173,8 @@ wait_gone() {
   return 1
 }
 
-# SIGTERM to each host's scaling (it passes it on to its run), SIGKILL 5 s later to what is left:
-# killing unshare kills the init of its PID namespace (--kill-child), and with it the namespace.
+# SIGTERM to each host's init, which passes it on to scaling (and scaling to its run); SIGKILL 5 s
+# later to what is left: killing unshare kills the init (--kill-child), and with it the namespace.
 stop_nodes() {
   local pid child children
   for pid in "${node_pids[@]}"; do
@@ -198,7 +198,12 @@ teardown() {
   stop_nodes
   for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
     ns=${namespaces[i]}
-    # Anything still in our namespace is ours (a process that left its PID namespace's control).
+    # A PID namespace whose init died empties within moments; anything still in our network namespace
+    # after that is ours all the same.
+    for _ in $(seq 50); do
+      [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break
+      sleep 0.1
+    done
     for pid in $(ip netns pids "$ns" 2>/dev/null); do
       log "killing leftover process $pid in $ns"
       kill -KILL "$pid" 2>/dev/null
@@ -345,6 +350,15 @@ c.close()
 
 # --- The sweep, once per rate -------------------------------------------------------------------
 
+# Each host's init. Not scaling itself: a PID namespace's init receives only the signals it has a
+# handler for, so SIGTERM would be dropped; this shell passes it on and exits with scaling's status.
+# shellcheck disable=SC2016  # expanded by the host's shell, not this one
+readonly NODE_INIT='trap "kill -TERM \$child 2>/dev/null" TERM
+"$@" &
+child=$!
+while wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null; do :; done
+exit "$rc"'
+
 world_sizes_flag=$(
   IFS=,
   echo "${world_sizes[*]}"
@@ -373,7 +387,7 @@ for rate in "${rate_list[@]}"; do
     node_dir=$dir
     [[ $k -gt 0 ]] && node_dir=$dir/node$k
     ip netns exec "${PREFIX}host$k" unshare --pid --fork --kill-child --mount-proc \
-      env GLOO_SOCKET_IFNAME=eth0 ${runfiles:+RUNFILES_DIR="$runfiles"} "$scaling" "${sweep_flags[@]}" \
+      bash -c "$NODE_INIT" init env GLOO_SOCKET_IFNAME=eth0 ${runfiles:+RUNFILES_DIR="$runfiles"} "$scaling" "${sweep_flags[@]}" \
       --world_sizes="$world_sizes_flag" --nnodes="$hosts" --node_rank="$k" --master_addr="$SUBNET.1" \
       --master_port="$port" --output_dir="$node_dir" >"$dir/node$k.out" 2>&1 &
     node_pids+=($!)
