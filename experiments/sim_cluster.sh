@@ -194,7 +194,9 @@ stop_nodes() {
 
 teardown() {
   local rc=$? ns pid left
-  trap - EXIT INT TERM
+  # A second Ctrl-C must not cut the cleanup short; it is bounded (seconds) anyway.
+  trap - EXIT
+  trap '' INT TERM
   stop_nodes
   for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
     ns=${namespaces[i]}
@@ -208,6 +210,7 @@ teardown() {
       log "killing leftover process $pid in $ns"
       kill -KILL "$pid" 2>/dev/null
     done
+    [[ -e /run/netns/$ns ]] || continue # interrupted before it was made
     ip netns del "$ns" 2>/dev/null || log "could not delete namespace $ns"
   done
   # Deleting a namespace removes its links, the bridge and their qdiscs; nothing was made outside.
@@ -235,8 +238,12 @@ trap 'on_signal TERM' TERM
 
 add_namespace() {
   local err
-  err=$(ip netns add "$1" 2>&1) || die "cannot create network namespace $1: $err"
+  # Listed first, so that a signal right after `ip netns add` cannot leave it behind.
   namespaces+=("$1")
+  if ! err=$(ip netns add "$1" 2>&1); then
+    unset 'namespaces[-1]' # not ours: it may exist from someone else
+    die "cannot create network namespace $1: $err"
+  fi
   ip -n "$1" link set lo up
 }
 
@@ -392,7 +399,8 @@ for rate in "${rate_list[@]}"; do
       --master_port="$port" --output_dir="$node_dir" >"$dir/node$k.out" 2>&1 &
     node_pids+=($!)
   done
-  # Node 0's table and progress, live.
+  # Node 0's table and progress, live (the file made here: its host may not have opened it yet).
+  touch "$dir/node0.out"
   tail -n +1 -f --pid="${node_pids[0]}" "$dir/node0.out" &
   procs+=($!)
 
