@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The scaling sweep (//experiments:scaling) on a simulated cluster on this one machine: N "hosts", each
-# its own network namespace and PID namespace, joined by veth links through a bridge in a "switch"
-# namespace of its own, every link shaped with tc tbf to a link rate in both directions. One scaling
-# process per host (node ranks 0..N-1, the master on host 0), once per link rate, then one combined
-# CSV and table of all rates. Why: loopback has neither a cluster's bandwidth limit nor separate hosts
-# (the hierarchical backend tells hosts apart by boot id and PID namespace, so each host needs its
-# own). Needs root. Removes every namespace (with it the veths, bridge and qdiscs) and every process
-# it started, also when interrupted or when a node fails. See docs/MULTI_NODE.md.
+# The scaling sweep (//experiments:scaling) on a simulated cluster on this one machine: N "hosts",
+# each its own network namespace and PID namespace, joined by veth links through a bridge in a
+# "switch" namespace of its own, every link shaped with tc tbf to a link rate in both directions.
+# One scaling process per host (node ranks 0..N-1, the master on host 0), once per link rate, then
+# one combined CSV and table of all rates. Why: loopback has neither a cluster's bandwidth limit nor
+# separate hosts (the hierarchical backend tells hosts apart by boot id and PID namespace, so each
+# host needs its own). Needs root. Removes every namespace (with it the veths, bridge and qdiscs)
+# and every process it started, also when interrupted or when a node fails. See docs/MULTI_NODE.md.
 set -uo pipefail
 
 readonly PROG=sim_cluster
 readonly SUBNET=10.200.0
-# One namespace per host plus the switch; the pid makes the names unique, so runs can sit side by side.
+# One namespace per host plus the switch, named with the pid so that runs can sit side by side.
 readonly PREFIX="dtrain_sim_$$_"
 readonly SWITCH="${PREFIX}switch"
 
@@ -99,7 +99,8 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-[[ $hosts =~ ^[0-9]+$ && $hosts -ge 2 && $hosts -le 250 ]] || usage_error "--hosts: '$hosts' is not a number in 2..250"
+[[ $hosts =~ ^[0-9]+$ && $hosts -ge 2 && $hosts -le 250 ]] \
+  || usage_error "--hosts: '$hosts' is not a number in 2..250"
 IFS=, read -ra rate_list <<<"$rates"
 [[ ${#rate_list[@]} -gt 0 ]] || usage_error "--rates: empty"
 for r in "${rate_list[@]}"; do
@@ -138,7 +139,8 @@ for root in "${RUNFILES_DIR:-}" "${TEST_SRCDIR:-}" "$0.runfiles" "$(dirname "$PW
   fi
 done
 if [[ -z $scaling ]]; then
-  [[ -n $runfiles ]] || die "cannot find the scaling binary: run through 'bazel run //experiments:sim_cluster', or give --scaling"
+  [[ -n $runfiles ]] \
+    || die "cannot find the scaling binary: run through 'bazel run //experiments:sim_cluster', or give --scaling"
   scaling=$runfiles/dtrain/experiments/scaling
 fi
 [[ -x $scaling ]] || die "--scaling: '$scaling' is not an executable"
@@ -149,7 +151,7 @@ scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
 [[ $(id -u) -eq 0 ]] || die "must run as root (network and PID namespaces, veth links and tc need it); try sudo"
 for tool in ip tc unshare python3; do
   command -v "$tool" >/dev/null \
-    || die "'$tool' is not installed (tools/setup.sh installs it: ip and tc are Debian's iproute2, unshare is util-linux)"
+    || die "'$tool' is not installed (tools/setup.sh installs it: ip and tc are iproute2, unshare util-linux)"
 done
 
 # --- Teardown -----------------------------------------------------------------------------------
@@ -200,8 +202,8 @@ teardown() {
   stop_nodes
   for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
     ns=${namespaces[i]}
-    # A PID namespace whose init died empties within moments; anything still in our network namespace
-    # after that is ours all the same.
+    # A PID namespace whose init died empties within moments; anything still in our network
+    # namespace after that is ours all the same.
     for _ in $(seq 50); do
       [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break
       sleep 0.1
@@ -273,8 +275,8 @@ for ((k = 0; k < hosts; k++)); do
 done
 log "$hosts hosts ${PREFIX}host0..$((hosts - 1)) ($SUBNET.1-$((hosts)), eth0) on bridge br0 in $SWITCH"
 
-# tbf needs a bucket of at least one GSO packet (64 KiB) and enough for the timer to keep up with the
-# rate: 128 KiB or 1 ms of the rate, whichever is larger. 10 ms of queue before drops, as a switch's.
+# tbf's bucket must hold a GSO packet (64 KiB) and let the timer keep up with the rate: 128 KiB or
+# 1 ms of the rate, whichever is larger. 10 ms of queue before drops, as in a switch.
 shape() {
   local rate=$1 bits burst k parent=root
   bits=$(awk -v r="$rate" 'BEGIN {
@@ -285,7 +287,7 @@ shape() {
   [[ $burst -lt 131072 ]] && burst=131072
   for ((k = 0; k < hosts; k++)); do
     if [[ -n $delay ]]; then
-      # Delay on the host's egress only: one way between two hosts is --delay, a round trip twice it.
+      # Delay on the host's egress only: one way between hosts is --delay, a round trip twice that.
       tc -n "${PREFIX}host$k" qdisc replace dev eth0 root handle 1: netem delay "$delay" limit 100000 \
         || die "cannot add netem to host $k"
       parent="parent 1:1 handle 10:"
@@ -298,8 +300,8 @@ shape() {
   done
 }
 
-# A base port below the kernel's ephemeral range (where Gloo's own connections live) with the 256 ports
-# the sweep's runs may take free in host 0's namespace; only our runs use that namespace anyway.
+# A base port below the ephemeral range (where Gloo's own connections live) whose next 256 ports,
+# as many as the sweep's runs may take, are free in host 0's namespace (only our runs use it).
 pick_port() {
   ip netns exec "${PREFIX}host0" python3 -c '
 import random, socket
@@ -394,7 +396,8 @@ for rate in "${rate_list[@]}"; do
     node_dir=$dir
     [[ $k -gt 0 ]] && node_dir=$dir/node$k
     ip netns exec "${PREFIX}host$k" unshare --pid --fork --kill-child --mount-proc \
-      bash -c "$NODE_INIT" init env GLOO_SOCKET_IFNAME=eth0 ${runfiles:+RUNFILES_DIR="$runfiles"} "$scaling" "${sweep_flags[@]}" \
+      bash -c "$NODE_INIT" init env GLOO_SOCKET_IFNAME=eth0 ${runfiles:+RUNFILES_DIR="$runfiles"} \
+      "$scaling" "${sweep_flags[@]}" \
       --world_sizes="$world_sizes_flag" --nnodes="$hosts" --node_rank="$k" --master_addr="$SUBNET.1" \
       --master_port="$port" --output_dir="$node_dir" >"$dir/node$k.out" 2>&1 &
     node_pids+=($!)

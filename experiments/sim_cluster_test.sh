@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The scaling sweep on a simulated cluster (experiments/sim_cluster.sh), tiny: 2 hosts, links shaped to
-# 1gbit, one Gloo run (3 steps) and its no-communication bound. Checks the combined CSV (link_rate,
-# hosts, ranks per host, no failed run, a bound measured), that the links really are shaped (tbf at
-# 1Gbit on both ends of both links while it runs and in the statistics after, traffic through them,
-# one TCP stream well under an unshaped veth's speed) and that nothing is left behind: after a
-# normal run, after SIGINT and SIGTERM to the command mid-training, and after a host's sweep dies.
-# Also the clear errors: not root, --delay without netem, a flag the command sets itself.
-# Needs root, iproute2 (ip, tc with tbf), network and PID namespaces; skips with the reason elsewhere.
+# The scaling sweep on a simulated cluster (experiments/sim_cluster.sh), tiny: 2 hosts, links shaped
+# to 1gbit then 10gbit, one Gloo run (3 steps) and its no-communication bound at each. Checks the
+# combined CSV (link_rate, hosts, ranks per host, no failed run, a bound measured), node 0's table
+# shown live at both rates, that the links really are shaped (tbf at 1Gbit on both ends of both
+# links while it runs and in the statistics after, traffic through them, one TCP stream well under
+# an unshaped veth's speed) and that nothing is left behind: after a normal run, after SIGINT and
+# SIGTERM to the command mid-training, and after a host's sweep dies. Also the clear errors: not
+# root, --delay without netem, a flag the command sets itself. Needs root, iproute2 (ip, tc with
+# tbf), network and PID namespaces; skips with the reason elsewhere.
 set -uo pipefail
 
 sim=$1
@@ -53,7 +54,7 @@ leftovers() { ip netns list | grep "^$1"; }
 # --- A normal run -------------------------------------------------------------------------------
 
 out=$tmp/out
-timeout 240 "$sim" --hosts=2 --rates=1gbit --ranks_per_host=1 --output_dir="$out" -- "${sweep[@]}" \
+timeout 240 "$sim" --hosts=2 --rates=1gbit,10gbit --ranks_per_host=1 --output_dir="$out" -- "${sweep[@]}" \
   --max_steps=3 >"$tmp/run.out" 2>&1 &
 pids+=($!)
 run=$!
@@ -78,15 +79,20 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 print(len(rows), *(f"{r[k]}" for r in rows for k in
       ("link_rate", "hosts", "ranks_per_host", "implementation", "world_size", "failed")),
       all(r["no_comm_samples_per_second"] for r in rows))' "$csv")
-  [[ $got == "1 1gbit 2 1 dtrain 2 0 True" ]] \
-    || fail "combined.csv: '$got', want one 1gbit dtrain row, 2 hosts x 1 rank, not failed, with a bound: $(cat "$csv")"
+  [[ $got == "2 1gbit 2 1 dtrain 2 0 10gbit 2 1 dtrain 2 0 True" ]] \
+    || fail "combined.csv: '$got', want a dtrain row per rate, 2 hosts x 1 rank, not failed, with a bound:" \
+      "$(cat "$csv")"
 else
   fail "no combined.csv: $(tail -20 "$tmp/run.out")"
 fi
 grep -q '^link .*ranks/host' "$tmp/run.out" || fail "no combined table printed: $(tail -20 "$tmp/run.out")"
-[[ -f $out/1gbit/results.json && -d $out/1gbit/node1/logs ]] || fail "node 0's results or node 1's logs missing"
+[[ $(grep -c '^impl .*samples/s' "$tmp/run.out") -eq 2 ]] || fail "node 0's table not shown for both rates"
+for rate in 1gbit 10gbit; do
+  [[ -f $out/$rate/results.json && -d $out/$rate/node1/logs ]] \
+    || fail "$rate: node 0's results or node 1's logs missing"
+done
 
-# The statistics after the sweep: tbf at 1Gbit on both switch ports and both hosts, traffic through it.
+# The statistics after the sweep: tbf at 1Gbit on both switch ports and both hosts, with traffic.
 q=$out/1gbit/qdisc.txt
 for dev in p0 p1; do
   grep -q "tbf .* dev $dev root .*rate 1Gbit" "$q" || fail "switch port $dev not shaped: $(cat "$q")"
@@ -107,8 +113,9 @@ grep -q 'removed 3 namespaces' "$tmp/run.out" || fail "does not say it removed t
 
 has_train() { ip netns pids "$1" | xargs -r -I{} cat /proc/{}/comm 2>/dev/null | grep -qx train; }
 
-# Starts a long sweep, waits until both hosts train, does "$@" to it ($1: the driver's pid follows as
-# the last argument), then checks it ended with exit $want well before the timeout, leaving nothing.
+# interrupt NAME WANT COMMAND...: starts a long sweep, waits until both hosts train, runs COMMAND
+# with the command's pid appended, then checks that it ended with exit WANT within 30 s, leaving no
+# namespace and none of the processes its hosts had.
 interrupt() {
   local name=$1 want=$2 prefix driver inside=() p left
   shift 2
