@@ -29,8 +29,9 @@ readonly COMMON_PACKAGES=(
   prometheus prometheus-pushgateway
   # The experiment runner's plots (PNG through gnuplot's cairo terminal).
   gnuplot-nox
-  # `ip netns` for the two-host test (trainer/multihost_test.sh, run as root); pgrep and ps for the
-  # tests that find and kill ranks.
+  # `ip netns`, `tc` (tbf) and `bridge` for the two-host test and the simulated cluster
+  # (trainer/multihost_test.sh, experiments/sim_cluster.sh, run as root; their unshare is util-linux's,
+  # essential in Debian, so always there); pgrep and ps for the tests that find and kill ranks.
   iproute2 procps
   # The experiment runner's PyTorch comparison (--reference=pytorch) runs the same training in Python;
   # the shell tests use python3 for free ports and JSON checks.
