@@ -30,7 +30,11 @@ NVLink SHARP for latency (the ring latency term is pessimistic at large n), stra
 
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_cost_model import buckets, pipeline, ring_seconds  # noqa: E402
 
 FABRICS = (
     # name, NIC line rate between nodes in Gb/s (None: one NVLink node only)
@@ -91,29 +95,13 @@ def gradient_ready_times(layers, backward_ms):
     return out
 
 
-def buckets(ready, first_cap_bytes, cap_bytes):
-    """[(bytes, ready_ms, [params])]: a bucket closes once it reaches its cap."""
-    out = []
-    size, members, when = 0, [], 0.0
-    for name, nbytes, t in ready:
-        size += nbytes
-        members.append(name)
-        when = max(when, t)
-        if size >= (first_cap_bytes if not out else cap_bytes):
-            out.append((size, when, members))
-            size, members, when = 0, [], 0.0
-    if members:
-        out.append((size, when, members))
-    return out
-
-
 def allreduce_ms(nbytes, n, busbw_gbps, alpha_intra_us, alpha_net_us, gpus_per_node):
     """Ring allreduce time in ms; 0 for one GPU."""
     if n <= 1:
         return 0.0
     nodes = max(1, -(-n // gpus_per_node))
     latency_us = 2 * (n - nodes) * alpha_intra_us + 2 * (nodes - 1) * alpha_net_us
-    return 2.0 * (n - 1) / n * nbytes / (busbw_gbps * 1e9) * 1e3 + latency_us * 1e-3
+    return ring_seconds(nbytes, n, busbw_gbps * 1e9, latency_us * 1e-6) * 1e3
 
 
 def busbw_for(n, nic_gbit, args):
@@ -130,14 +118,10 @@ def predict(args, n, nic_gbit):
     bs = buckets(gradient_ready_times(resnet18_layers(), backward_ms),
                  int(args.first_bucket_cap_mb * (1 << 20)), int(args.bucket_cap_mb * (1 << 20)))
     busbw = busbw_for(n, nic_gbit, args)
-    end = 0.0
-    comm = 0.0
-    for nbytes, ready, _ in bs:
-        t = allreduce_ms(nbytes, n, busbw, args.alpha_intra_us, args.alpha_net_us,
-                         args.gpus_per_node)
-        comm += t
-        end = max(end, ready) + t
-    exposed = max(0.0, end - backward_ms) if n > 1 else 0.0
+    comm, _, exposed = pipeline(
+        [(ready, allreduce_ms(nbytes, n, busbw, args.alpha_intra_us, args.alpha_net_us,
+                              args.gpus_per_node)) for nbytes, ready, _ in bs], backward_ms)
+    exposed = exposed if n > 1 else 0.0
     step = forward_ms + backward_ms + exposed
     return {
         "gpus": n,
