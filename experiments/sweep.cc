@@ -1,5 +1,6 @@
 #include "experiments/sweep.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,8 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
                 ? absl::StrCat(n, " CUDA devices")
                 : absl::StrCat(per_node, " CUDA devices per node (", n,
                                " processes over ", o.nnodes, " nodes)");
+        // This process count's runs, repeats outermost (below).
+        std::vector<RunConfig> group;
         for (const std::string& impl : implementations) {
           bool skipped = true;
           if (n % o.nnodes != 0) {
@@ -175,10 +178,19 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.nnodes = o.nnodes;
               if (o.nnodes > 1) c.master_addr = o.master_addr;
               c.master_port = first_port == 0 ? 0 : first_port + slot;
-              plan.runs.push_back(c);
+              group.push_back(c);
             }
           }
         }
+        // Repeat 0 of every implementation with and without sync, then
+        // repeat 1, ...: a shared machine's drift then touches each ratio's
+        // two sides alike, instead of all repeats of one side running first.
+        // Ports stay with their runs, so every node still agrees.
+        std::stable_sort(group.begin(), group.end(),
+                         [](const RunConfig& a, const RunConfig& b) {
+                           return a.repeat < b.repeat;
+                         });
+        plan.runs.insert(plan.runs.end(), group.begin(), group.end());
       }
     }
   }

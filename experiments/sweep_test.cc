@@ -1,5 +1,9 @@
 #include "experiments/sweep.h"
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -55,13 +59,45 @@ TEST(SweepTest, GlobalBatchRepeatsAndReference) {
   o.reference_pytorch = true;
   absl::StatusOr<SweepPlan> plan = PlanSweep(o);
   ASSERT_TRUE(plan.ok());
-  // 3 world sizes x 2 implementations x 2 repeats.
+  // 3 world sizes x 2 implementations x 2 repeats; per world size, repeat 0
+  // of both implementations before repeat 1.
   ASSERT_EQ(plan->runs.size(), 12u);
   EXPECT_EQ(plan->runs[0].batch_size, 256);
-  EXPECT_EQ(plan->runs[1].repeat, 1);
-  EXPECT_EQ(plan->runs[2].implementation, "pytorch");
+  EXPECT_EQ(plan->runs[0].Slug(), "dtrain_gloo_convnet_np1_bs256_sync_r0");
+  EXPECT_EQ(plan->runs[1].Slug(), "pytorch_gloo_convnet_np1_bs256_sync_r0");
+  EXPECT_EQ(plan->runs[2].Slug(), "dtrain_gloo_convnet_np1_bs256_sync_r1");
+  EXPECT_EQ(plan->runs[3].Slug(), "pytorch_gloo_convnet_np1_bs256_sync_r1");
   EXPECT_EQ(plan->runs[11].batch_size, 64);
   EXPECT_EQ(plan->runs[11].Slug(), "pytorch_gloo_convnet_np4_bs64_sync_r1");
+}
+
+TEST(SweepTest, RepeatsInterleaveBothSidesOfEveryRatio) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {2};
+  o.batch_sizes = {32};
+  o.repeats = 2;
+  o.reference_pytorch = true;
+  o.master_port = 40000;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> slugs;
+  std::set<int> ports;
+  for (const RunConfig& c : plan->runs) {
+    slugs.push_back(c.Slug());
+    ports.insert(c.master_port);
+  }
+  EXPECT_THAT(
+      slugs, ::testing::ElementsAre("dtrain_gloo_convnet_np2_bs32_sync_r0",
+                                    "dtrain_gloo_convnet_np2_bs32_nosync_r0",
+                                    "pytorch_gloo_convnet_np2_bs32_sync_r0",
+                                    "pytorch_gloo_convnet_np2_bs32_nosync_r0",
+                                    "dtrain_gloo_convnet_np2_bs32_sync_r1",
+                                    "dtrain_gloo_convnet_np2_bs32_nosync_r1",
+                                    "pytorch_gloo_convnet_np2_bs32_sync_r1",
+                                    "pytorch_gloo_convnet_np2_bs32_nosync_r1"));
+  EXPECT_EQ(ports.size(), slugs.size());  // each run its own port
 }
 
 TEST(SweepTest, NoMultiNodeFlagsKeepOneNodeAndFreePorts) {
