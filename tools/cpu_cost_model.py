@@ -9,7 +9,8 @@ DIR is a simulated-cluster output (//experiments:sim_cluster: combined.csv, <rat
 scaling sweep's (results.csv, runs/).
 
 The model, per synchronised step of our DDP (every configuration with world size > 1):
-  - compute: the no-sync runs' step time (epoch seconds / steps; median over repeats);
+  - compute: the no-sync runs' median step time (step_seconds_p50; median over repeats: a shared
+    machine stalls a process now and then for tens of milliseconds, which the median ignores);
   - gradients: the sync runs' ddp_timeline (the trainer's metrics JSON): each bucket's bytes and
     when it was launched after backward's first gradient, and when backward's last gradient came
     (medians over repeats);
@@ -21,7 +22,8 @@ The model, per synchronised step of our DDP (every configuration with world size
     over the hosts;
   - buckets run one after another from their launch; exposed = what runs past backward's last
     gradient; predicted step = compute + exposed; efficiency = compute / predicted step.
-Measured efficiency is the sweep's (no-sync samples/s over sync samples/s, "vs no-comm").
+Measured efficiency is the sweep's (no-sync samples/s over sync samples/s, "vs no-comm"), and the
+same from median step times (no-sync p50 over sync p50), for ours and, beside it, PyTorch's.
 Ignored: communication's own CPU time (copies, sums, socket calls, thread wake-ups), which on a
 machine whose cores all compute is taken from the computation; the runs' start-up.
 """
@@ -92,10 +94,17 @@ def timeline(runs):
 
 
 def step_seconds(runs):
-    """Median over repeats of the last epoch's seconds per step."""
-    per = [r["epochs"][-1]["epoch_seconds"] / r["epochs"][-1]["steps"]
-           for r in runs if r.get("epochs") and r["epochs"][-1].get("steps")]
+    """Median over repeats of the last epoch's median step time (step_seconds_p50)."""
+    per = [r["epochs"][-1]["step_seconds_p50"] for r in runs
+           if r.get("epochs") and r["epochs"][-1].get("step_seconds_p50")]
     return statistics.median(per) if per else None
+
+
+def p50_efficiency(runs_dir, prefix):
+    """No-sync over sync median step time, or None."""
+    sync = step_seconds(load_runs(runs_dir, prefix, sync=True))
+    nosync = step_seconds(load_runs(runs_dir, prefix, sync=False))
+    return nosync / sync if sync and nosync else None
 
 
 def predict(compute, tl, backend, hosts, ranks_per_host, link_gbit, args):
@@ -128,7 +137,17 @@ def rows_of(directory):
 
 def analyse(args):
     out = []
-    for row, runs_dir, hosts, rph, link in rows_of(args.dir):
+    rows = list(rows_of(args.dir))
+    # PyTorch's measured efficiency beside ours, by configuration.
+    theirs = {}
+    for row, runs_dir, hosts, rph, _ in rows:
+        if row["implementation"] == "pytorch":
+            prefix = "pytorch_%s_%s_np%s_bs%s" % (row["backend"], row["model"],
+                                                 row["world_size"], row["batch_size"])
+            eff = row.get("communication_efficiency") or ""
+            theirs[(row.get("link_rate"), row["model"], row["world_size"])] = (
+                float(eff) if eff not in ("", "nan") else None, p50_efficiency(runs_dir, prefix))
+    for row, runs_dir, hosts, rph, link in rows:
         n = int(row["world_size"])
         if row["implementation"] != "dtrain" or n <= 1:
             continue
@@ -148,6 +167,11 @@ def analyse(args):
             "compute_s": compute, "backward_s": tl[2], "prediction": p,
             "measured_efficiency": measured,
             "measured_over_predicted": measured / p["efficiency"] if measured else None,
+            "measured_p50_efficiency": p50_efficiency(runs_dir, prefix),
+            "pytorch_efficiency": theirs.get((row.get("link_rate"), row["model"],
+                                              row["world_size"]), (None, None))[0],
+            "pytorch_p50_efficiency": theirs.get((row.get("link_rate"), row["model"],
+                                                  row["world_size"]), (None, None))[1],
             "what_if": {str(g): predict(compute, tl, row["backend"], max(hosts, 2), rph, g,
                                         args)["efficiency"] for g in args.what_if_gbit},
         })
@@ -160,17 +184,26 @@ def markdown(rows, args):
             a for a in sys.argv[1:] if a != "--json"),
         "",
         "| link | hosts x ranks | backend | model | MB/step | compute ms | backward ms | "
-        "allreduce ms | exposed ms | predicted | measured | measured/predicted |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "allreduce ms | exposed ms | predicted | measured | measured/predicted | measured (p50) "
+        "| PyTorch measured | PyTorch (p50) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def pct(x):
+        return "%.0f%%" % (100 * x) if x else "-"
+
     for r in rows:
         p = r["prediction"]
-        lines.append("| %s | %dx%d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s | %s |" % (
-            r["link_rate"], r["hosts"], r["ranks_per_host"], r["backend"], r["model"],
-            r["gradient_bytes"] / 1e6, r["compute_s"] * 1e3, r["backward_s"] * 1e3,
-            p["comm_s"] * 1e3, p["exposed_s"] * 1e3, 100 * p["efficiency"],
-            "%.0f%%" % (100 * r["measured_efficiency"]) if r["measured_efficiency"] else "-",
-            "%.2f" % r["measured_over_predicted"] if r["measured_over_predicted"] else "-"))
+        lines.append("| %s | %dx%d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s | %s "
+                     "| %s | %s | %s |" % (
+                         r["link_rate"], r["hosts"], r["ranks_per_host"], r["backend"],
+                         r["model"], r["gradient_bytes"] / 1e6, r["compute_s"] * 1e3,
+                         r["backward_s"] * 1e3, p["comm_s"] * 1e3, p["exposed_s"] * 1e3,
+                         100 * p["efficiency"], pct(r["measured_efficiency"]),
+                         "%.2f" % r["measured_over_predicted"]
+                         if r["measured_over_predicted"] else "-",
+                         pct(r["measured_p50_efficiency"]), pct(r["pytorch_efficiency"]),
+                         pct(r["pytorch_p50_efficiency"])))
     if rows and args.what_if_gbit:
         lines += ["", "Predicted efficiency of the same runs on other links (hosts as measured, "
                   "at least 2):", "",

@@ -23,9 +23,10 @@ COLUMNS = ["implementation", "backend", "model", "world_size", "batch_size",
            "communication_efficiency"]
 
 
-def metrics(step_s, steps, timeline=None):
-    return {"epochs": [{"epoch_seconds": step_s * steps, "steps": steps,
-                        "ddp_timeline": timeline}]}
+def metrics(step_s, steps, timeline=None, stalls_s=0.0):
+    # A stall or two lengthens the epoch but not the median step.
+    return {"epochs": [{"epoch_seconds": step_s * steps + stalls_s, "steps": steps,
+                        "step_seconds_p50": step_s, "ddp_timeline": timeline}]}
 
 
 def write_run(runs, slug, m):
@@ -67,8 +68,10 @@ class PredictionTest(unittest.TestCase):
         runs = os.path.join(self.dir, "8gbit", "runs")
         write_run(runs, "dtrain_gloo_convnet_np2_bs32_sync_r0", metrics(0.025, 10, timeline))
         write_run(runs, "dtrain_gloo_convnet_np2_bs32_nosync_r0", metrics(0.020, 10))
-        write_run(runs, "dtrain_gloo_convnet_np2_bs32_nosync_r1", metrics(0.030, 10))
+        write_run(runs, "dtrain_gloo_convnet_np2_bs32_nosync_r1", metrics(0.030, 10, None, 1.0))
         write_run(runs, "dtrain_gloo_convnet_np2_bs32_nosync_r2", metrics(0.019, 10))
+        write_run(runs, "pytorch_gloo_convnet_np2_bs32_sync_r0", metrics(0.030, 10))
+        write_run(runs, "pytorch_gloo_convnet_np2_bs32_nosync_r0", metrics(0.027, 10))
         with open(os.path.join(self.dir, "combined.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, ["link_rate", "measured_link_gbit", "hosts", "ranks_per_host"]
                                + COLUMNS)
@@ -93,6 +96,10 @@ class PredictionTest(unittest.TestCase):
         self.assertAlmostEqual(p["exposed_s"], 0.001)
         self.assertAlmostEqual(p["efficiency"], 20 / 21)
         self.assertAlmostEqual(r["measured_over_predicted"], 0.9 * 21 / 20)
+        # From median step times: 20 ms / 25 ms; PyTorch's beside it.
+        self.assertAlmostEqual(r["measured_p50_efficiency"], 0.8)
+        self.assertAlmostEqual(r["pytorch_efficiency"], 0.8)
+        self.assertAlmostEqual(r["pytorch_p50_efficiency"], 0.9)
         # Ten times the rate: the last bucket takes 0.1 ms.
         self.assertAlmostEqual(r["what_if"]["80.0"], 20 / 20.1)
 
