@@ -4,6 +4,7 @@ reach on CPUs over a given network, predicted from what the scaling sweep's own 
 hold the measurements against (docs/PERFORMANCE.md, "Across hosts").
 
 Usage: tools/cpu_cost_model.py DIR [--loopback_gbit 27] [--alpha_us 50] [--shm_gbps 40]
+                               [--comm_cpu_ms_per_mb 3.1] [--cores N]
                                [--what_if_gbit 1,10,25,100] [--json]
 DIR is a simulated-cluster output (//experiments:sim_cluster: combined.csv, <rate>/runs/) or a
 scaling sweep's (results.csv, runs/).
@@ -21,11 +22,16 @@ The model, per synchronised step of our DDP (every configuration with world size
     gloo+shm: shared memory inside each host (2 passes over the bucket at --shm_gbps) and a ring
     over the hosts;
   - buckets run one after another from their launch; exposed = what runs past backward's last
-    gradient; predicted step = compute + exposed; efficiency = compute / predicted step.
+    gradient;
+  - communication's own CPU time: --comm_cpu_ms_per_mb per rank for each MB it allreduces (copies
+    into and out of buckets, Gloo's sums, the kernel's path through sockets, veth, bridge and tbf,
+    thread wake-ups). The ranks of every simulated host share this machine's --cores: while they
+    outnumber idle cores, that CPU time comes out of the computation, spread over the cores;
+  - predicted step = compute + exposed + that CPU time; efficiency = compute / predicted step.
 Measured efficiency is the sweep's (no-sync samples/s over sync samples/s, "vs no-comm"), and the
 same from median step times (no-sync p50 over sync p50), for ours and, beside it, PyTorch's.
-Ignored: communication's own CPU time (copies, sums, socket calls, thread wake-ups), which on a
-machine whose cores all compute is taken from the computation; the runs' start-up.
+Ignored: the runs' start-up, stragglers, the optimizer step and data loading (in both compute and
+step alike).
 """
 
 import argparse
@@ -107,13 +113,23 @@ def p50_efficiency(runs_dir, prefix):
     return nosync / sync if sync and nosync else None
 
 
+def cpu_seconds(nbytes, ranks, compute, args):
+    """Step time the ranks' communication CPU takes from their computation: each rank spends
+    --comm_cpu_ms_per_mb per MB; idle cores absorb what they can over the step."""
+    total = ranks * args.comm_cpu_ms_per_mb * 1e-3 * nbytes / 1e6
+    idle = max(0, args.cores - ranks) * compute
+    return max(0.0, total - idle) / args.cores
+
+
 def predict(compute, tl, backend, hosts, ranks_per_host, link_gbit, args):
     sizes, launch, backward = tl
     comm, _, exposed = pipeline(
         [(t, allreduce_seconds(b, backend, hosts, ranks_per_host, link_gbit, args))
          for b, t in zip(sizes, launch)], backward)
-    return {"comm_s": comm, "exposed_s": exposed, "step_s": compute + exposed,
-            "efficiency": compute / (compute + exposed)}
+    cpu = cpu_seconds(sum(sizes), hosts * ranks_per_host, compute, args)
+    step = compute + exposed + cpu
+    return {"comm_s": comm, "exposed_s": exposed, "cpu_s": cpu, "step_s": step,
+            "efficiency": compute / step}
 
 
 def rows_of(directory):
@@ -184,9 +200,9 @@ def markdown(rows, args):
             a for a in sys.argv[1:] if a != "--json"),
         "",
         "| link | hosts x ranks | backend | model | MB/step | compute ms | backward ms | "
-        "allreduce ms | exposed ms | predicted | measured | measured/predicted | measured (p50) "
-        "| PyTorch measured | PyTorch (p50) |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "allreduce ms | exposed ms | CPU ms | predicted | measured | measured/predicted | "
+        "measured (p50) | PyTorch measured | PyTorch (p50) |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def pct(x):
@@ -194,12 +210,12 @@ def markdown(rows, args):
 
     for r in rows:
         p = r["prediction"]
-        lines.append("| %s | %dx%d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s | %s "
-                     "| %s | %s | %s |" % (
+        lines.append("| %s | %dx%d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% "
+                     "| %s | %s | %s | %s | %s |" % (
                          r["link_rate"], r["hosts"], r["ranks_per_host"], r["backend"],
                          r["model"], r["gradient_bytes"] / 1e6, r["compute_s"] * 1e3,
                          r["backward_s"] * 1e3, p["comm_s"] * 1e3, p["exposed_s"] * 1e3,
-                         100 * p["efficiency"], pct(r["measured_efficiency"]),
+                         p["cpu_s"] * 1e3, 100 * p["efficiency"], pct(r["measured_efficiency"]),
                          "%.2f" % r["measured_over_predicted"]
                          if r["measured_over_predicted"] else "-",
                          pct(r["measured_p50_efficiency"]), pct(r["pytorch_efficiency"]),
@@ -225,6 +241,11 @@ def parse_args(argv):
     p.add_argument("--alpha_us", type=float, default=50.0, help="per ring step, microseconds")
     p.add_argument("--shm_gbps", type=float, default=40.0,
                    help="shared-memory reduction inside a host, GB/s")
+    p.add_argument("--comm_cpu_ms_per_mb", type=float, default=3.1,
+                   help="CPU ms a rank spends per MB it allreduces (2 processes on loopback here: "
+                   "docs/PERFORMANCE.md, 'Across hosts')")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores the ranks of every simulated host share (default: this machine's)")
     p.add_argument("--what_if_gbit", default="1,10,25,100",
                    help="link rates to predict the same runs at ('' for none)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of Markdown")
@@ -234,8 +255,10 @@ def parse_args(argv):
     except ValueError:
         p.error("--what_if_gbit: want comma-separated Gb/s")
     if (args.loopback_gbit <= 0 or args.alpha_us < 0 or args.shm_gbps <= 0
+            or args.comm_cpu_ms_per_mb < 0 or args.cores < 1
             or any(g <= 0 for g in args.what_if_gbit)):
-        p.error("want --loopback_gbit > 0, --alpha_us >= 0, --shm_gbps > 0, rates > 0")
+        p.error("want --loopback_gbit > 0, --alpha_us >= 0, --shm_gbps > 0, "
+                "--comm_cpu_ms_per_mb >= 0, --cores >= 1, rates > 0")
     if not (os.path.exists(os.path.join(args.dir, "combined.csv"))
             or os.path.exists(os.path.join(args.dir, "results.csv"))):
         p.error("%s has neither combined.csv (sim_cluster) nor results.csv (scaling)" % args.dir)

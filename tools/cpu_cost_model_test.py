@@ -85,7 +85,8 @@ class PredictionTest(unittest.TestCase):
                             communication_efficiency=1))
 
     def test_predicts_from_the_measured_runs(self):
-        args = c.parse_args([self.dir, "--alpha_us", "0", "--what_if_gbit", "8,80"])
+        args = c.parse_args([self.dir, "--alpha_us", "0", "--comm_cpu_ms_per_mb", "0",
+                             "--what_if_gbit", "8,80"])
         rows = c.analyse(args)
         self.assertEqual(len(rows), 1)  # ours, world size > 1 only
         r = rows[0]
@@ -102,6 +103,18 @@ class PredictionTest(unittest.TestCase):
         self.assertAlmostEqual(r["pytorch_p50_efficiency"], 0.9)
         # Ten times the rate: the last bucket takes 0.1 ms.
         self.assertAlmostEqual(r["what_if"]["80.0"], 20 / 20.1)
+
+    def test_communication_cpu_comes_out_of_compute_once_cores_are_busy(self):
+        args = c.parse_args([self.dir, "--comm_cpu_ms_per_mb", "3", "--cores", "2"])
+        # 4 ranks on 2 busy cores, 3 ms each for 1 MB: 12 ms of CPU over 2 cores.
+        self.assertAlmostEqual(c.cpu_seconds(1e6, 4, 0.020, args), 6e-3)
+        # 1 rank: the idle core takes it.
+        self.assertEqual(c.cpu_seconds(1e6, 1, 0.020, args), 0.0)
+        rows = c.analyse(args)
+        p = rows[0]["prediction"]
+        # 2 ranks on 2 cores, 5 MB at 3 ms/MB each: 15 ms more per step.
+        self.assertAlmostEqual(p["cpu_s"], 0.015)
+        self.assertAlmostEqual(p["step_s"], 0.020 + p["exposed_s"] + 0.015)
 
     def test_two_ranks_per_host_with_shared_memory_rings_over_hosts(self):
         args = c.parse_args([self.dir, "--alpha_us", "0", "--shm_gbps", "1"])
