@@ -151,30 +151,40 @@ def rows_of(directory):
             yield row, os.path.join(directory, "runs"), 1, int(row["world_size"]), None
 
 
+def slug_prefix(row):
+    """A result row's run files without '_sync_r0.json' (experiments/sweep.cc's Slug)."""
+    return "%s_%s_%s_np%s_bs%s" % (row["implementation"], row["backend"], row["model"],
+                                   row["world_size"], row["batch_size"])
+
+
+def measured_efficiency(row):
+    """The sweep's communication efficiency of a result row, or None."""
+    eff = row.get("communication_efficiency") or ""
+    return float(eff) if eff not in ("", "nan") else None
+
+
 def analyse(args):
     out = []
     rows = list(rows_of(args.dir))
     # PyTorch's measured efficiency beside ours, by configuration.
     theirs = {}
-    for row, runs_dir, hosts, rph, _ in rows:
+    for row, runs_dir, _, _, _ in rows:
         if row["implementation"] == "pytorch":
-            prefix = "pytorch_%s_%s_np%s_bs%s" % (row["backend"], row["model"],
-                                                 row["world_size"], row["batch_size"])
-            eff = row.get("communication_efficiency") or ""
             theirs[(row.get("link_rate"), row["model"], row["world_size"])] = (
-                float(eff) if eff not in ("", "nan") else None, p50_efficiency(runs_dir, prefix))
+                measured_efficiency(row), p50_efficiency(runs_dir, slug_prefix(row)))
     for row, runs_dir, hosts, rph, link in rows:
         n = int(row["world_size"])
         if row["implementation"] != "dtrain" or n <= 1:
             continue
-        prefix = "dtrain_%s_%s_np%d_bs%s" % (row["backend"], row["model"], n, row["batch_size"])
+        prefix = slug_prefix(row)
+        pytorch, pytorch_p50 = theirs.get((row.get("link_rate"), row["model"],
+                                           row["world_size"]), (None, None))
         compute = step_seconds(load_runs(runs_dir, prefix, sync=False))
         tl = timeline(load_runs(runs_dir, prefix, sync=True))
         if compute is None or tl is None:
             continue
         p = predict(compute, tl, row["backend"], hosts, rph, link or args.loopback_gbit, args)
-        measured = row.get("communication_efficiency") or ""
-        measured = float(measured) if measured not in ("", "nan") else None
+        measured = measured_efficiency(row)
         out.append({
             "link_rate": row.get("link_rate", "loopback"), "link_gbit": link, "hosts": hosts,
             "ranks_per_host": rph, "backend": row["backend"], "model": row["model"],
@@ -184,10 +194,8 @@ def analyse(args):
             "measured_efficiency": measured,
             "measured_over_predicted": measured / p["efficiency"] if measured else None,
             "measured_p50_efficiency": p50_efficiency(runs_dir, prefix),
-            "pytorch_efficiency": theirs.get((row.get("link_rate"), row["model"],
-                                              row["world_size"]), (None, None))[0],
-            "pytorch_p50_efficiency": theirs.get((row.get("link_rate"), row["model"],
-                                                  row["world_size"]), (None, None))[1],
+            "pytorch_efficiency": pytorch,
+            "pytorch_p50_efficiency": pytorch_p50,
             "what_if": {str(g): predict(compute, tl, row["backend"], max(hosts, 2), rph, g,
                                         args)["efficiency"] for g in args.what_if_gbit},
         })

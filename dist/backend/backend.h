@@ -54,7 +54,6 @@ enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
 // "sum", "average", "min", "max", "product".
 absl::string_view ReduceOpName(ReduceOp op);
 
-// A collective in flight.
 // When a collective ran, by the host clock.
 struct WorkTimes {
   // It started running: after the collectives issued before it on this rank.
@@ -63,6 +62,7 @@ struct WorkTimes {
   absl::Time finished;
 };
 
+// A collective in flight.
 class Work {
  public:
   virtual ~Work() = default;

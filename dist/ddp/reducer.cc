@@ -313,18 +313,16 @@ absl::Status Reducer::Synchronize() {
   ++steps_;
   stats.step = steps_;
   stats.num_buckets = static_cast<int>(buckets_.size());
-  bool timed = true;
   for (const Bucket& b : buckets_) {
     stats.buckets_launched_in_backward += b.launched_in_backward ? 1 : 0;
     stats.bucket_launch_offsets.push_back(b.launched_at - first_hook_);
-    const absl::optional<backend::WorkTimes> t =
-        timed ? b.work->times() : absl::nullopt;
-    timed = t.has_value();
-    if (!timed) continue;
-    stats.bucket_start_offsets.push_back(t->started - first_hook_);
-    stats.bucket_finish_offsets.push_back(t->finished - first_hook_);
+    if (const absl::optional<backend::WorkTimes> t = b.work->times()) {
+      stats.bucket_start_offsets.push_back(t->started - first_hook_);
+      stats.bucket_finish_offsets.push_back(t->finished - first_hook_);
+    }
   }
-  if (!timed) {
+  // All or nothing: offsets line up with buckets.
+  if (stats.bucket_start_offsets.size() != buckets_.size()) {
     stats.bucket_start_offsets.clear();
     stats.bucket_finish_offsets.clear();
   }
