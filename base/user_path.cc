@@ -86,7 +86,8 @@ absl::Status CheckWritableDir(absl::string_view what, const std::string& path) {
       }
       return absl::OkStatus();
     }
-    if (errno != ENOENT) {
+    // ENOTDIR: an ancestor is a file, which the walk up names.
+    if (errno != ENOENT && errno != ENOTDIR) {
       return Refuse(what, path, absl::StrCat(dir, ": ", std::strerror(errno)));
     }
     const std::string parent = DirectoryOf(dir);

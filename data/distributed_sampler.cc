@@ -80,14 +80,27 @@ DistributedSampler::DistributedSampler(int64_t dataset_size,
   ComputeIndices();
 }
 
+int64_t DistributedSampler::PartitionSize(int64_t dataset_size, int64_t start,
+                                          int64_t num_replicas,
+                                          bool drop_last) {
+  // With start 0 this is NumSamples: floor with drop_last, else ceil.
+  const int64_t left = std::max<int64_t>(0, dataset_size - start);
+  return drop_last ? left / num_replicas
+                   : (left + num_replicas - 1) / num_replicas;
+}
+
 void DistributedSampler::ComputeIndices() {
   const std::vector<int64_t> order =
       EpochOrder(dataset_size_, options_, epoch_);
-  // Slot p of the padded list is order[p % N]: padding repeats the list from
-  // its start, as many times as needed; drop_last only ever shortens it.
+  // The list partitioned is order[start, N); its k-th padded entry is
+  // entry k % |list|: padding repeats the list from its start, as many times
+  // as needed; drop_last only ever shortens it. With start 0 that is slot k
+  // of PyTorch's padded order.
+  const int64_t left = dataset_size_ - start_;
   indices_.resize(num_samples_);
   for (int64_t i = 0; i < num_samples_; ++i) {
-    indices_[i] = order[GlobalSlot(i) % dataset_size_];
+    const int64_t k = GlobalSlot(i) - start_;
+    indices_[i] = order[start_ + k % left];
   }
 }
 
@@ -98,8 +111,11 @@ void DistributedSampler::SetEpoch(int64_t epoch) {
   }
   resume_pending_ = false;
   position_ = 0;
-  if (epoch != epoch_) {
+  if (epoch != epoch_ || start_ != 0) {
     epoch_ = epoch;
+    start_ = 0;
+    num_samples_ = NumSamples(dataset_size_, options_.num_replicas,
+                              options_.drop_last);
     ComputeIndices();
   }
 }
@@ -114,9 +130,6 @@ absl::Status DistributedSampler::Restore(const SamplerState& state) {
   if (state.dataset_size != dataset_size_) {
     return mismatch("dataset_size", state.dataset_size, dataset_size_);
   }
-  if (state.num_replicas != options_.num_replicas) {
-    return mismatch("num_replicas", state.num_replicas, options_.num_replicas);
-  }
   if (state.seed != options_.seed) {
     return mismatch("seed", state.seed, options_.seed);
   }
@@ -126,16 +139,40 @@ absl::Status DistributedSampler::Restore(const SamplerState& state) {
   if (state.drop_last != options_.drop_last) {
     return mismatch("drop_last", state.drop_last, options_.drop_last);
   }
-  if (state.position < 0 || state.position > num_samples_) {
+  if (state.num_replicas < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: saved num_replicas ",
+                     state.num_replicas, " is not positive"));
+  }
+  if (state.start < 0 || state.start > dataset_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: saved start ", state.start,
+                     " is outside [0, ", dataset_size_, "], the dataset"));
+  }
+  const int64_t saved_samples =
+      PartitionSize(dataset_size_, state.start, state.num_replicas,
+                    state.drop_last);
+  if (state.position < 0 || state.position > saved_samples) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DistributedSampler: saved position ", state.position,
-        " is outside [0, ", num_samples_, "], the samples per epoch"));
+        " is outside [0, ", saved_samples, "], the samples per epoch"));
   }
-  if (state.epoch != epoch_) {
-    epoch_ = state.epoch;
-    ComputeIndices();
+  int64_t start = state.start;
+  int64_t position = state.position;
+  if (state.num_replicas != options_.num_replicas &&
+      (state.start != 0 || state.position != 0)) {
+    // Inside an epoch: the saved ranks consumed every slot before
+    // start + position * R of the order; what is left is partitioned anew.
+    start = std::min(dataset_size_,
+                     state.start + state.position * state.num_replicas);
+    position = 0;
   }
-  position_ = state.position;
+  epoch_ = state.epoch;
+  start_ = start;
+  num_samples_ = PartitionSize(dataset_size_, start_, options_.num_replicas,
+                               options_.drop_last);
+  ComputeIndices();
+  position_ = position;
   resume_pending_ = true;
   return absl::OkStatus();
 }
@@ -144,6 +181,7 @@ SamplerState DistributedSampler::state() const {
   SamplerState s;
   s.epoch = epoch_;
   s.position = position_;
+  s.start = start_;
   s.dataset_size = dataset_size_;
   s.num_replicas = options_.num_replicas;
   s.seed = options_.seed;
@@ -179,7 +217,8 @@ std::string SamplerState::Serialize() const {
                       " position=", position, " dataset_size=", dataset_size,
                       " num_replicas=", num_replicas, " seed=", seed,
                       " shuffle=", shuffle ? 1 : 0,
-                      " drop_last=", drop_last ? 1 : 0);
+                      " drop_last=", drop_last ? 1 : 0,
+                      start != 0 ? absl::StrCat(" start=", start) : "");
 }
 
 absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
@@ -199,10 +238,13 @@ absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
   SamplerState state;
   struct Field {
     absl::string_view name;
+    bool optional = false;
     bool seen = false;
   };
-  Field fields[] = {{"epoch"}, {"position"}, {"dataset_size"}, {"num_replicas"},
-                    {"seed"},  {"shuffle"},  {"drop_last"}};
+  // `start` is written only when not 0, so earlier states read unchanged.
+  Field fields[] = {{"epoch"}, {"position"},  {"dataset_size"},
+                    {"num_replicas"}, {"seed"}, {"shuffle"},
+                    {"drop_last"},    {"start", /*optional=*/true}};
   for (size_t i = 2; i < words.size(); ++i) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(words[i], absl::MaxSplits('=', 1));
@@ -228,6 +270,8 @@ absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
       ok = absl::SimpleAtoi(kv.second, &state.num_replicas);
     } else if (kv.first == "seed") {
       ok = absl::SimpleAtoi(kv.second, &state.seed);
+    } else if (kv.first == "start") {
+      ok = absl::SimpleAtoi(kv.second, &state.start);
     } else if (kv.second == "0" || kv.second == "1") {
       ok = true;
       (kv.first == "shuffle" ? state.shuffle : state.drop_last) =
@@ -239,13 +283,14 @@ absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
     }
   }
   for (const Field& f : fields) {
-    if (!f.seen) return invalid(absl::StrCat("field '", f.name, "' missing"));
+    if (!f.seen && !f.optional) return invalid(absl::StrCat("field '", f.name, "' missing"));
   }
   return state;
 }
 
 bool operator==(const SamplerState& a, const SamplerState& b) {
   return a.epoch == b.epoch && a.position == b.position &&
+         a.start == b.start &&
          a.dataset_size == b.dataset_size && a.num_replicas == b.num_replicas &&
          a.seed == b.seed && a.shuffle == b.shuffle &&
          a.drop_last == b.drop_last;

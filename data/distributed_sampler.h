@@ -21,6 +21,19 @@
 // has been consumed, so that a checkpoint can save the position and a resumed
 // run continue with the next example: see SamplerState and Restore.
 //
+// A state saved with another world size restores too. At an epoch boundary
+// the result is exact: the next epoch's order does not depend on the world
+// size, only its partition does. Inside an epoch, what the saved ranks had
+// not consumed yet (slots from `start` = the first unconsumed slot of the
+// padded order, up to N) is partitioned anew over the new ranks for the rest
+// of that epoch, by the same rule with that list in place of the dataset:
+//   L = indices[start : N];  rank r gets L padded (or cut, with drop_last)
+//   to a multiple of R, [r : : R].
+// Every unconsumed example is then seen once in that epoch; the padding that
+// evens out the ranks differs from the uninterrupted run's. A slot's number
+// is its place in the epoch's order whatever the partition, so per-example
+// seeds (GlobalSlot) stay those of the uninterrupted run.
+//
 // Not thread-safe: one thread (the loader's consumer) uses a sampler.
 #ifndef DTRAIN_DATA_DISTRIBUTED_SAMPLER_H_
 #define DTRAIN_DATA_DISTRIBUTED_SAMPLER_H_
@@ -50,12 +63,15 @@ struct DistributedSamplerOptions {
 
 // Where a sampler stands, to save in a checkpoint and restore. `epoch` and
 // `position` (indices of the epoch already consumed, 0..num_samples) say
-// where to continue; the other fields identify the partition and must match
-// on restore. The rank is not part of it: every rank is at the same position,
-// so rank 0's saved state restores any rank.
+// where to continue; `start` is 0 but in an epoch re-partitioned after a
+// restore with another world size (see above); the other fields identify the
+// partition: dataset size, seed, shuffle and drop_last must match on restore,
+// num_replicas may differ. The rank is not part of it: every rank is at the
+// same position, so rank 0's saved state restores any rank.
 struct SamplerState {
   int64_t epoch = 0;
   int64_t position = 0;
+  int64_t start = 0;
   int64_t dataset_size = 0;
   int64_t num_replicas = 1;
   uint64_t seed = 0;
@@ -64,7 +80,7 @@ struct SamplerState {
 
   // One line of text, e.g. "dtrain.DistributedSampler v1 epoch=3
   // position=512 dataset_size=60000 num_replicas=4 seed=0 shuffle=1
-  // drop_last=0".
+  // drop_last=0" (" start=S" follows when S is not 0).
   std::string Serialize() const;
   // Parses what Serialize wrote; kInvalidArgument quoting the text otherwise.
   static absl::StatusOr<SamplerState> Parse(absl::string_view text);
@@ -93,10 +109,11 @@ class DistributedSampler {
   // ... }` continues where the saved run stopped.
   void SetEpoch(int64_t epoch);
 
-  // Continues from a saved state. kInvalidArgument, changing nothing, when
-  // the state belongs to another partition (different dataset size, world
-  // size, seed, shuffle or drop_last: the message names the field) or its
-  // position is outside [0, num_samples()].
+  // Continues from a saved state, re-partitioning the rest of its epoch when
+  // it was saved with another world size (see above). kInvalidArgument,
+  // changing nothing, when the state belongs to another order (different
+  // dataset size, seed, shuffle or drop_last: the message names the field)
+  // or its start or position lie outside its partition.
   absl::Status Restore(const SamplerState& state);
 
   // The state to save; position counts what Advance and Next consumed.
@@ -104,6 +121,11 @@ class DistributedSampler {
 
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
+  // The first slot of this epoch's partition: 0 but after a restore that
+  // re-partitioned the rest of an epoch.
+  int64_t start() const { return start_; }
+  // This rank's indices in the current epoch: PyTorch's len(sampler), or in
+  // a re-partitioned epoch this rank's share of what was left.
   int64_t num_samples() const { return num_samples_; }
   int64_t total_size() const { return num_samples_ * options_.num_replicas; }
   int64_t remaining() const { return num_samples_ - position_; }
@@ -122,14 +144,23 @@ class DistributedSampler {
   void Advance(int64_t count);
 
   // The slot of this rank's i-th index in the padded, interleaved order of
-  // all ranks: rank + i * num_replicas. Unique across ranks and stable within
-  // an epoch; the loader seeds each example's augmentation with it.
+  // all ranks: start + rank + i * num_replicas. Unique across ranks and
+  // stable within an epoch; slots at or past the dataset size are padding.
+  // The loader seeds each example's augmentation with it.
   int64_t GlobalSlot(int64_t i) const {
-    return options_.rank + i * options_.num_replicas;
+    return Slot(start_, options_.rank, options_.num_replicas, i);
+  }
+  static int64_t Slot(int64_t start, int64_t rank, int64_t num_replicas,
+                      int64_t i) {
+    return start + rank + i * num_replicas;
   }
 
  private:
   DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options);
+  // This rank's share of slots [start, N) of the epoch's order, for
+  // `num_replicas` ranks.
+  static int64_t PartitionSize(int64_t dataset_size, int64_t start,
+                               int64_t num_replicas, bool drop_last);
   void ComputeIndices();
 
   int64_t dataset_size_;
@@ -137,6 +168,7 @@ class DistributedSampler {
   int64_t num_samples_;
   int64_t epoch_ = 0;
   int64_t position_ = 0;
+  int64_t start_ = 0;
   bool resume_pending_ = false;
   std::vector<int64_t> indices_;
 };

@@ -401,8 +401,13 @@ TEST(DistributedSamplerTest, RestoreRejectsAnotherPartition) {
   std::vector<Bad> bad;
   bad.push_back({good, "dataset_size=21"});
   bad.back().state.dataset_size = 21;
-  bad.push_back({good, "num_replicas=4"});
-  bad.back().state.num_replicas = 4;
+  bad.push_back({good, "num_replicas 0"});
+  bad.back().state.num_replicas = 0;
+  bad.push_back({good, "start 21"});
+  bad.back().state.start = 21;
+  bad.push_back({good, "position 6"});  // past its partition of [15, 20)
+  bad.back().state.start = 15;
+  bad.back().state.position = 6;
   bad.push_back({good, "seed=9"});
   bad.back().state.seed = 9;
   bad.push_back({good, "shuffle=0"});
@@ -457,6 +462,109 @@ TEST(DistributedSamplerTest, StateParseRejectsGarbage) {
     absl::StatusOr<SamplerState> parsed = SamplerState::Parse(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
+  }
+}
+
+// Every rank's remaining indices of the epoch, padding slots left out.
+std::multiset<int64_t> RestOfEpoch(int64_t size, int64_t num_replicas,
+                                   bool drop_last, const SamplerState& saved,
+                                   int64_t* per_rank) {
+  std::multiset<int64_t> seen;
+  *per_rank = -1;
+  for (int64_t rank = 0; rank < num_replicas; ++rank) {
+    absl::StatusOr<DistributedSampler> s = DistributedSampler::Create(
+        size, Options(num_replicas, rank, true, 5, drop_last));
+    EXPECT_TRUE(s.ok());
+    EXPECT_TRUE(s->Restore(saved).ok());
+    s->SetEpoch(saved.epoch);  // the loop's call keeps the restored place
+    if (*per_rank < 0) *per_rank = s->remaining();
+    EXPECT_EQ(s->remaining(), *per_rank) << "ranks must get as many";
+    const int64_t first = s->position();
+    absl::Span<const int64_t> rest = s->Next(s->remaining());
+    for (size_t j = 0; j < rest.size(); ++j) {
+      if (s->GlobalSlot(first + j) < size) seen.insert(rest[j]);
+    }
+  }
+  return seen;
+}
+
+TEST(DistributedSamplerTest, RestoreWithAnotherWorldSizeAtEpochBoundary) {
+  // Saved with 2 ranks at the start of epoch 3: 3 ranks continue exactly as
+  // a run of 3 ranks would.
+  absl::StatusOr<DistributedSampler> saved =
+      DistributedSampler::Create(23, Options(2, 0, true, 5, false));
+  ASSERT_TRUE(saved.ok());
+  saved->SetEpoch(3);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    absl::StatusOr<DistributedSampler> s =
+        DistributedSampler::Create(23, Options(3, rank, true, 5, false));
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(s->Restore(saved->state()).ok());
+    s->SetEpoch(3);
+    EXPECT_EQ(s->start(), 0);
+    EXPECT_EQ(s->indices(),
+              *DistributedSamplerIndices(23, Options(3, rank, true, 5, false),
+                                         3));
+  }
+}
+
+TEST(DistributedSamplerTest, RestoreWithAnotherWorldSizeRepartitionsTheRest) {
+  for (bool drop_last : {false, true}) {
+    for (int64_t new_replicas : {1, 3, 4, 30}) {
+      SCOPED_TRACE(absl::StrCat("drop_last=", drop_last,
+                                " new_replicas=", new_replicas));
+      // 2 ranks consumed 4 examples each of epoch 1.
+      std::multiset<int64_t> consumed;
+      SamplerState saved;
+      for (int64_t rank = 0; rank < 2; ++rank) {
+        absl::StatusOr<DistributedSampler> s = DistributedSampler::Create(
+            23, Options(2, rank, true, 5, drop_last));
+        ASSERT_TRUE(s.ok());
+        s->SetEpoch(1);
+        for (int64_t i : s->Next(4)) consumed.insert(i);
+        saved = s->state();
+      }
+      int64_t per_rank = 0;
+      std::multiset<int64_t> rest =
+          RestOfEpoch(23, new_replicas, drop_last, saved, &per_rank);
+      std::multiset<int64_t> all = consumed;
+      all.insert(rest.begin(), rest.end());
+      // Without drop_last every example once; with it, at most once.
+      const std::set<int64_t> distinct(all.begin(), all.end());
+      EXPECT_EQ(distinct.size(), all.size()) << "an example came twice";
+      if (drop_last) {
+        EXPECT_EQ(per_rank, 15 / new_replicas);
+      } else {
+        EXPECT_EQ(all.size(), 23u);
+      }
+
+      // A state saved inside the re-partitioned epoch restores, with the
+      // same or yet another world size, and the epoch after is PyTorch's.
+      absl::StatusOr<DistributedSampler> s = DistributedSampler::Create(
+          23, Options(new_replicas, 0, true, 5, drop_last));
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(s->Restore(saved).ok());
+      EXPECT_EQ(s->start(), 8);
+      s->Advance(1);
+      absl::StatusOr<SamplerState> again =
+          SamplerState::Parse(s->state().Serialize());
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->start, 8);
+      absl::StatusOr<DistributedSampler> same = DistributedSampler::Create(
+          23, Options(new_replicas, 0, true, 5, drop_last));
+      ASSERT_TRUE(same->Restore(*again).ok());
+      EXPECT_EQ(same->state(), s->state());
+      EXPECT_EQ(same->indices(), s->indices());
+      std::multiset<int64_t> third =
+          RestOfEpoch(23, 2, drop_last, *again, &per_rank);
+      EXPECT_EQ(std::set<int64_t>(third.begin(), third.end()).size(),
+                third.size());
+      same->SetEpoch(2);
+      EXPECT_EQ(same->start(), 0);
+      EXPECT_EQ(same->indices(),
+                *DistributedSamplerIndices(
+                    23, Options(new_replicas, 0, true, 5, drop_last), 2));
+    }
   }
 }
 

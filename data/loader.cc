@@ -263,7 +263,8 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(const Job& job, int64_t k) const {
         for (int64_t i = 0; i < count; ++i) {
           seeds[i] = internal::ExampleSeed(
               options_.seed, job.epoch,
-              job.rank + (batch.position + i) * job.num_replicas);
+              DistributedSampler::Slot(job.slot_start, job.rank,
+                                       job.num_replicas, batch.position + i));
         }
         absl::StatusOr<Examples> examples = gather_from_->Gather(
             absl::MakeConstSpan(job.indices.data() + begin, count), seeds);
@@ -298,6 +299,7 @@ void DataLoader::StartJob() {
   job->epoch = sampler_.epoch();
   job->start = sampler_.position();
   job->num_batches = BatchesFor(sampler_.remaining());
+  job->slot_start = sampler_.start();
   job->rank = sampler_.options().rank;
   job->num_replicas = sampler_.options().num_replicas;
   const int64_t used =
@@ -360,7 +362,8 @@ void DataLoader::SetEpoch(int64_t epoch) {
     // or twice in a row): keep what the workers did.
     std::lock_guard<std::mutex> lock(mu_);
     if (job_ != nullptr && next_deliver_ == 0 &&
-        job_->epoch == sampler_.epoch() && job_->start == sampler_.position()) {
+        job_->epoch == sampler_.epoch() && job_->start == sampler_.position() &&
+        job_->slot_start == sampler_.start()) {
       return;
     }
   }

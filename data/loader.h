@@ -175,6 +175,7 @@ class DataLoader {
     std::vector<int64_t> indices;
     // The sampler's, to compute example slots (DistributedSampler::GlobalSlot)
     // without touching the sampler from the workers.
+    int64_t slot_start;
     int64_t rank;
     int64_t num_replicas;
   };

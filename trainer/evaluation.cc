@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -48,15 +49,30 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                        int64_t dataset_size,
                                        backend::Backend& backend,
                                        const c10::Device& device,
-                                       absl::Duration timeout) {
+                                       absl::Duration timeout,
+                                       const EvaluationOptions& options) {
   model.eval();
   at::NoGradGuard no_grad;
   loader.SetEpoch(0);
   double loss_sum = 0;
   int64_t correct1 = 0, correct5 = 0, examples = 0;
-  for (;;) {
+  // Every rank has as many batches (the sampler pads), so every rank votes
+  // as often.
+  at::Tensor stop_flag;
+  if (options.stop_requested != nullptr) {
+    stop_flag =
+        at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
+  }
+  for (int64_t batches = 0;
+       options.max_batches <= 0 || batches < options.max_batches; ++batches) {
     DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch, loader.Next());
     if (!batch.has_value()) break;
+    // Issued before the forward pass, which hides its round trip.
+    std::shared_ptr<backend::Work> vote;
+    if (stop_flag.defined()) {
+      stop_flag.fill_(options.stop_requested->load() ? 1 : 0);
+      vote = backend.AllReduce(stop_flag, ReduceOp::kMax, "stop vote");
+    }
     const data::Batch& b = *batch;
     // The sampler pads the last round with repeats so that every rank gets as
     // many examples; slots past the dataset's end are those repeats, and are
@@ -66,33 +82,44 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
       if (loader.sampler().GlobalSlot(b.position + j) < dataset_size)
         keep.push_back(j);
     }
-    if (keep.empty()) continue;
-    at::Tensor images = b.images;
-    at::Tensor labels = b.labels;
-    if (static_cast<int64_t>(keep.size()) < labels.size(0)) {
-      const at::Tensor index = at::tensor(keep, at::kLong);
-      images = images.index_select(0, index);
-      labels = labels.index_select(0, index);
+    if (!keep.empty()) {
+      at::Tensor images = b.images;
+      at::Tensor labels = b.labels;
+      if (static_cast<int64_t>(keep.size()) < labels.size(0)) {
+        const at::Tensor index = at::tensor(keep, at::kLong);
+        images = images.index_select(0, index);
+        labels = labels.index_select(0, index);
+      }
+      images = images.to(device, true);
+      labels = labels.to(device, true);
+      at::Tensor output;
+      try {
+        output = model.forward(images);
+      } catch (const std::exception& e) {
+        if (vote != nullptr) vote->Wait(timeout).IgnoreError();
+        return absl::InternalError(absl::StrCat("validation forward failed: ",
+                                                base::ExceptionMessage(e)));
+      }
+      loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
+      const std::vector<int64_t> correct =
+          TopKCorrect(output, labels, {1, 5});
+      correct1 += correct[0];
+      correct5 += correct[1];
+      examples += labels.size(0);
     }
-    images = images.to(device, true);
-    labels = labels.to(device, true);
-    at::Tensor output;
-    try {
-      output = model.forward(images);
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("validation forward failed: ",
-                                              base::ExceptionMessage(e)));
+    if (vote != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(vote->Wait(timeout));
+      if (stop_flag.item<int>() != 0) {
+        return absl::CancelledError(absl::StrCat(
+            "validation stopped by a signal after ", batches + 1, " batches"));
+      }
     }
-    loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
-    const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
-    correct1 += correct[0];
-    correct5 += correct[1];
-    examples += labels.size(0);
   }
   DTRAIN_ASSIGN_OR_RETURN(const Scores scores,
                           ScoresOverRanks(backend, device, timeout, loss_sum,
                                           correct1, correct5, examples));
-  if (static_cast<int64_t>(scores.examples) != dataset_size) {
+  if (options.max_batches <= 0 &&
+      static_cast<int64_t>(scores.examples) != dataset_size) {
     return absl::InternalError(
         absl::StrCat("validation counted ", scores.examples,
                      " examples, expected ", dataset_size));

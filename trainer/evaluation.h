@@ -10,6 +10,7 @@
 
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -35,15 +36,29 @@ absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
                                        int64_t correct1, int64_t correct5,
                                        int64_t examples);
 
+struct EvaluationOptions {
+  // Batches per rank (0: the whole split, which the ranks must then count
+  // exactly). A few batches make a sanity check before training, as
+  // Lightning's num_sanity_val_steps: a broken split or model fails in
+  // seconds instead of after the first epoch.
+  int64_t max_batches = 0;
+  // When set, every batch carries a vote of whether a stop was requested
+  // here; once any rank asked, every rank ends the pass after that batch with
+  // kCancelled, so that a signal does not wait for a whole validation pass.
+  const std::atomic<bool>* stop_requested = nullptr;
+};
+
 // Puts the model in eval mode and runs the loader's epoch 0 through it
 // without gradients. kInternal when the model throws, or when the ranks
-// together did not count `dataset_size` examples; backend errors as they are.
+// together did not count `dataset_size` examples; kCancelled when stopped
+// (above); backend and loader errors as they are.
 absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                        data::DataLoader& loader,
                                        int64_t dataset_size,
                                        backend::Backend& backend,
                                        const c10::Device& device,
-                                       absl::Duration timeout);
+                                       absl::Duration timeout,
+                                       const EvaluationOptions& options = {});
 
 }  // namespace dtrain::trainer
 

@@ -31,6 +31,7 @@ json ConfigJson(const TrainOptions& o) {
       {"workers", o.workers},
       {"epochs", Optional(o.epochs)},
       {"max_steps", o.max_steps},
+      {"num_sanity_val_steps", o.num_sanity_val_steps},
       {"optimizer", Optional(o.optimizer)},
       {"lr", Optional(o.lr)},
       {"momentum", Optional(o.momentum)},

@@ -42,6 +42,7 @@
 #include "base/cuda_device.h"
 #include "base/duration_flag.h"
 #include "base/malloc_tuning.h"
+#include "base/user_path.h"
 #include "base/status_macros.h"
 #include "dist/backend/factory.h"
 #include "dist/launch/launcher.h"
@@ -83,6 +84,9 @@ ABSL_FLAG(int, workers, 0, "Loader threads per process.");
 ABSL_FLAG(int64_t, epochs, 0, "Epochs (0: 1 for convnet, 2 for resnet18).");
 ABSL_FLAG(int64_t, max_steps, 0, "Stop after this many steps (0: no limit).");
 ABSL_FLAG(bool, skip_validation, false, "No validation pass.");
+ABSL_FLAG(int64_t, num_sanity_val_steps, 2,
+          "Validation batches per rank run before the first step, so that a "
+          "broken validation split or model fails at once (0: none).");
 ABSL_FLAG(std::string, optimizer, "",
           "sgd or adadelta (default: adadelta for convnet, sgd for "
           "resnet18).");
@@ -289,6 +293,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   if (Specified("epochs")) o.epochs = absl::GetFlag(FLAGS_epochs);
   o.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.skip_validation = absl::GetFlag(FLAGS_skip_validation);
+  o.num_sanity_val_steps = absl::GetFlag(FLAGS_num_sanity_val_steps);
   if (Specified("optimizer")) o.optimizer = absl::GetFlag(FLAGS_optimizer);
   if (Specified("lr")) o.lr = absl::GetFlag(FLAGS_lr);
   if (Specified("momentum")) o.momentum = absl::GetFlag(FLAGS_momentum);
@@ -345,6 +350,13 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
   o.metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
   o.log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
+  // Under `bazel run` the process starts in its runfiles tree: relative
+  // paths mean the directory the user ran it from.
+  const char* working_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  for (std::string* path : {&o.data_dir, &o.checkpoint_dir, &o.init_state_dict,
+                            &o.save_state_dict, &o.metrics_json, &o.log_jsonl}) {
+    *path = base::ResolveUserPath(*path, working_dir != nullptr ? working_dir : "");
+  }
   DTRAIN_ASSIGN_OR_RETURN(TrainOptions resolved, ResolveDefaults(std::move(o)));
   DTRAIN_RETURN_IF_ERROR(Validate(resolved));
   return resolved;
@@ -441,7 +453,17 @@ int Main(int argc, char** argv) {
     std::cerr << "train: " << options.status().message() << "\n";
     return 2;
   }
-  if (absl::GetFlag(FLAGS_nproc_per_node) > 0) return Spawn(argc, argv);
+  if (absl::GetFlag(FLAGS_nproc_per_node) > 0) {
+    // Rank 0 runs on node 0: its outputs are checked before any process
+    // starts (each rank checks its own again).
+    if (absl::GetFlag(FLAGS_node_rank) == 0) {
+      if (absl::Status s = CheckOutputPaths(*options, 0); !s.ok()) {
+        std::cerr << "train: " << s.message() << "\n";
+        return 2;
+      }
+    }
+    return Spawn(argc, argv);
+  }
   for (const char* name : {"nnodes", "node_rank", "max_restarts"}) {
     if (Specified(name)) {
       std::cerr << "train: --" << name

@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/user_path.h"
 #include "models/model_catalog.h"
 #include "models/state_dict/state_dict_path.h"
+#include "trainer/step_log.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -228,6 +230,8 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.keep_checkpoints < 1)
     return Invalid("keep_checkpoints", "must be >= 1");
   if (o.print_freq < 1) return Invalid("print_freq", "must be >= 1");
+  if (o.num_sanity_val_steps < 0)
+    return Invalid("num_sanity_val_steps", "must be >= 0");
   if (o.metrics_port < -1 || o.metrics_port > 65535) {
     return Invalid("metrics_port",
                    absl::StrCat(o.metrics_port,
@@ -312,6 +316,27 @@ const char* ProgressStyleName(ProgressStyle style) {
       return "none";
   }
   return "auto";
+}
+
+absl::Status CheckOutputPaths(const TrainOptions& o, int rank) {
+  if (rank == 0) {
+    if (!o.save_state_dict.empty()) {
+      DTRAIN_RETURN_IF_ERROR(
+          base::CheckWritableFile("--save_state_dict", o.save_state_dict));
+    }
+    if (!o.metrics_json.empty()) {
+      DTRAIN_RETURN_IF_ERROR(
+          base::CheckWritableFile("--metrics_json", o.metrics_json));
+    }
+    if (!o.checkpoint_dir.empty()) {
+      DTRAIN_RETURN_IF_ERROR(
+          base::CheckWritableDir("--checkpoint_dir", o.checkpoint_dir));
+    }
+  }
+  const std::string log = StepLogPath(o.log_jsonl, rank);
+  if (!o.log_jsonl.empty() && (rank == 0 || log != o.log_jsonl))
+    DTRAIN_RETURN_IF_ERROR(base::CheckWritableFile("--log_jsonl", log));
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain::trainer

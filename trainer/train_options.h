@@ -71,6 +71,10 @@ struct TrainOptions {
   int64_t max_steps = 0;
   // Skip the validation pass after each epoch.
   bool skip_validation = false;
+  // Validation batches per rank run before the first step, so that a broken
+  // validation split or model fails at once (Lightning's
+  // num_sanity_val_steps); 0: none.
+  int64_t num_sanity_val_steps = 2;
 
   // Optimizer: "sgd" or "adadelta".
   absl::optional<std::string> optimizer;
@@ -186,6 +190,12 @@ absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions options);
 // Checks resolved options; kInvalidArgument naming the first bad field and
 // its value. Does not touch files or the network.
 absl::Status Validate(const TrainOptions& options);
+
+// Whether this rank can write its outputs, before anything takes time: rank
+// 0's --save_state_dict, --metrics_json, --checkpoint_dir and --log_jsonl,
+// and on every rank a --log_jsonl that holds "{rank}". kInvalidArgument
+// naming the flag, the path and the reason otherwise. Creates nothing.
+absl::Status CheckOutputPaths(const TrainOptions& options, int rank);
 
 // Where a rank runs, as far as choosing its GPU goes (rendezvous::LaunchEnv's
 // fields).

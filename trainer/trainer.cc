@@ -75,7 +75,13 @@ class Run {
   absl::Status Setup();
   absl::Status Resume();
   absl::StatusOr<bool> TrainEpoch(int64_t epoch, EpochMetrics* metrics);
+  // The validation pass; kCancelled when a signal stopped it.
   absl::Status Validate(EpochMetrics* metrics);
+  // A few validation batches before the first step (--num_sanity_val_steps).
+  absl::Status SanityCheckValidation();
+  // Waits for the vote issued at the end of a step: whether any rank was
+  // asked to stop. Without gradient sync each rank answers for itself.
+  absl::Status CollectStopVote();
   // --evaluate: one validation pass of the loaded weights, reported and
   // written to the metrics file as the run's only epoch entry.
   absl::StatusOr<TrainResult> Evaluate();
@@ -117,8 +123,12 @@ class Run {
   int64_t global_step_ = 0;
   double best_top1_ = 0;
   bool first_step_done_ = false;
+  // Every rank loaded a checkpoint (--resume found one).
+  bool resumed_ = false;
   // The ranks agreed to stop at this step boundary (a signal).
   bool signal_stop_ = false;
+  // The stop vote issued at the end of the last step, not yet waited for.
+  std::shared_ptr<backend::Work> stop_vote_;
   // Carries the stop vote; undefined when there is none.
   at::Tensor stop_flag_;
   RunMetrics metrics_;
@@ -126,6 +136,9 @@ class Run {
 
 absl::Status Run::Setup() {
   DTRAIN_RETURN_IF_ERROR(trainer::Validate(o_));
+  // Before anything takes time: a path that cannot be written would
+  // otherwise fail only after training, losing the weights.
+  DTRAIN_RETURN_IF_ERROR(CheckOutputPaths(o_, world_.rank));
   base::SetComputeThreads(o_.intra_op_threads);
   progress_ = std::make_unique<ProgressPrinter>(
       o_.progress, context_.log_is_terminal, o_.print_freq,
@@ -294,21 +307,43 @@ absl::Status Run::Resume() {
                      ": starting from the beginning"));
     return absl::OkStatus();
   }
+  resumed_ = true;
   DTRAIN_RETURN_IF_ERROR(
       BroadcastBytes(backend_, 0, &bytes, found, device_, o_.timeout));
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingState state,
       DecodeCheckpoint(bytes, *model_, *optimizer_, o_.model, *o_.optimizer));
-  // Evaluation needs the weights only, on any number of ranks.
-  if (!o_.evaluate)
-    DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
   start_epoch_ = state.epoch;
   global_step_ = state.global_step;
   best_top1_ = state.best_top1;
+  // Evaluation needs the weights only, on any number of ranks.
+  if (o_.evaluate) {
+    Say(absl::StrCat("loaded ", metrics_.resumed_from, " (step ",
+                     global_step_, ")"));
+    return absl::OkStatus();
+  }
+  DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
+  const data::DistributedSampler& sampler = train_loader_->sampler();
+  std::string how;
+  if (state.sampler.num_replicas != world_.world_size) {
+    how = sampler.start() == 0
+              ? absl::StrCat("; saved by ", state.sampler.num_replicas,
+                             " processes at an epoch boundary: continuing "
+                             "exactly as a run of ",
+                             world_.world_size, " would")
+              : absl::StrCat(
+                    "; saved by ", state.sampler.num_replicas,
+                    " processes inside epoch ", state.sampler.epoch,
+                    ": the ", data_->train->size() - sampler.start(),
+                    " examples it had left are re-partitioned over ",
+                    world_.world_size,
+                    " processes (each seen once; its batches differ from an "
+                    "uninterrupted run's)");
+  }
   Say(absl::StrCat("resumed from ", metrics_.resumed_from, ": epoch ",
-                   state.sampler.epoch, ", example ", state.sampler.position,
-                   " of ", train_loader_->sampler().num_samples(),
-                   " per rank, step ", global_step_));
+                   sampler.epoch(), ", example ", sampler.position(), " of ",
+                   sampler.num_samples(), " per rank, step ", global_step_,
+                   how));
   return absl::OkStatus();
 }
 
@@ -374,13 +409,6 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
         std::min(per_step, train_loader_->batches_left());
     if (micro_batches == 0) break;
     DTRAIN_RETURN_IF_ERROR(schedule_->SetStep(epoch, first_step + s));
-    // The stop flag travels with the step: issued before the step's other
-    // collectives, it is done long before the gradients are.
-    std::shared_ptr<backend::Work> stop_vote;
-    if (stop_flag_.defined()) {
-      stop_flag_.fill_(context_.stop_requested->load() ? 1 : 0);
-      stop_vote = backend_.AllReduce(stop_flag_, ReduceOp::kMax, "stop vote");
-    }
     DTRAIN_RETURN_IF_ERROR(step_->Begin(micro_batches));
     double waited = 0;
     for (int64_t j = 0; j < micro_batches; ++j) {
@@ -406,6 +434,13 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       }
     }
     DTRAIN_ASSIGN_OR_RETURN(const StepOutcome outcome, step_->Finish());
+    // The stop vote goes out as soon as the step is done, and its round trip
+    // overlaps the step's reporting: a signal that arrived during this step
+    // stops the run at its end, not a step later.
+    if (stop_flag_.defined()) {
+      stop_flag_.fill_(context_.stop_requested->load() ? 1 : 0);
+      stop_vote_ = backend_.AllReduce(stop_flag_, ReduceOp::kMax, "stop vote");
+    }
     ++global_step_;
     if (!first_step_done_) {
       first_step_done_ = true;
@@ -454,13 +489,7 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
                                   absl::ToDoubleSeconds(now - epoch_start);
       progress_->Batch(report);
     }
-    if (stop_vote != nullptr) {
-      DTRAIN_RETURN_IF_ERROR(stop_vote->Wait(o_.timeout));
-      signal_stop_ = stop_flag_.item<int>() != 0;
-    } else if (context_.stop_requested != nullptr) {
-      // Without gradient sync the ranks run independently anyway.
-      signal_stop_ = context_.stop_requested->load();
-    }
+    DTRAIN_RETURN_IF_ERROR(CollectStopVote());
     if (signal_stop_) break;
     if (o_.checkpoint_every_steps > 0 &&
         global_step_ % o_.checkpoint_every_steps == 0 &&
@@ -514,12 +543,53 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   return stopped;
 }
 
+absl::Status Run::CollectStopVote() {
+  if (stop_vote_ != nullptr) {
+    absl::Status waited = stop_vote_->Wait(o_.timeout);
+    stop_vote_ = nullptr;
+    DTRAIN_RETURN_IF_ERROR(waited);
+    signal_stop_ = stop_flag_.item<int>() != 0;
+  } else if (context_.stop_requested != nullptr && !o_.sync_gradients) {
+    // Without gradient sync the ranks run independently anyway.
+    signal_stop_ = context_.stop_requested->load();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::SanityCheckValidation() {
+  if (o_.num_sanity_val_steps <= 0 || o_.skip_validation)
+    return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  EvaluationOptions options;
+  options.max_batches = o_.num_sanity_val_steps;
+  absl::StatusOr<Scores> scores =
+      EvaluateOnRanks(*model_, *val_loader_, data_->val->size(), backend_,
+                      device_, o_.timeout, options);
+  if (!scores.ok()) {
+    return absl::Status(
+        scores.status().code(),
+        absl::StrCat("validation sanity check (the first ",
+                     o_.num_sanity_val_steps,
+                     " validation batches per rank, before training; "
+                     "--num_sanity_val_steps=0 skips it): ",
+                     scores.status().message()));
+  }
+  Say(absl::StrFormat(
+      "validation sanity check: %d batches per rank, %.0f examples, loss "
+      "%.4f (%.1f s)",
+      o_.num_sanity_val_steps, scores->examples, scores->loss,
+      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
 absl::Status Run::Validate(EpochMetrics* m) {
   const absl::Time start = absl::Now();
+  EvaluationOptions options;
+  if (o_.sync_gradients) options.stop_requested = context_.stop_requested;
   DTRAIN_ASSIGN_OR_RETURN(
       const Scores scores,
       EvaluateOnRanks(*model_, *val_loader_, data_->val->size(), backend_,
-                      device_, o_.timeout));
+                      device_, o_.timeout, options));
   m->val_loss = scores.loss;
   m->val_top1 = scores.top1;
   m->val_top5 = scores.top5;
@@ -528,7 +598,7 @@ absl::Status Run::Validate(EpochMetrics* m) {
 }
 
 absl::StatusOr<TrainResult> Run::Evaluate() {
-  if (metrics_.resumed_from.empty() && o_.init_state_dict.empty()) {
+  if (!resumed_ && o_.init_state_dict.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--evaluate: no checkpoint in ", o_.checkpoint_dir, " to evaluate"));
   }
@@ -542,6 +612,8 @@ absl::StatusOr<TrainResult> Run::Evaluate() {
                                     : metrics_.resumed_from,
       *m.val_loss, *m.val_top1, *m.val_top5, m.val_seconds));
   metrics_.epochs.push_back(m);
+  // --evaluate --save_state_dict: also turns a checkpoint into weights.
+  DTRAIN_RETURN_IF_ERROR(SaveStateDict());
   DTRAIN_RETURN_IF_ERROR(WriteMetrics());
   return TrainResult{metrics_, model_};
 }
@@ -561,6 +633,18 @@ absl::Status Run::WriteMetrics() {
 absl::StatusOr<TrainResult> Run::Execute() {
   DTRAIN_RETURN_IF_ERROR(Setup());
   if (o_.evaluate) return Evaluate();
+  const bool done = start_epoch_ >= *o_.epochs ||
+                    (o_.max_steps > 0 && global_step_ >= o_.max_steps);
+  if (done && resumed_) {
+    Say(absl::StrCat("nothing left to train: the checkpoint is at epoch ",
+                     start_epoch_, " of ", *o_.epochs, ", step ",
+                     global_step_,
+                     o_.max_steps > 0
+                         ? absl::StrCat(" (--max_steps=", o_.max_steps, ")")
+                         : "",
+                     "; raise --epochs or --max_steps to train further"));
+  }
+  if (!done) DTRAIN_RETURN_IF_ERROR(SanityCheckValidation());
   for (int64_t epoch = start_epoch_; epoch < *o_.epochs; ++epoch) {
     if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;
     train_loader_->SetEpoch(epoch);
@@ -575,26 +659,37 @@ absl::StatusOr<TrainResult> Run::Execute() {
         "samples/s  (data %.2f s, exposed communication %.2f s)",
         epoch + 1, m.train_loss, m.train_top1, m.train_top5, m.epoch_seconds,
         m.samples_per_second, m.data_seconds, m.exposed_communication_seconds));
-    bool best = false;
+    // The epoch's checkpoint comes before its validation: a damaged
+    // validation file or a signal during validation then costs no training.
+    data::SamplerState next = train_loader_->state();
+    int64_t next_epoch = epoch;
+    if (!stopped) {
+      next.epoch = next_epoch = epoch + 1;
+      next.position = 0;
+      next.start = 0;
+    }
+    DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, next_epoch, /*best=*/false));
     if (!o_.skip_validation && !signal_stop_) {
-      DTRAIN_RETURN_IF_ERROR(Validate(&m));
-      best = *m.val_top1 > best_top1_;
-      best_top1_ = std::max(best_top1_, *m.val_top1);
-      Say(absl::StrFormat(
-          " * validation: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (best Prec@1 "
-          "%.3f, %.1f s)",
-          *m.val_loss, *m.val_top1, *m.val_top5, best_top1_, m.val_seconds));
+      absl::Status validated = Validate(&m);
+      if (absl::IsCancelled(validated)) {
+        signal_stop_ = true;
+        Say(absl::StrCat("validation of epoch ", epoch + 1,
+                         " stopped by a signal; it is not repeated on "
+                         "--resume (--evaluate gives it)"));
+      } else {
+        DTRAIN_RETURN_IF_ERROR(validated);
+        const bool best = *m.val_top1 > best_top1_;
+        best_top1_ = std::max(best_top1_, *m.val_top1);
+        Say(absl::StrFormat(
+            " * validation: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (best Prec@1 "
+            "%.3f, %.1f s)",
+            *m.val_loss, *m.val_top1, *m.val_top5, best_top1_,
+            m.val_seconds));
+        // Again with the new best accuracy in it, and as best.dtc.
+        if (best) DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, next_epoch, best));
+      }
     }
     metrics_.epochs.push_back(m);
-    if (stopped) {
-      DTRAIN_RETURN_IF_ERROR(
-          SaveCheckpoint(train_loader_->state(), epoch, best));
-    } else {
-      data::SamplerState next = train_loader_->state();
-      next.epoch = epoch + 1;
-      next.position = 0;
-      DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, epoch + 1, best));
-    }
     DTRAIN_RETURN_IF_ERROR(WriteMetrics());
     if (signal_stop_) {
       return absl::CancelledError(
