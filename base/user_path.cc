@@ -81,8 +81,9 @@ absl::Status CheckWritableDir(absl::string_view what, const std::string& path) {
         return Refuse(what, path, absl::StrCat(dir, " is not a directory"));
       }
       if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-        return Refuse(what, path, absl::StrCat("directory ", dir, ": ",
-                                               std::strerror(errno)));
+        return Refuse(
+            what, path,
+            absl::StrCat("directory ", dir, ": ", std::strerror(errno)));
       }
       return absl::OkStatus();
     }

@@ -62,8 +62,9 @@ TEST_F(UserPathTest, FileUnderARegularFileIsRefused) {
   std::ofstream(dir_ + "/plain") << "x";
   EXPECT_THAT(CheckWritableFile("--out", dir_ + "/plain/w.pt").message(),
               HasSubstr("Not a directory"));
-  EXPECT_THAT(CheckWritableDir("--checkpoint_dir", dir_ + "/plain/ck").message(),
-              HasSubstr("is not a directory"));
+  EXPECT_THAT(
+      CheckWritableDir("--checkpoint_dir", dir_ + "/plain/ck").message(),
+      HasSubstr("is not a directory"));
 }
 
 TEST_F(UserPathTest, DirectoriesToBeCreatedNeedAWritableAncestor) {

@@ -114,8 +114,8 @@ void DistributedSampler::SetEpoch(int64_t epoch) {
   if (epoch != epoch_ || start_ != 0) {
     epoch_ = epoch;
     start_ = 0;
-    num_samples_ = NumSamples(dataset_size_, options_.num_replicas,
-                              options_.drop_last);
+    num_samples_ =
+        NumSamples(dataset_size_, options_.num_replicas, options_.drop_last);
     ComputeIndices();
   }
 }
@@ -149,9 +149,8 @@ absl::Status DistributedSampler::Restore(const SamplerState& state) {
         absl::StrCat("DistributedSampler: saved start ", state.start,
                      " is outside [0, ", dataset_size_, "], the dataset"));
   }
-  const int64_t saved_samples =
-      PartitionSize(dataset_size_, state.start, state.num_replicas,
-                    state.drop_last);
+  const int64_t saved_samples = PartitionSize(
+      dataset_size_, state.start, state.num_replicas, state.drop_last);
   if (state.position < 0 || state.position > saved_samples) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DistributedSampler: saved position ", state.position,
@@ -242,9 +241,9 @@ absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
     bool seen = false;
   };
   // `start` is written only when not 0, so earlier states read unchanged.
-  Field fields[] = {{"epoch"}, {"position"},  {"dataset_size"},
-                    {"num_replicas"}, {"seed"}, {"shuffle"},
-                    {"drop_last"},    {"start", /*optional=*/true}};
+  Field fields[] = {
+      {"epoch"}, {"position"}, {"dataset_size"}, {"num_replicas"},
+      {"seed"},  {"shuffle"},  {"drop_last"},    {"start", /*optional=*/true}};
   for (size_t i = 2; i < words.size(); ++i) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(words[i], absl::MaxSplits('=', 1));
@@ -283,14 +282,14 @@ absl::StatusOr<SamplerState> SamplerState::Parse(absl::string_view text) {
     }
   }
   for (const Field& f : fields) {
-    if (!f.seen && !f.optional) return invalid(absl::StrCat("field '", f.name, "' missing"));
+    if (!f.seen && !f.optional)
+      return invalid(absl::StrCat("field '", f.name, "' missing"));
   }
   return state;
 }
 
 bool operator==(const SamplerState& a, const SamplerState& b) {
-  return a.epoch == b.epoch && a.position == b.position &&
-         a.start == b.start &&
+  return a.epoch == b.epoch && a.position == b.position && a.start == b.start &&
          a.dataset_size == b.dataset_size && a.num_replicas == b.num_replicas &&
          a.seed == b.seed && a.shuffle == b.shuffle &&
          a.drop_last == b.drop_last;

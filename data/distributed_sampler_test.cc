@@ -502,9 +502,8 @@ TEST(DistributedSamplerTest, RestoreWithAnotherWorldSizeAtEpochBoundary) {
     ASSERT_TRUE(s->Restore(saved->state()).ok());
     s->SetEpoch(3);
     EXPECT_EQ(s->start(), 0);
-    EXPECT_EQ(s->indices(),
-              *DistributedSamplerIndices(23, Options(3, rank, true, 5, false),
-                                         3));
+    EXPECT_EQ(s->indices(), *DistributedSamplerIndices(
+                                23, Options(3, rank, true, 5, false), 3));
   }
 }
 

@@ -44,13 +44,10 @@ absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
                 100.0 * sums[2] / total, sums[3]};
 }
 
-absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
-                                       data::DataLoader& loader,
-                                       int64_t dataset_size,
-                                       backend::Backend& backend,
-                                       const c10::Device& device,
-                                       absl::Duration timeout,
-                                       const EvaluationOptions& options) {
+absl::StatusOr<Scores> EvaluateOnRanks(
+    models::Model& model, data::DataLoader& loader, int64_t dataset_size,
+    backend::Backend& backend, const c10::Device& device,
+    absl::Duration timeout, const EvaluationOptions& options) {
   model.eval();
   at::NoGradGuard no_grad;
   loader.SetEpoch(0);
@@ -101,8 +98,7 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                                 base::ExceptionMessage(e)));
       }
       loss_sum += Loss(output, labels, at::Reduction::Sum).item<double>();
-      const std::vector<int64_t> correct =
-          TopKCorrect(output, labels, {1, 5});
+      const std::vector<int64_t> correct = TopKCorrect(output, labels, {1, 5});
       correct1 += correct[0];
       correct5 += correct[1];
       examples += labels.size(0);

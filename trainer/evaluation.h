@@ -52,13 +52,10 @@ struct EvaluationOptions {
 // without gradients. kInternal when the model throws, or when the ranks
 // together did not count `dataset_size` examples; kCancelled when stopped
 // (above); backend and loader errors as they are.
-absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
-                                       data::DataLoader& loader,
-                                       int64_t dataset_size,
-                                       backend::Backend& backend,
-                                       const c10::Device& device,
-                                       absl::Duration timeout,
-                                       const EvaluationOptions& options = {});
+absl::StatusOr<Scores> EvaluateOnRanks(
+    models::Model& model, data::DataLoader& loader, int64_t dataset_size,
+    backend::Backend& backend, const c10::Device& device,
+    absl::Duration timeout, const EvaluationOptions& options = {});
 
 }  // namespace dtrain::trainer
 

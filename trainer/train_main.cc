@@ -42,8 +42,8 @@
 #include "base/cuda_device.h"
 #include "base/duration_flag.h"
 #include "base/malloc_tuning.h"
-#include "base/user_path.h"
 #include "base/status_macros.h"
+#include "base/user_path.h"
 #include "dist/backend/factory.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
@@ -353,9 +353,11 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   // Under `bazel run` the process starts in its runfiles tree: relative
   // paths mean the directory the user ran it from.
   const char* working_dir = std::getenv("BUILD_WORKING_DIRECTORY");
-  for (std::string* path : {&o.data_dir, &o.checkpoint_dir, &o.init_state_dict,
-                            &o.save_state_dict, &o.metrics_json, &o.log_jsonl}) {
-    *path = base::ResolveUserPath(*path, working_dir != nullptr ? working_dir : "");
+  for (std::string* path :
+       {&o.data_dir, &o.checkpoint_dir, &o.init_state_dict, &o.save_state_dict,
+        &o.metrics_json, &o.log_jsonl}) {
+    *path =
+        base::ResolveUserPath(*path, working_dir != nullptr ? working_dir : "");
   }
   DTRAIN_ASSIGN_OR_RETURN(TrainOptions resolved, ResolveDefaults(std::move(o)));
   DTRAIN_RETURN_IF_ERROR(Validate(resolved));

@@ -318,8 +318,8 @@ absl::Status Run::Resume() {
   best_top1_ = state.best_top1;
   // Evaluation needs the weights only, on any number of ranks.
   if (o_.evaluate) {
-    Say(absl::StrCat("loaded ", metrics_.resumed_from, " (step ",
-                     global_step_, ")"));
+    Say(absl::StrCat("loaded ", metrics_.resumed_from, " (step ", global_step_,
+                     ")"));
     return absl::OkStatus();
   }
   DTRAIN_RETURN_IF_ERROR(train_loader_->Restore(state.sampler));
@@ -333,8 +333,8 @@ absl::Status Run::Resume() {
                              world_.world_size, " would")
               : absl::StrCat(
                     "; saved by ", state.sampler.num_replicas,
-                    " processes inside epoch ", state.sampler.epoch,
-                    ": the ", data_->train->size() - sampler.start(),
+                    " processes inside epoch ", state.sampler.epoch, ": the ",
+                    data_->train->size() - sampler.start(),
                     " examples it had left are re-partitioned over ",
                     world_.world_size,
                     " processes (each seen once; its batches differ from an "
@@ -637,8 +637,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
                     (o_.max_steps > 0 && global_step_ >= o_.max_steps);
   if (done && resumed_) {
     Say(absl::StrCat("nothing left to train: the checkpoint is at epoch ",
-                     start_epoch_, " of ", *o_.epochs, ", step ",
-                     global_step_,
+                     start_epoch_, " of ", *o_.epochs, ", step ", global_step_,
                      o_.max_steps > 0
                          ? absl::StrCat(" (--max_steps=", o_.max_steps, ")")
                          : "",
@@ -683,10 +682,10 @@ absl::StatusOr<TrainResult> Run::Execute() {
         Say(absl::StrFormat(
             " * validation: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (best Prec@1 "
             "%.3f, %.1f s)",
-            *m.val_loss, *m.val_top1, *m.val_top5, best_top1_,
-            m.val_seconds));
+            *m.val_loss, *m.val_top1, *m.val_top5, best_top1_, m.val_seconds));
         // Again with the new best accuracy in it, and as best.dtc.
-        if (best) DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, next_epoch, best));
+        if (best)
+          DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(next, next_epoch, best));
       }
     }
     metrics_.epochs.push_back(m);

@@ -8,8 +8,8 @@
 #include <torch/nn/modules/linear.h>
 
 #include <atomic>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -159,7 +159,8 @@ TEST(TrainerLifecycleTest, ResumesAtAnEpochBoundaryWithFewerProcesses) {
   std::ostringstream log;
   auto resumed = TrainOnRanks(rest, 1, &log);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
-  EXPECT_THAT(log.str(), HasSubstr("saved by 2 processes at an epoch boundary"));
+  EXPECT_THAT(log.str(),
+              HasSubstr("saved by 2 processes at an epoch boundary"));
   ASSERT_EQ(resumed[0]->metrics.epochs.size(), 1u);
   // Epoch 2 in full on one process: 384 examples in 24 steps.
   EXPECT_EQ(resumed[0]->metrics.epochs[0].samples, 384);
@@ -263,7 +264,8 @@ TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
     ASSERT_EQ(results[r].status().code(), absl::StatusCode::kCancelled)
         << results[r].status();
   }
-  EXPECT_THAT(log.str(), HasSubstr("validation of epoch 1 stopped by a signal"));
+  EXPECT_THAT(log.str(),
+              HasSubstr("validation of epoch 1 stopped by a signal"));
   EXPECT_THAT(log.str(), Not(HasSubstr("* validation")));
   // Written before the validation began.
   EXPECT_TRUE(
@@ -273,7 +275,8 @@ TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
   // The resumed run goes on with epoch 2.
   TrainOptions rest = o;
   rest.resume = true;
-  auto resumed = TrainProbed(rest, 2, [](int, Probe&) {}, nullptr);
+  auto resumed = TrainProbed(
+      rest, 2, [](int, Probe&) {}, nullptr);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
   EXPECT_EQ(resumed[0]->metrics.epochs.size(), 1u);
   EXPECT_EQ(resumed[0]->metrics.global_step, 24);
@@ -312,9 +315,9 @@ TEST(TrainerLifecycleTest, UnwritableOutputsAreRefusedBeforeTraining) {
   std::ostringstream log;
   auto results = TrainOnRanks(o, 1, &log);
   ASSERT_FALSE(results[0].ok());
-  EXPECT_THAT(results[0].status().message(),
-              HasSubstr("--save_state_dict: cannot write " + dir +
-                        "/missing/w.pt"));
+  EXPECT_THAT(
+      results[0].status().message(),
+      HasSubstr("--save_state_dict: cannot write " + dir + "/missing/w.pt"));
   EXPECT_THAT(log.str(), Not(HasSubstr("epoch 1:")));
 
   TrainOptions m = SmallRun();
