@@ -6,7 +6,7 @@
 # unwritable --output refused before anything is read; a head of another size naming --num_classes.
 set -uo pipefail
 
-logits=$1
+logits=$(realpath -s "$1")  # absolute: some runs below start elsewhere
 train=$2
 source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
 start_test model_logits
