@@ -8,9 +8,12 @@
 // size of its own (between 24 and 60 pixels a side), alternates between
 // JPEG and PNG, and is tinted by its class so that a model can learn
 // something; each class folder also holds a README.txt, which readers
-// ignore. Exit status 0, or 1 with a message.
+// ignore. DIR, when relative, is taken from the directory `bazel run` was
+// started in (BUILD_WORKING_DIRECTORY), else the current one. Exit status 0
+// with one line saying what it wrote and where, or 1 with a message.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -18,10 +21,13 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/user_path.h"
 #include "data/image_encoder.h"
 
 namespace {
@@ -36,6 +42,15 @@ bool MakeDir(const std::string& path) {
   std::fprintf(stderr, "make_image_folder: cannot create %s: %s\n",
                path.c_str(), std::strerror(errno));
   return false;
+}
+
+// As mkdir -p.
+bool MakeDirs(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    if (!MakeDir(path.substr(0, slash))) return false;
+  }
+  return MakeDir(path);
 }
 
 bool Write(const std::string& path, const std::string& bytes) {
@@ -82,6 +97,18 @@ bool WriteSplit(const std::string& dir, int classes, int per_class,
   return true;
 }
 
+// Where a relative DIR starts from: where `bazel run` was started (it runs
+// the binary inside its runfiles), else the current directory, so that the
+// messages name an absolute path.
+std::string UserWorkingDirectory() {
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
+      dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  std::vector<char> cwd(4096);
+  return ::getcwd(cwd.data(), cwd.size()) != nullptr ? cwd.data() : "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,10 +121,19 @@ int main(int argc, char** argv) {
                  "VAL_PER_CLASS (all counts >= 1)\n");
     return 1;
   }
-  const std::string dir = argv[1];
-  if (!MakeDir(dir) || !WriteSplit(dir + "/train", classes, train, 0) ||
+  const std::string dir =
+      dtrain::base::ResolveUserPath(argv[1], UserWorkingDirectory());
+  if (absl::Status s = dtrain::base::CheckWritableDir("DIR", dir); !s.ok()) {
+    std::fprintf(stderr, "make_image_folder: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  if (!MakeDirs(dir) || !WriteSplit(dir + "/train", classes, train, 0) ||
       !WriteSplit(dir + "/val", classes, val, 500)) {
     return 1;
   }
+  std::printf(
+      "make_image_folder: wrote %d class%s x %d train + %d val images to %s\n",
+      classes, classes == 1 ? "" : "es", train, val, dir.c_str());
   return 0;
 }

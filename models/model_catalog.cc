@@ -159,8 +159,12 @@ std::string KnownModelNames() { return GlobalCatalog().Names(); }
 absl::StatusOr<ModelInfo> FindModel(absl::string_view name) {
   absl::optional<CatalogEntry> entry = GlobalCatalog().Find(name);
   if (entry.has_value()) return entry->info;
+  // A registration the linker dropped is the usual way a model the user did
+  // register goes missing: say so where it shows.
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown model \"", name, "\"; known models: ", KnownModelNames()));
+      "unknown model \"", name, "\"; known models: ", KnownModelNames(),
+      " (a model registered with ModelRegistration or RegisterModel in a "
+      "cc_library is linked only with alwayslink = True on that library)"));
 }
 
 absl::Status RegisterModel(ModelInfo info, ModelFactory factory) {

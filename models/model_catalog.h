@@ -87,7 +87,8 @@ std::vector<ModelInfo> KnownModels();
 // "convnet, resnet18": for messages and flag help.
 std::string KnownModelNames();
 
-// kInvalidArgument listing the known names when `name` is unknown.
+// kInvalidArgument listing the known names when `name` is unknown, with a
+// hint that a registering cc_library needs `alwayslink = True`.
 absl::StatusOr<ModelInfo> FindModel(absl::string_view name);
 
 // Adds a model that KnownModels, FindModel and CreateModel then know, and so

@@ -49,6 +49,17 @@ TEST(RegistryTest, UnknownNameListsTheKnownOnes) {
   }
 }
 
+// A model whose registration the linker left out is unknown too; the message
+// names the fix.
+TEST(RegistryTest, UnknownNameHintsAtAlwayslink) {
+  const absl::Status status = FindModel("mlp").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("(a model registered with ModelRegistration or "
+                        "RegisterModel in a cc_library is linked only with "
+                        "alwayslink = True on that library)"));
+}
+
 TEST(RegistryTest, BuildsEachModelWithItsDefaults) {
   absl::StatusOr<std::shared_ptr<Model>> convnet = CreateModel("convnet");
   ASSERT_TRUE(convnet.ok()) << convnet.status();

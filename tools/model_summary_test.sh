@@ -68,6 +68,7 @@ list=$("$bin" --list)
 grep -q '^convnet ' <<<"$list" && grep -q '^resnet18 ' <<<"$list" || fail "--list: $list"
 
 expect_error "unknown model" 1 'unknown model "resnet50"; known models: convnet, resnet18' --model=resnet50
+expect_error "unknown model: the alwayslink hint" 1 'linked only with alwayslink = True on that library' --model=resnet50
 expect_error "no model" 1 "--model is required; known models: convnet, resnet18"
 expect_error "two dimensions" 1 '--input_shape must be C,H,W: three positive integers separated by commas, got "3,224"' \
   --model=resnet18 --input_shape=3,224

@@ -1,8 +1,14 @@
+#!/usr/bin/python3
 """torchrun with the workarounds Debian's PyTorch needs, then torchrun itself
 (torch.distributed.run.main), unchanged otherwise:
 
-  /usr/bin/python3 tools/launch/torchrun.py --nproc_per_node=2 --no_python \
+  tools/launch/torchrun.py --nproc_per_node=2 --no_python \
       bazel-bin/trainer/train --epochs=1
+
+It runs under Debian's /usr/bin/python3 (the line above), whose python3-torch
+(installed by tools/setup.sh) it wraps: a `python3` first on PATH from pyenv
+or a virtualenv usually has no torch, and `python3 torchrun.py` with one stops
+saying so and naming /usr/bin/python3.
 
 - Debian 13 (PyTorch 2.6) is built without libuv, but torchrun's agent
   creates its TCPStore with libuv, the default since PyTorch 2.4, and fails in
@@ -15,11 +21,28 @@
 
 With a PyTorch built with libuv, on Python <= 3.10, plain torchrun needs
 neither."""
+import os
 import re
 import sys
 
-import torch
-import torch.distributed as dist
+try:
+    import torch  # noqa: F401
+except ImportError as e:
+    _me = os.path.relpath(__file__)
+    if _me.startswith(".."):
+        _me = os.path.abspath(__file__)
+    if sys.executable == "/usr/bin/python3":
+        _fix = ("Install Debian's python3-torch (tools/setup.sh does), or run "
+                "a torchrun of your own PyTorch")
+    else:
+        _fix = (f"Run it with Debian's /usr/bin/python3, which has "
+                f"python3-torch (installed by tools/setup.sh): {_me} ... "
+                f"does so, as does /usr/bin/python3 {_me} ...")
+    # Exit status 2, as torchrun's own usage errors.
+    sys.stderr.write(f"torchrun.py: {sys.executable} cannot import torch "
+                     f"({e}). {_fix}\n")
+    sys.exit(2)
+import torch.distributed as dist  # noqa: E402
 
 if hasattr(dist, "TCPStore"):
     _TCPStore = dist.TCPStore
