@@ -50,6 +50,8 @@ json ConfigJson(const TrainOptions& o) {
       {"dist_url", o.dist_url},
       {"shm", o.shm},
       {"init_state_dict", o.init_state_dict},
+      {"init_state_dict_strict", o.init_state_dict_strict},
+      {"init_state_dict_exclude", o.init_state_dict_exclude},
       {"save_state_dict", o.save_state_dict},
       {"device", o.device},
       {"bucket_cap_mb", o.bucket_cap_mb},

@@ -167,7 +167,18 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "Where rank 0 writes checkpoints.");
 ABSL_FLAG(std::string, init_state_dict, "",
           "Start from these weights: a PyTorch state_dict (.pt/.pth as "
           "torch.save writes it, or .safetensors), names, shapes and dtypes "
-          "checked strictly.");
+          "checked strictly (unless --init_state_dict_strict or "
+          "--init_state_dict_exclude say otherwise).");
+ABSL_FLAG(bool, init_state_dict_strict, true,
+          "false: names of the model missing from --init_state_dict keep their "
+          "fresh initialisation and the file's names not in the model are "
+          "ignored, as PyTorch's load_state_dict(strict=False); shapes must "
+          "still match.");
+ABSL_FLAG(std::string, init_state_dict_exclude, "",
+          "Comma-separated names or prefixes to leave out of "
+          "--init_state_dict, on both sides: they keep their fresh "
+          "initialisation, to fine-tune with a new head (fc for resnet18: "
+          "fc.weight and fc.bias).");
 ABSL_FLAG(std::string, save_state_dict, "",
           "Rank 0 writes the trained model's state_dict here at the end, as "
           ".pt/.pth (torch.load reads it) or .safetensors, by extension, "
@@ -329,6 +340,10 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.init_state_dict = absl::GetFlag(FLAGS_init_state_dict);
+  o.init_state_dict_strict = absl::GetFlag(FLAGS_init_state_dict_strict);
+  o.init_state_dict_exclude =
+      absl::StrSplit(absl::GetFlag(FLAGS_init_state_dict_exclude), ',',
+                     absl::SkipWhitespace());
   o.save_state_dict = absl::GetFlag(FLAGS_save_state_dict);
   o.state_dict_with_checkpoints =
       absl::GetFlag(FLAGS_state_dict_with_checkpoints);

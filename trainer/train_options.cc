@@ -217,6 +217,12 @@ absl::Status Validate(const TrainOptions& o) {
                                   models::state_dict::kStateDictExtensions));
     }
   }
+  if (o.init_state_dict.empty() &&
+      (!o.init_state_dict_strict || !o.init_state_dict_exclude.empty())) {
+    return Invalid(o.init_state_dict_strict ? "init_state_dict_exclude"
+                                            : "init_state_dict_strict",
+                   "needs --init_state_dict");
+  }
   if (o.state_dict_with_checkpoints &&
       (o.save_state_dict.empty() || o.checkpoint_dir.empty()))
     return Invalid("state_dict_with_checkpoints",

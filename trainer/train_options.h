@@ -154,6 +154,12 @@ struct TrainOptions {
   std::string init_state_dict;
   std::string save_state_dict;
   bool state_dict_with_checkpoints = false;
+  // How init_state_dict is matched to the model (models/state_dict's
+  // LoadOptions): false allows names missing from the file or not in the
+  // model (PyTorch's strict=False); the excluded names or prefixes ("fc")
+  // keep their fresh initialisation, to fine-tune with a new head.
+  bool init_state_dict_strict = true;
+  std::vector<std::string> init_state_dict_exclude;
   // Continue from the newest valid checkpoint in checkpoint_dir (starting
   // afresh, with a message, when there is none).
   bool resume = false;

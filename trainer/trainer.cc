@@ -192,13 +192,20 @@ absl::Status Run::Setup() {
   }
   model_->to(device_);
   if (!o_.init_state_dict.empty()) {
-    if (absl::Status s =
-            models::state_dict::LoadStateDict(o_.init_state_dict, *model_);
-        !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("--init_state_dict: ", s.message()));
+    models::state_dict::LoadOptions load;
+    load.strict = o_.init_state_dict_strict;
+    load.exclude = o_.init_state_dict_exclude;
+    load.strict_flag = "--init_state_dict_strict";
+    load.exclude_flag = "--init_state_dict_exclude";
+    absl::StatusOr<models::state_dict::LoadReport> loaded =
+        models::state_dict::LoadStateDict(o_.init_state_dict, *model_, load);
+    if (!loaded.ok()) {
+      return absl::Status(
+          loaded.status().code(),
+          absl::StrCat("--init_state_dict: ", loaded.status().message()));
     }
-    Say(absl::StrCat("weights from ", o_.init_state_dict));
+    Say(absl::StrCat("weights from ", o_.init_state_dict, ": ",
+                     loaded->Summary()));
   }
 
   DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(o_, model_->parameters()));

@@ -119,25 +119,100 @@ absl::StatusOr<std::vector<TensorEntry>> StateEntries(
   return TensorEntries(NamedState(module));
 }
 
-absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
-                         torch::nn::Module& module) {
+namespace {
+
+// Whether exclusion `pattern` covers `name`: the name itself and what is
+// under it ("fc": "fc", "fc.weight"), or a prefix ending in '.' as given.
+bool Covers(const std::string& pattern, const std::string& name) {
+  if (absl::EndsWith(pattern, ".")) return absl::StartsWith(name, pattern);
+  return name == pattern ||
+         (absl::StartsWith(name, pattern) && name.size() > pattern.size() &&
+          name[pattern.size()] == '.');
+}
+
+// The modules that hold `names` ("fc.weight", "fc.bias": "fc"), each once,
+// in order: what to leave out to keep a module's own values.
+std::vector<std::string> Owners(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    const size_t dot = name.rfind('.');
+    std::string owner = dot == std::string::npos ? name : name.substr(0, dot);
+    if (std::find(out.begin(), out.end(), owner) == out.end())
+      out.push_back(std::move(owner));
+  }
+  return out;
+}
+
+// The first component of each name ("conv1", "layer1", "fc"), each once.
+std::vector<std::string> TopLevel(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    std::string top = name.substr(0, name.find('.'));
+    if (std::find(out.begin(), out.end(), top) == out.end())
+      out.push_back(std::move(top));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string LoadReport::Summary() const {
+  const size_t total = loaded.size() + excluded.size() + missing.size();
+  std::string out =
+      absl::StrCat(loaded.size(), " of ", total, " entries loaded");
+  if (!excluded.empty())
+    absl::StrAppend(&out, "; left out (kept as initialised): ", Some(excluded));
+  if (!missing.empty()) {
+    absl::StrAppend(
+        &out, "; missing from the file (kept as initialised): ", Some(missing));
+  }
+  if (!unexpected.empty())
+    absl::StrAppend(&out, "; not in the model (ignored): ", Some(unexpected));
+  return out;
+}
+
+absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
+                                       torch::nn::Module& module,
+                                       const LoadOptions& options) {
+  std::vector<bool> used(options.exclude.size(), false);
+  auto excluded = [&](const std::string& name) {
+    bool any = false;
+    for (size_t i = 0; i < options.exclude.size(); ++i) {
+      if (Covers(options.exclude[i], name)) used[i] = any = true;
+    }
+    return any;
+  };
+  LoadReport report;
   std::map<std::string, const TensorEntry*> in_file;
-  for (const TensorEntry& e : entries) in_file[e.name] = &e;
+  for (const TensorEntry& e : entries) {
+    if (excluded(e.name)) {
+      report.skipped.push_back(e.name);
+    } else {
+      in_file[e.name] = &e;
+    }
+  }
   // Each of the model's tensors with its entry; what is left in `in_file`
   // afterwards is not in the model.
+  const auto state = NamedState(module);
   std::vector<std::pair<at::Tensor, const TensorEntry*>> matched;
-  std::vector<std::string> missing, mismatched;
-  for (const auto& [name, tensor] : NamedState(module)) {
+  std::vector<std::string> mismatched, mismatched_names;
+  for (const auto& [name, tensor] : state) {
+    if (excluded(name)) {
+      report.excluded.push_back(name);
+      continue;
+    }
     auto it = in_file.find(name);
     if (it == in_file.end()) {
-      missing.push_back(name);
+      report.missing.push_back(name);
       continue;
     }
     const TensorEntry& e = *it->second;
     matched.emplace_back(tensor, &e);
+    report.loaded.push_back(name);
     const at::ScalarType dtype = TorchDtype(e.dtype);
     if (dtype != tensor.scalar_type() ||
         !tensor.sizes().equals(at::IntArrayRef(e.shape))) {
+      mismatched_names.push_back(name);
       mismatched.push_back(absl::StrCat(
           name, " (file ", base::ShapeString(e.shape), " ",
           base::DtypeName(dtype), ", model ", base::ShapeString(tensor.sizes()),
@@ -145,37 +220,83 @@ absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
     }
     in_file.erase(it);
   }
-  std::vector<std::string> unexpected;
-  for (const auto& [name, e] : in_file) unexpected.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+  // The file's order, not the map's.
+  for (const TensorEntry& e : entries) {
+    if (in_file.count(e.name) != 0) report.unexpected.push_back(e.name);
+  }
+
+  std::vector<std::string> unknown;
+  for (size_t i = 0; i < options.exclude.size(); ++i) {
+    if (!used[i]) unknown.push_back(absl::StrCat("'", options.exclude[i], "'"));
+  }
+  if (!unknown.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : state) names.push_back(name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.exclude_flag.empty() ? "exclude" : options.exclude_flag, ": ",
+        absl::StrJoin(unknown, ", "),
+        " names no entry of the file or the model (the model's modules: ",
+        Some(TopLevel(names)), ")"));
+  }
+
+  const bool refused =
+      !mismatched.empty() || (options.strict && (!report.missing.empty() ||
+                                                 !report.unexpected.empty()));
+  if (refused) {
     std::vector<std::string> parts;
-    if (!missing.empty())
-      parts.push_back(absl::StrCat("missing from the file: ", Some(missing)));
-    if (!unexpected.empty()) {
-      parts.push_back(absl::StrCat("not in the model: ", Some(unexpected)));
+    if (options.strict && !report.missing.empty()) {
+      parts.push_back(
+          absl::StrCat("missing from the file: ", Some(report.missing)));
+    }
+    if (options.strict && !report.unexpected.empty()) {
+      parts.push_back(
+          absl::StrCat("not in the model: ", Some(report.unexpected)));
     }
     if (!mismatched.empty())
       parts.push_back(absl::StrCat("mismatched: ", Some(mismatched)));
+    std::string message = absl::StrCat("state_dict does not fit the model (",
+                                       absl::StrJoin(parts, "; "), ")");
     // Python's DDP prefixes every name with its wrapped module's.
-    const bool ddp_names = !unexpected.empty() &&
-                           std::all_of(unexpected.begin(), unexpected.end(),
-                                       [](const std::string& n) {
-                                         return absl::StartsWith(n, "module.");
-                                       });
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state_dict does not fit the model (", absl::StrJoin(parts, "; "), ")",
-        ddp_names ? ": the file's names start with 'module.', as a "
-                    "DistributedDataParallel wrapper's do; save "
-                    "model.module.state_dict() in Python"
-                  : ""));
+    const std::vector<std::string>& unexpected = report.unexpected;
+    if (options.strict && !unexpected.empty() &&
+        std::all_of(unexpected.begin(), unexpected.end(),
+                    [](const std::string& n) {
+                      return absl::StartsWith(n, "module.");
+                    })) {
+      absl::StrAppend(&message,
+                      ": the file's names start with 'module.', as a "
+                      "DistributedDataParallel wrapper's do; save "
+                      "model.module.state_dict() in Python");
+    }
+    if (!mismatched.empty() && !options.exclude_flag.empty()) {
+      absl::StrAppend(&message, "; to train ",
+                      mismatched.size() == 1 ? "it" : "them",
+                      " from scratch instead (a new classifier head, say), "
+                      "leave ",
+                      mismatched.size() == 1 ? "it" : "them",
+                      " out: ", options.exclude_flag, "=",
+                      absl::StrJoin(Owners(mismatched_names), ","));
+    }
+    if (options.strict && !options.strict_flag.empty() &&
+        (!report.missing.empty() || !report.unexpected.empty())) {
+      absl::StrAppend(&message, "; ", options.strict_flag,
+                      "=false allows missing and unexpected names, as "
+                      "PyTorch's strict=False");
+    }
+    return absl::InvalidArgumentError(message);
   }
-  return base::GuardTorch(absl::StatusCode::kInternal,
-                          "state_dict: ", [&]() -> absl::Status {
-                            at::NoGradGuard no_grad;
-                            for (auto& [tensor, e] : matched)
-                              tensor.copy_(EntryTensor(*e));
-                            return absl::OkStatus();
-                          });
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
+        at::NoGradGuard no_grad;
+        for (auto& [tensor, e] : matched) tensor.copy_(EntryTensor(*e));
+        return absl::OkStatus();
+      }));
+  return report;
+}
+
+absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
+                         torch::nn::Module& module) {
+  return LoadEntries(entries, module, LoadOptions()).status();
 }
 
 namespace {
@@ -239,8 +360,16 @@ absl::Status SaveStateDict(const torch::nn::Module& module,
 }
 
 absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
+  return LoadStateDict(path, module, LoadOptions()).status();
+}
+
+absl::StatusOr<LoadReport> LoadStateDict(const std::string& path,
+                                         torch::nn::Module& module,
+                                         const LoadOptions& options) {
   DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries, ReadEntries(path));
-  return WithPath(path, LoadEntries(entries, module));
+  absl::StatusOr<LoadReport> report = LoadEntries(entries, module, options);
+  if (!report.ok()) return WithPath(path, report.status());
+  return report;
 }
 
 }  // namespace dtrain::models::state_dict

@@ -4,10 +4,13 @@
 // (safetensors.h) and `.pt`/`.pth`, torch.save's format (torch_save.h).
 // Other extensions are refused naming the supported ones.
 //
-// Loading is strict, as load_state_dict(strict=True): every name of the
-// module must be in the file with the same shape and dtype, and the file must
-// hold nothing else; otherwise kInvalidArgument naming what is missing,
-// unexpected and mismatched, and the module is left untouched.
+// Loading is strict by default, as load_state_dict(strict=True): every name
+// of the module must be in the file with the same shape and dtype, and the
+// file must hold nothing else; otherwise kInvalidArgument naming what is
+// missing, unexpected and mismatched, and the module is left untouched.
+// LoadOptions relaxes this as strict=False does (missing and unexpected names
+// allowed and reported; a shape or dtype mismatch still refused), and leaves
+// out named entries, say a classifier head to be trained from scratch.
 //
 // Thread safety: as for the module; do not train it meanwhile.
 #ifndef DTRAIN_MODELS_STATE_DICT_STATE_DICT_H_
@@ -38,7 +41,45 @@ std::vector<std::pair<std::string, at::Tensor>> NamedState(
 absl::StatusOr<std::vector<TensorEntry>> StateEntries(
     const torch::nn::Module& module);
 
-// Copies the entries into the module (see the strictness above).
+// How strictly entries are matched to the module, and which to leave out.
+struct LoadOptions {
+  // false: as load_state_dict(strict=False), the module's names missing from
+  // the file keep their values and the file's names not in the module are
+  // ignored, both reported. Shapes and dtypes must match either way (PyTorch
+  // too refuses a size mismatch with strict=False).
+  bool strict = true;
+  // Names or prefixes left out on both sides: the module's entries keep their
+  // values, the file's are ignored, and neither is checked. "fc" covers "fc"
+  // and "fc.weight", "fc.bias", not "fc2.weight"; "fc." covers the names
+  // that start with it. A pattern that covers no name of the file or the
+  // module is an error naming it (a typo must not leave out nothing).
+  std::vector<std::string> exclude;
+  // How the caller's users spell `strict` and `exclude` (a program's flags,
+  // say), for the hints in errors; empty: no hint.
+  std::string strict_flag;
+  std::string exclude_flag;
+};
+
+// What a load did, names in the module's order (the file's for `skipped`
+// and `unexpected`).
+struct LoadReport {
+  std::vector<std::string> loaded;      // copied from the file
+  std::vector<std::string> excluded;    // the module's, left out: values kept
+  std::vector<std::string> skipped;     // the file's, left out
+  std::vector<std::string> missing;     // not in the file: values kept
+  std::vector<std::string> unexpected;  // not in the module: ignored
+
+  // "120 of 122 entries loaded; left out (kept as initialised): fc.weight,
+  // fc.bias", naming at most 8 of each kind.
+  std::string Summary() const;
+};
+
+// Copies the entries into the module (see the strictness above); on an error
+// the module is left untouched.
+absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
+                                       torch::nn::Module& module,
+                                       const LoadOptions& options);
+// Strictly, leaving nothing out.
 absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
                          torch::nn::Module& module);
 
@@ -57,6 +98,9 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> LoadTensors(
 absl::Status SaveStateDict(const torch::nn::Module& module,
                            const std::string& path);
 absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module);
+absl::StatusOr<LoadReport> LoadStateDict(const std::string& path,
+                                         torch::nn::Module& module,
+                                         const LoadOptions& options);
 
 }  // namespace dtrain::models::state_dict
 

@@ -1,7 +1,9 @@
 // State dicts of the project's models through .safetensors files: PyTorch's
 // names (torchvision's for ResNet-18), a round trip that restores every
-// parameter and buffer bit for bit, and strict loading that names what is
-// missing, unexpected or mismatched and leaves the model untouched.
+// parameter and buffer bit for bit, strict loading that names what is
+// missing, unexpected or mismatched and leaves the model untouched, and the
+// relaxed loading of fine-tuning: PyTorch's strict=False and entries left
+// out (a 1000-class head into a 3-class model).
 
 #include "models/state_dict/state_dict.h"
 
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/atomic_file.h"
 #include "gmock/gmock.h"
@@ -22,8 +25,11 @@ namespace dtrain::models::state_dict {
 namespace {
 
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Key;
+using ::testing::Not;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -103,7 +109,7 @@ TEST(StateDictTest, StrictLoadingNamesWhatDoesNotFit) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("missing from the file: bn1.weight, bn1.bias"));
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("not in the model: conv1.bias, conv2.bias"));
+              HasSubstr("not in the model: conv1.bias, conv2.weight"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("mismatched: conv1.weight"));
   EXPECT_THAT(std::string(s.message()), HasSubstr(path));
 
@@ -147,6 +153,174 @@ TEST(StateDictTest, NamesOfADdpWrapperGetAHint) {
   const absl::Status s = LoadEntries(entries, *m);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("start with 'module.', as a DistributedDataParallel"));
+}
+
+// The named tensor of a module, cloned (so that later loads do not change it).
+at::Tensor Get(const torch::nn::Module& m, const std::string& name) {
+  for (const auto& [n, t] : NamedState(m)) {
+    if (n == name) return t.detach().clone();
+  }
+  ADD_FAILURE() << "no " << name;
+  return at::Tensor();
+}
+
+TEST(StateDictTest, ExcludedHeadKeepsItsInitialValues) {
+  // torchvision's resnet18() (1000 classes) into a 3-class ResNet-18.
+  ModelConfig imagenet;
+  imagenet.num_classes = 1000;
+  std::shared_ptr<Model> source = Make("resnet18", 1, imagenet);
+  const std::string path = TempPath("resnet1000.pth");
+  ASSERT_TRUE(SaveStateDict(*source, path).ok());
+  ModelConfig three;
+  three.num_classes = 3;
+
+  LoadOptions strict;
+  strict.exclude_flag = "--leave_out";
+  std::shared_ptr<Model> refused = Make("resnet18", 2, three);
+  const at::Tensor conv1_before = Get(*refused, "conv1.weight");
+  absl::StatusOr<LoadReport> r = LoadStateDict(path, *refused, strict);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("mismatched: fc.weight (file [1000, 512] float32, "
+                        "model [3, 512] float32), fc.bias (file [1000] "));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("leave them out: --leave_out=fc"));
+  EXPECT_TRUE(at::equal(Get(*refused, "conv1.weight"), conv1_before));
+  // Without a flag's name, no hint.
+  EXPECT_THAT(std::string(LoadStateDict(path, *refused).message()),
+              Not(HasSubstr("leave")));
+
+  for (const std::string pattern : {"fc", "fc."}) {
+    std::shared_ptr<Model> tuned = Make("resnet18", 2, three);
+    const at::Tensor head = Get(*tuned, "fc.weight");
+    LoadOptions options;
+    options.exclude = {pattern};
+    r = LoadStateDict(path, *tuned, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(r->excluded, ElementsAre("fc.weight", "fc.bias"));
+    EXPECT_THAT(r->skipped, ElementsAre("fc.weight", "fc.bias"));
+    EXPECT_EQ(r->loaded.size(), 120u);
+    EXPECT_THAT(r->missing, IsEmpty());
+    EXPECT_THAT(r->unexpected, IsEmpty());
+    EXPECT_EQ(r->Summary(),
+              "120 of 122 entries loaded; left out (kept as initialised): "
+              "fc.weight, fc.bias");
+    EXPECT_TRUE(at::equal(Get(*tuned, "fc.weight"), head)) << pattern;
+    for (const std::string& name : r->loaded) {
+      EXPECT_TRUE(at::equal(Get(*tuned, name), Get(*source, name))) << name;
+    }
+  }
+
+  // An exact name leaves out that entry only: fc.bias still mismatches.
+  LoadOptions weight_only;
+  weight_only.exclude = {"fc.weight"};
+  r = LoadStateDict(path, *Make("resnet18", 2, three), weight_only);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("mismatched: fc.bias (file [1000] float32, model [3] "
+                        "float32))"));
+
+  // A pattern covers whole modules: "layer4" leaves out everything under it
+  // (and "conv" covers no "conv1.weight": ExclusionsThatNameNothingAreErrors).
+  LoadOptions layer4;
+  layer4.exclude = {"layer4", "fc"};
+  r = LoadStateDict(path, *Make("resnet18", 2, three), layer4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->excluded.size(), 18u + 12u + 2u);  // layer4.0, layer4.1, fc
+  EXPECT_EQ(r->excluded.front(), "layer4.0.conv1.weight");
+}
+
+TEST(StateDictTest, ExclusionsThatNameNothingAreErrors) {
+  std::shared_ptr<Model> m = Make("resnet18", 1);
+  const std::vector<TensorEntry> entries = *StateEntries(*Make("resnet18", 2));
+  const at::Tensor before = Get(*m, "conv1.weight");
+  LoadOptions options;
+  options.exclude = {"fc", "fcc", "conv"};
+  options.exclude_flag = "--leave_out";
+  absl::StatusOr<LoadReport> r = LoadEntries(entries, *m, options);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "--leave_out: 'fcc', 'conv' names no entry of the file or the "
+            "model (the model's modules: conv1, bn1, layer1, layer2, layer3, "
+            "layer4, fc)");
+  EXPECT_TRUE(at::equal(Get(*m, "conv1.weight"), before));  // untouched
+
+  // An exclusion that covers only the module's names, or only the file's,
+  // names something: it keeps those out of the check.
+  std::vector<TensorEntry> without_head;
+  for (const TensorEntry& e : entries) {
+    if (!absl::StartsWith(e.name, "fc.")) without_head.push_back(e);
+  }
+  options.exclude = {"fc"};
+  r = LoadEntries(without_head, *m, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->excluded, ElementsAre("fc.weight", "fc.bias"));
+  EXPECT_THAT(r->skipped, IsEmpty());
+}
+
+TEST(StateDictTest, NonStrictAllowsMissingAndUnexpectedNames) {
+  std::shared_ptr<Model> source = Make("convnet", 1);
+  std::vector<TensorEntry> entries = *StateEntries(*source);
+  ASSERT_EQ(entries.back().name, "fc2.bias");
+  entries.pop_back();
+  TensorEntry extra = entries.front();
+  extra.name = "extra.weight";
+  entries.push_back(extra);
+
+  std::shared_ptr<Model> m = Make("convnet", 2);
+  const at::Tensor bias = Get(*m, "fc2.bias");
+  LoadOptions strict;
+  strict.strict_flag = "--strict";
+  absl::StatusOr<LoadReport> r = LoadEntries(entries, *m, strict);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("missing from the file: fc2.bias; not in the model: "
+                        "extra.weight)"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("--strict=false allows missing and unexpected"));
+  EXPECT_FALSE(
+      at::equal(Get(*m, "conv1.weight"), Get(*source, "conv1.weight")));
+
+  LoadOptions relaxed;
+  relaxed.strict = false;
+  r = LoadEntries(entries, *m, relaxed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->missing, ElementsAre("fc2.bias"));
+  EXPECT_THAT(r->unexpected, ElementsAre("extra.weight"));
+  EXPECT_EQ(r->loaded.size(), 7u);
+  EXPECT_THAT(r->excluded, IsEmpty());
+  EXPECT_EQ(r->Summary(),
+            "7 of 8 entries loaded; missing from the file (kept as "
+            "initialised): fc2.bias; not in the model (ignored): extra.weight");
+  EXPECT_TRUE(at::equal(Get(*m, "fc2.bias"), bias));
+  EXPECT_TRUE(at::equal(Get(*m, "conv1.weight"), Get(*source, "conv1.weight")));
+  EXPECT_TRUE(at::equal(Get(*m, "fc2.weight"), Get(*source, "fc2.weight")));
+}
+
+TEST(StateDictTest, NonStrictStillRefusesShapeAndDtypeMismatches) {
+  // As PyTorch's load_state_dict(strict=False), which raises "size mismatch".
+  const std::vector<TensorEntry> entries = *StateEntries(*Make("convnet", 1));
+  ModelConfig five_classes;
+  five_classes.num_classes = 5;
+  std::shared_ptr<Model> five = Make("convnet", 2, five_classes);
+  const at::Tensor before = Get(*five, "conv1.weight");
+  LoadOptions relaxed;
+  relaxed.strict = false;
+  relaxed.exclude_flag = "--leave_out";
+  absl::StatusOr<LoadReport> r = LoadEntries(entries, *five, relaxed);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("(mismatched: fc2.weight (file [10, 64] float32, "
+                        "model [5, 64] float32), fc2.bias"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("leave them out: --leave_out=fc2"));
+  EXPECT_TRUE(at::equal(Get(*five, "conv1.weight"), before));  // untouched
+
+  std::shared_ptr<Model> doubled = Make("convnet", 2);
+  doubled->to(at::kDouble);
+  r = LoadEntries(entries, *doubled, relaxed);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("conv1.weight (file [16, 1, 3, 3] float32, model "
+                        "[16, 1, 3, 3] float64)"));
 }
 
 }  // namespace
