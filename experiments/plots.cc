@@ -116,9 +116,8 @@ std::string GnuplotScript(const PlotSpec& spec) {
     s += absl::StrCat(
         "set arrow from ", x, ", graph 0 to ", x,
         ", graph 1 nohead dt 3 lw 2 lc rgb '#aa0000'\n", "set label ",
-        Quote(absl::StrCat("more processes than ", spec.cores_per_node,
-                           " cores ->")),
-        " at ", x, ", graph 0.04 offset 0.5,0 tc rgb '#aa0000'\n");
+        Quote(absl::StrCat("> ", spec.cores_per_node, " cores")), " at ", x,
+        ", graph 0.97 offset 0.5,0 tc rgb '#aa0000'\n");
   }
   // The points, with min-max bars where measured.
   auto lines = [&](int col, int lo, int hi, const std::string& suffix) {
@@ -141,12 +140,12 @@ std::string GnuplotScript(const PlotSpec& spec) {
        "set yrange [0:*]\n";
   s += "plot x title 'ideal' with lines dt 2 lc rgb '#888888'" +
        lines(2, 3, 4, "") + "\n";
+  // Percent panels from 0, with room above the 100% line and any point.
   s += "set key bottom left\nset ylabel 'efficiency: speedup / processes (%)'"
-       "\nset yrange [0:130]\n";
+       "\nset yrange [0:*]\nset offsets 0.2, 0.2, 10, 0\n";
   s += "plot 100 title 'ideal' with lines dt 2 lc rgb '#888888'" +
        lines(5, 6, 7, "") + "\n";
-  s += "set ylabel 'vs no-comm: samples/s over those without averaging (%)'"
-       "\nset yrange [0:130]\n";
+  s += "set ylabel 'vs no-comm bound (%)'\n";
   s += "plot 100 title 'no-comm bound' with lines dt 2 lc rgb '#888888'" +
        lines(8, 0, 0, "") + "\n";
   s += "unset multiplot\n";
@@ -213,6 +212,8 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
     by_line[slug].push_back(&r);
     most_procs[r.model] = std::max(most_procs[r.model], r.world_size);
   }
+  // A comparison's lines by implementation, then backend.
+  for (auto& [model, ls] : by_model) std::sort(ls.begin(), ls.end());
   // One data file per line, shared by both kinds of plot.
   for (const auto& [slug, line_rows] : by_line) {
     std::string text =
