@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -14,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/optional.h"
 
 namespace dtrain::experiments {
 namespace {
@@ -30,47 +33,128 @@ std::string FindGnuplot() {
   return "";
 }
 
+// A gnuplot double-quoted string: "\n" breaks the line.
+std::string Quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string Value(const absl::optional<double>& v, double scale,
+                  const char* format) {
+  return v ? absl::StrFormat(format, scale * *v) : std::string("-");
+}
+
+// One row as a line of a data file (PlotSpec's columns).
+std::string DataLine(const ResultRow& r) {
+  absl::optional<double> lo, hi;
+  if (r.speedup_baseline && !r.run_samples_per_second.empty()) {
+    const auto [min, max] = std::minmax_element(
+        r.run_samples_per_second.begin(), r.run_samples_per_second.end());
+    lo = *min / *r.speedup_baseline;
+    hi = *max / *r.speedup_baseline;
+  }
+  const double n = r.world_size;
+  return absl::StrCat(
+      r.world_size, " ", Value(r.speedup, 1, "%.4f"), " ", Value(lo, 1, "%.4f"),
+      " ", Value(hi, 1, "%.4f"), " ", Value(r.efficiency, 100, "%.2f"), " ",
+      Value(lo, 100 / n, "%.2f"), " ", Value(hi, 100 / n, "%.2f"), " ",
+      Value(r.communication_efficiency, 100, "%.2f"), "\n");
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::Status RunGnuplot(const std::string& gnuplot,
+                        const std::string& script_path) {
+  const std::string command =
+      absl::StrCat(gnuplot, " '", script_path, "' 2>&1");
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot run ", gnuplot));
+  }
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  if (::pclose(pipe) != 0) {
+    return absl::InternalError(
+        absl::StrCat("gnuplot failed on ", script_path, ": ", output));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-std::string GnuplotScript(const std::string& title, const std::string& png_path,
-                          const std::vector<std::string>& data_files,
-                          const std::vector<std::string>& implementations) {
-  // Columns of each data file: processes, speedup, efficiency, communication
-  // efficiency (percent).
+std::string GnuplotScript(const PlotSpec& spec) {
+  static const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c",
+                                        "#9467bd", "#ff7f0e", "#8c564b"};
+  auto color = [](size_t i) {
+    return absl::StrCat("lc rgb '", kColors[i % 6], "'");
+  };
   std::string s = absl::StrCat(
-      "set terminal pngcairo size 1200,500 font 'sans,11'\n", "set output '",
-      png_path, "'\n", "set multiplot layout 1,2 title '", title,
-      "' font 'sans,14'\n",
-      "set grid\nset key top left\nset xlabel 'processes'\n",
-      "set xtics 1\nset offsets 0.2, 0.2, 0, 0\nset datafile missing '-'\n",
-      "set ylabel 'speedup vs 1 process'\nset yrange [0:*]\n",
-      "plot x title 'ideal' with lines dashtype 2 lc rgb '#888888'");
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
-  for (size_t i = 0; i < data_files.size(); ++i) {
+      "set terminal pngcairo noenhanced size 1500,560 font 'sans,11'\n",
+      "set output ", Quote(spec.png_path), "\n",
+      "set multiplot layout 1,3 title ", Quote(spec.title), " font 'sans,13'\n",
+      "set grid\nset xlabel 'processes'\nset xtics 1\n",
+      "set offsets 0.2, 0.2, 0, 0\nset datafile missing '-'\n");
+  if (spec.cores_marker > 0) {
+    const double x = spec.cores_marker + 0.5;
     s += absl::StrCat(
-        ", '", data_files[i], "' using 1:2 title '", implementations[i],
-        "' with linespoints lw 2 pt 7 lc rgb '", colors[i % 4], "'");
+        "set arrow from ", x, ", graph 0 to ", x,
+        ", graph 1 nohead dt 3 lw 2 lc rgb '#aa0000'\n", "set label ",
+        Quote(absl::StrCat("> ", spec.cores_per_node, " cores")), " at ", x,
+        ", graph 0.97 offset 0.5,0 tc rgb '#aa0000'\n");
   }
-  s += "\nset ylabel 'efficiency (%)'\nset yrange [0:130]\nset key bottom "
-       "left\n";
-  s += "plot 100 title 'ideal' with lines dashtype 2 lc rgb '#888888'";
-  for (size_t i = 0; i < data_files.size(); ++i) {
-    s += absl::StrCat(", '", data_files[i], "' using 1:3 title '",
-                      implementations[i],
-                      ": speedup / processes' with linespoints lw 2 pt 7 lc "
-                      "rgb '",
-                      colors[i % 4], "', '", data_files[i],
-                      "' using 1:4 title '", implementations[i],
-                      ": vs no communication' with linespoints lw 2 pt 5 dt 3 "
-                      "lc rgb '",
-                      colors[i % 4], "'");
-  }
-  s += "\nunset multiplot\n";
+  // The points, with min-max bars where measured.
+  auto lines = [&](int col, int lo, int hi, const std::string& suffix) {
+    std::string out;
+    for (size_t i = 0; i < spec.lines.size(); ++i) {
+      const PlotSpec::Line& l = spec.lines[i];
+      out += absl::StrCat(", ", Quote(l.data_file), " using 1:", col);
+      if (spec.error_bars && lo > 0) {
+        out +=
+            absl::StrCat(":", lo, ":", hi, " title ", Quote(l.title + suffix),
+                         " with yerrorlines lw 2 pt 7 ", color(i));
+      } else {
+        out += absl::StrCat(" title ", Quote(l.title + suffix),
+                            " with linespoints lw 2 pt 7 ", color(i));
+      }
+    }
+    return out;
+  };
+  s += "set key top left\nset ylabel 'speedup over the baseline'\n"
+       "set yrange [0:*]\n";
+  s += "plot x title 'ideal' with lines dt 2 lc rgb '#888888'" +
+       lines(2, 3, 4, "") + "\n";
+  // Percent panels from 0, with room above the 100% line and any point.
+  s += "set key bottom left\nset ylabel 'efficiency: speedup / processes (%)'"
+       "\nset yrange [0:*]\nset offsets 0.2, 0.2, 10, 0\n";
+  s += "plot 100 title 'ideal' with lines dt 2 lc rgb '#888888'" +
+       lines(5, 6, 7, "") + "\n";
+  s += "set ylabel 'vs no-comm bound (%)'\n";
+  s += "plot 100 title 'no-comm bound' with lines dt 2 lc rgb '#888888'" +
+       lines(8, 0, 0, "") + "\n";
+  s += "unset multiplot\n";
   return s;
 }
 
 absl::StatusOr<std::vector<std::string>> WritePlots(
-    const std::vector<ResultRow>& rows, const std::string& dir) {
+    const std::vector<ResultRow>& rows, const Machine& machine,
+    const std::string& dir) {
   const std::string gnuplot = FindGnuplot();
   if (gnuplot.empty()) {
     return absl::FailedPreconditionError(
@@ -79,64 +163,111 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
         "the plots are not");
   }
   ::mkdir(dir.c_str(), 0755);
-  // backend_model -> implementation -> rows.
-  std::map<std::string, std::map<std::string, std::vector<const ResultRow*>>>
-      groups;
-  std::map<std::string, std::string> titles;
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  const std::string repeats = DescribeRepeats(rows);
+  const bool spread = repeats != "single run per configuration";
+  std::string nodes;
+  if (machine.nnodes > 1) {
+    nodes = machine.nodes_share_cores
+                ? absl::StrCat(machine.nnodes, " nodes on one machine of ")
+                : absl::StrCat(machine.nnodes, " nodes of ");
+  }
+  const std::string about = absl::StrCat(
+      nodes, DescribeCores(machine), "; ",
+      spread ? absl::StrCat(repeats, " per point, bars: min to max")
+             : std::string("single run per point (--repeats=1): no spread"));
+  auto baseline_text = [&](const std::string& model) {
+    std::vector<std::string> parts;
+    for (const SpeedupBaseline& b : baselines) {
+      if (b.model != model) continue;
+      parts.push_back(absl::StrFormat(
+          "%s%s's one-process %.0f samples/s", b.implementation,
+          b.device == "cuda" ? " (cuda)" : "", b.samples_per_second));
+    }
+    return parts.empty() ? std::string("no one-process run")
+                         : absl::StrJoin(parts, ", ");
+  };
+
+  // model -> "impl backend" -> rows, and backend_model -> impl -> rows, in
+  // the rows' order.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>>
+      by_model;  // model -> (line title, slug)
+  std::map<std::string, std::vector<const ResultRow*>> by_line;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>>
+      by_backend;  // backend_model -> (impl, slug)
+  std::vector<std::string> models, backend_models;
+  std::map<std::string, int> most_procs;
   for (const ResultRow& r : rows) {
     if (r.runs == 0) continue;
-    const std::string name = absl::StrCat(r.backend, "_", r.model);
-    groups[name][r.implementation].push_back(&r);
-    titles[name] = absl::StrCat(r.model, " on ", r.backend);
+    const std::string slug =
+        absl::StrCat(r.backend, "_", r.model, "_", r.implementation);
+    if (by_line.find(slug) == by_line.end()) {
+      if (by_model.find(r.model) == by_model.end()) models.push_back(r.model);
+      by_model[r.model].push_back(
+          {absl::StrCat(r.implementation, " ", r.backend), slug});
+      const std::string bm = absl::StrCat(r.backend, "_", r.model);
+      if (by_backend.find(bm) == by_backend.end()) backend_models.push_back(bm);
+      by_backend[bm].push_back({r.implementation, slug});
+    }
+    by_line[slug].push_back(&r);
+    most_procs[r.model] = std::max(most_procs[r.model], r.world_size);
   }
+  // A comparison's lines by implementation, then backend.
+  for (auto& [model, ls] : by_model) std::sort(ls.begin(), ls.end());
+  // One data file per line, shared by both kinds of plot.
+  for (const auto& [slug, line_rows] : by_line) {
+    std::string text =
+        "# processes speedup speedup_min speedup_max efficiency% "
+        "efficiency_min% efficiency_max% vs_no_comm%\n";
+    for (const ResultRow* r : line_rows) text += DataLine(*r);
+    if (absl::Status s = WriteText(absl::StrCat(dir, "/", slug, ".dat"), text);
+        !s.ok())
+      return s;
+  }
+  // The x axis counts all processes: where they outnumber the cores.
+  const int cores_total = machine.nodes_share_cores
+                              ? machine.cores
+                              : machine.cores * std::max(machine.nnodes, 1);
+  auto draw = [&](const std::string& name, const std::string& title,
+                  const std::vector<std::pair<std::string, std::string>>& ls,
+                  int procs) -> absl::StatusOr<std::string> {
+    PlotSpec spec;
+    spec.title = title;
+    spec.png_path = absl::StrCat(dir, "/", name, ".png");
+    for (const auto& [line_title, slug] : ls)
+      spec.lines.push_back({line_title, absl::StrCat(dir, "/", slug, ".dat")});
+    spec.error_bars = spread;
+    if (machine.cores > 0 && procs > cores_total) {
+      spec.cores_marker = cores_total;
+      spec.cores_per_node = machine.cores;
+    }
+    const std::string script = absl::StrCat(dir, "/", name, ".gp");
+    if (absl::Status s = WriteText(script, GnuplotScript(spec)); !s.ok())
+      return s;
+    if (absl::Status s = RunGnuplot(gnuplot, script); !s.ok()) return s;
+    return spec.png_path;
+  };
   std::vector<std::string> written;
-  for (const auto& [name, by_impl] : groups) {
-    std::vector<std::string> files;
-    std::vector<std::string> impls;
-    for (const auto& [impl, impl_rows] : by_impl) {
-      const std::string data = absl::StrCat(dir, "/", name, "_", impl, ".dat");
-      std::ofstream out(data);
-      out << "# processes speedup efficiency% communication_efficiency%\n";
-      for (const ResultRow* r : impl_rows) {
-        out << r->world_size << " "
-            << (r->speedup ? absl::StrFormat("%.4f", *r->speedup) : "-") << " "
-            << (r->efficiency ? absl::StrFormat("%.2f", 100 * *r->efficiency)
-                              : "-")
-            << " "
-            << (r->communication_efficiency
-                    ? absl::StrFormat("%.2f",
-                                      100 * *r->communication_efficiency)
-                    : "-")
-            << "\n";
-      }
-      if (!out) {
-        return absl::InternalError(absl::StrCat("cannot write ", data));
-      }
-      files.push_back(data);
-      impls.push_back(impl);
-    }
-    const std::string png = absl::StrCat(dir, "/", name, ".png");
-    const std::string script_path = absl::StrCat(dir, "/", name, ".gp");
-    {
-      std::ofstream script(script_path);
-      script << GnuplotScript(titles[name], png, files, impls);
-    }
-    const std::string command =
-        absl::StrCat(gnuplot, " '", script_path, "' 2>&1");
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot run ", gnuplot));
-    }
-    std::string output;
-    char buffer[512];
-    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr)
-      output += buffer;
-    const int status = ::pclose(pipe);
-    if (status != 0) {
-      return absl::InternalError(
-          absl::StrCat("gnuplot failed on ", script_path, ": ", output));
-    }
-    written.push_back(png);
+  for (const std::string& model : models) {
+    absl::StatusOr<std::string> png = draw(
+        absl::StrCat("compare_", model),
+        absl::StrCat(model, ": every implementation and backend, speedup over ",
+                     baseline_text(model), "\n", about),
+        by_model[model], most_procs[model]);
+    if (!png.ok()) return png.status();
+    written.push_back(*png);
+  }
+  for (const std::string& bm : backend_models) {
+    const std::vector<const ResultRow*>& first =
+        by_line[by_backend[bm][0].second];
+    const std::string& model = first[0]->model;
+    absl::StatusOr<std::string> png =
+        draw(bm,
+             absl::StrCat(model, " on ", first[0]->backend, ", speedup over ",
+                          baseline_text(model), "\n", about),
+             by_backend[bm], most_procs[model]);
+    if (!png.ok()) return png.status();
+    written.push_back(*png);
   }
   return written;
 }

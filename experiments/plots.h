@@ -1,7 +1,11 @@
 // PNG plots of the sweep, drawn by gnuplot (Debian's gnuplot-nox, cairo
-// terminal): for each backend and model, speedup against processes (with the
-// ideal line) and both efficiencies against processes, one line per
-// implementation.
+// terminal). Per model, a comparison: every implementation and backend side
+// by side (dtrain gloo, dtrain gloo+shm, pytorch gloo, ...). Per backend and
+// model, its implementations. Each has three panels against processes:
+// speedup over the model's baseline (with the ideal line), efficiency, and
+// throughput against the no-communication bound; titles name the machine's
+// cores and the repeats ("single run per point", or min-max bars), and a
+// dotted line marks where the processes outnumber the cores.
 #ifndef DTRAIN_EXPERIMENTS_PLOTS_H_
 #define DTRAIN_EXPERIMENTS_PLOTS_H_
 
@@ -13,17 +17,36 @@
 
 namespace dtrain::experiments {
 
-// The gnuplot script for one backend and model; data files are written next
-// to `png_path` by WritePlots.
-std::string GnuplotScript(const std::string& title, const std::string& png_path,
-                          const std::vector<std::string>& data_files,
-                          const std::vector<std::string>& implementations);
+// One plot. Each line's data file has the columns: processes, speedup, its
+// min and max over repeats, efficiency (%), its min and max, vs no-comm (%);
+// "-" where a value is missing.
+struct PlotSpec {
+  std::string title;  // may hold "\n"
+  std::string png_path;
+  struct Line {
+    std::string title;
+    std::string data_file;
+  };
+  std::vector<Line> lines;
+  // Min-max bars from the data's columns 3-4 and 6-7 (repeats > 1).
+  bool error_bars = false;
+  // > 0: a dotted vertical line after this many processes (the cores of the
+  // sweep's nodes together), labelled with the cores per node.
+  int cores_marker = 0;
+  int cores_per_node = 0;
+};
 
-// Writes <dir>/<backend>_<model>.png for every backend and model with rows,
-// and returns their paths. kFailedPrecondition when gnuplot is missing
-// (naming the package to install), kInternal with its output when it fails.
+// The gnuplot script that draws `spec`.
+std::string GnuplotScript(const PlotSpec& spec);
+
+// Writes <dir>/compare_<model>.png for every model and
+// <dir>/<backend>_<model>.png for every backend and model with rows (their
+// data files and scripts beside them), and returns the PNGs' paths,
+// comparisons first. kFailedPrecondition when gnuplot is missing (naming
+// the package to install), kInternal with its output when it fails.
 absl::StatusOr<std::vector<std::string>> WritePlots(
-    const std::vector<ResultRow>& rows, const std::string& dir);
+    const std::vector<ResultRow>& rows, const Machine& machine,
+    const std::string& dir);
 
 }  // namespace dtrain::experiments
 

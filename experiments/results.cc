@@ -1,14 +1,22 @@
 #include "experiments/results.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "base/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace dtrain::experiments {
@@ -32,6 +40,88 @@ std::string Opt(const absl::optional<double>& v, const char* format) {
 }
 
 }  // namespace
+
+std::string DeviceOf(const std::string& backend) {
+  return backend == "nccl" ? "cuda" : "cpu";
+}
+
+std::vector<SpeedupBaseline> SpeedupBaselines(
+    const std::vector<ResultRow>& rows) {
+  // (model, device) in first-seen order -> implementation -> pooled runs.
+  std::vector<std::pair<std::string, std::string>> order;
+  std::map<std::pair<std::string, std::string>,
+           std::map<std::string, std::vector<double>>>
+      pooled;
+  for (const ResultRow& r : rows) {
+    if (r.world_size != 1 || r.run_samples_per_second.empty()) continue;
+    const auto key = std::make_pair(r.model, DeviceOf(r.backend));
+    if (pooled.find(key) == pooled.end()) order.push_back(key);
+    std::vector<double>& runs = pooled[key][r.implementation];
+    runs.insert(runs.end(), r.run_samples_per_second.begin(),
+                r.run_samples_per_second.end());
+  }
+  std::vector<SpeedupBaseline> out;
+  for (const auto& key : order) {
+    SpeedupBaseline best;
+    best.model = key.first;
+    best.device = key.second;
+    for (const auto& [impl, runs] : pooled[key]) {
+      const double median = Median(runs);
+      if (median > best.samples_per_second) {
+        best.implementation = impl;
+        best.samples_per_second = median;
+        best.runs = static_cast<int>(runs.size());
+      }
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
+Machine ThisMachine(int nnodes) {
+  Machine m;
+  m.nnodes = nnodes;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) m.cores = CPU_COUNT(&set);
+  if (m.cores <= 0) m.cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  if (m.cores < 0) m.cores = 0;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (!absl::StartsWith(line, "model name")) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) {
+      m.cpu_model = std::string(absl::StripAsciiWhitespace(
+          absl::string_view(line).substr(colon + 1)));
+    }
+    break;
+  }
+  return m;
+}
+
+std::string DescribeCores(const Machine& m) {
+  const std::string cores =
+      m.cores > 0 ? absl::StrCat(m.cores, m.cores == 1 ? " core" : " cores")
+                  : std::string("unknown cores");
+  return m.cpu_model.empty() ? cores
+                             : absl::StrCat(cores, " (", m.cpu_model, ")");
+}
+
+int ProcessesPerMachine(const Machine& m, int world_size) {
+  return m.nodes_share_cores ? world_size : world_size / std::max(m.nnodes, 1);
+}
+
+bool Oversubscribed(const Machine& m, int world_size) {
+  return m.cores > 0 && ProcessesPerMachine(m, world_size) > m.cores;
+}
+
+std::string DescribeRepeats(const std::vector<ResultRow>& rows) {
+  int most = 0;
+  for (const ResultRow& r : rows) most = std::max(most, r.runs);
+  return most <= 1 ? std::string("single run per configuration")
+                   : absl::StrCat("median of up to ", most, " runs");
+}
 
 std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
   std::vector<Key> order;
@@ -64,6 +154,7 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
       }
       ++row.runs;
       sps.push_back(r->samples_per_second);
+      row.run_samples_per_second.push_back(r->samples_per_second);
       epoch.push_back(r->epoch_seconds);
       wall.push_back(r->wall_seconds);
       startup.push_back(r->startup_seconds);
@@ -100,14 +191,13 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
     }
     rows.push_back(row);
   }
-  // Speedup against the one-process row of the same implementation, backend
-  // and model.
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
   for (ResultRow& row : rows) {
     if (row.runs == 0) continue;
-    for (const ResultRow& base : rows) {
-      if (base.world_size == 1 && base.runs > 0 &&
-          base.implementation == row.implementation &&
-          base.backend == row.backend && base.model == row.model) {
+    for (const SpeedupBaseline& base : baselines) {
+      if (base.model == row.model && base.device == DeviceOf(row.backend) &&
+          base.samples_per_second > 0) {
+        row.speedup_baseline = base.samples_per_second;
         row.speedup = row.samples_per_second / base.samples_per_second;
         row.efficiency = *row.speedup / row.world_size;
         break;
@@ -123,26 +213,70 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
   return rows;
 }
 
-std::string FormatTable(const std::vector<ResultRow>& rows) {
+std::string FormatTable(const std::vector<ResultRow>& rows,
+                        const Machine& machine) {
+  std::string out;
+  // The header: what the numbers depend on.
+  std::string nodes;
+  if (machine.nnodes > 1 && machine.nodes_share_cores) {
+    nodes = absl::StrCat(", shared by all ", machine.nnodes,
+                         " nodes (one machine)");
+  } else if (machine.nnodes > 1) {
+    nodes = absl::StrCat(" on node 0, ", machine.nnodes, " nodes");
+  }
+  out += absl::StrCat("machine: ", DescribeCores(machine), nodes, "\n");
+  int most_runs = 0;
+  for (const ResultRow& r : rows) most_runs = std::max(most_runs, r.runs);
+  if (most_runs <= 1) {
+    out +=
+        "runs: single run per configuration (--repeats=1): the spread is "
+        "unknown, and identical runs on a shared machine can differ by 10-15%; "
+        "--repeats=3 gives medians and spreads\n";
+  } else {
+    out += absl::StrCat("runs: ", DescribeRepeats(rows),
+                        " per configuration (medians; spread below)\n");
+  }
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  std::vector<std::string> parts;
+  for (const SpeedupBaseline& b : baselines) {
+    parts.push_back(absl::StrFormat("%s%s %.0f samples/s (%s, %d %s)", b.model,
+                                    b.device == "cuda" ? " on cuda" : "",
+                                    b.samples_per_second, b.implementation,
+                                    b.runs, b.runs == 1 ? "run" : "runs"));
+  }
+  out += absl::StrCat(
+      "speedup: over one baseline per model, the fastest implementation's "
+      "one-process samples/s (median of its one-process runs of every "
+      "backend: one process communicates nothing): ",
+      parts.empty() ? "none (no one-process run)" : absl::StrJoin(parts, "; "),
+      "\n\n");
+
   std::vector<std::vector<std::string>> cells = {
       {"impl", "backend", "model", "procs", "batch/proc", "epoch s", "spread",
        "samples/s", "speedup", "efficiency", "vs no-comm", "exposed comm",
        "wall s"}};
+  bool marked = false;
   for (const ResultRow& r : rows) {
+    std::string procs = absl::StrCat(r.world_size);
+    if (Oversubscribed(machine, r.world_size)) {
+      procs += "*";
+      marked = true;
+    }
     if (r.runs == 0) {
-      cells.push_back({r.implementation, r.backend, r.model,
-                       absl::StrCat(r.world_size), absl::StrCat(r.batch_size),
-                       "FAILED", "", "", "", "", "", "", ""});
+      cells.push_back({r.implementation, r.backend, r.model, procs,
+                       absl::StrCat(r.batch_size), "FAILED", "", "", "", "", "",
+                       "", ""});
       continue;
     }
     cells.push_back({
         r.implementation,
         r.backend,
         r.model,
-        absl::StrCat(r.world_size),
+        procs,
         absl::StrCat(r.batch_size),
         absl::StrFormat("%.2f", r.epoch_seconds),
-        r.runs > 1 ? absl::StrFormat("%.0f%%", 100 * r.spread) : "-",
+        r.runs > 1 ? absl::StrFormat("%.0f%% of %d", 100 * r.spread, r.runs)
+                   : std::string("1 run"),
         absl::StrFormat("%.0f", r.samples_per_second),
         Opt(r.speedup, "%.2fx"),
         r.efficiency ? absl::StrFormat("%.0f%%", 100 * *r.efficiency) : "-",
@@ -157,7 +291,6 @@ std::string FormatTable(const std::vector<ResultRow>& rows) {
   for (const auto& line : cells)
     for (size_t i = 0; i < line.size(); ++i)
       width[i] = std::max(width[i], line[i].size());
-  std::string out;
   for (size_t l = 0; l < cells.size(); ++l) {
     std::string line;
     for (size_t i = 0; i < cells[l].size(); ++i) {
@@ -170,7 +303,57 @@ std::string FormatTable(const std::vector<ResultRow>& rows) {
     out += line + "\n";
     if (l == 0) out += std::string(line.size(), '-') + "\n";
   }
+
+  // The legend.
+  out += "\n";
+  if (marked) {
+    out += absl::StrCat(
+        "* more processes ", machine.nodes_share_cores ? "" : "per node ",
+        "than the machine's ", machine.cores,
+        " cores: they take turns on the cores, so a drop there measures this "
+        "machine, not the backend\n");
+  }
+  out +=
+      "spread: (max - min) / median samples/s over a configuration's runs "
+      "(\"1 run\": not measured)\n"
+      "efficiency: speedup / processes\n"
+      "vs no-comm: samples/s with gradient averaging / samples/s of the same "
+      "processes without it (the no-communication bound), each all ranks' "
+      "samples over the slowest rank's training time\n"
+      "  It can exceed 100%: the bound is a separate run, so the ratio "
+      "carries both runs' noise; and without averaging the ranks never wait "
+      "for one another, so where they share cores one falls behind and its "
+      "time sets the bound, while averaging keeps them in step\n"
+      "exposed comm: gradient-allreduce wait that backward did not hide, "
+      "slowest rank, share of the epoch\n";
   return out;
+}
+
+std::string TableText(const std::vector<ResultRow>& rows,
+                      const Machine& machine,
+                      const std::vector<std::string>& skipped) {
+  std::string out = FormatTable(rows, machine);
+  for (const std::string& s : skipped)
+    absl::StrAppend(&out, "skipped ", s, "\n");
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> WriteResults(
+    const std::string& dir, const std::vector<ResultRow>& rows,
+    const std::vector<RunRecord>& records,
+    const std::vector<std::string>& skipped, const Machine& machine) {
+  std::vector<std::string> written;
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"table.txt",
+                                            TableText(rows, machine, skipped)},
+        {"results.csv", ToCsv(rows)},
+        {"results.json", ToJson(rows, records, skipped, machine)}}) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    if (absl::Status s = base::WriteFileAtomically(path, text); !s.ok())
+      return s;
+    written.push_back(path);
+  }
+  return written;
 }
 
 std::string ToCsv(const std::vector<ResultRow>& rows) {
@@ -179,11 +362,20 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
       "epoch_seconds,samples_per_second,spread,speedup,efficiency,"
       "no_comm_samples_per_second,communication_efficiency,"
       "exposed_communication_seconds,exposed_share,data_seconds,"
-      "step_seconds_p50,startup_seconds,wall_seconds\n";
+      "step_seconds_p50,startup_seconds,wall_seconds,"
+      "samples_per_second_min,samples_per_second_max,"
+      "speedup_baseline_samples_per_second\n";
   auto opt = [](const absl::optional<double>& v) {
     return v ? absl::StrFormat("%.6g", *v) : std::string();
   };
   for (const ResultRow& r : rows) {
+    std::string lo, hi;
+    if (!r.run_samples_per_second.empty()) {
+      const auto [min, max] = std::minmax_element(
+          r.run_samples_per_second.begin(), r.run_samples_per_second.end());
+      lo = absl::StrFormat("%.6g", *min);
+      hi = absl::StrFormat("%.6g", *max);
+    }
     out += absl::StrCat(
         absl::StrJoin({r.implementation, r.backend, r.model,
                        absl::StrCat(r.world_size), absl::StrCat(r.batch_size),
@@ -200,7 +392,8 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
                        absl::StrFormat("%.6g", r.data_seconds),
                        absl::StrFormat("%.6g", r.step_seconds_p50),
                        absl::StrFormat("%.6g", r.startup_seconds),
-                       absl::StrFormat("%.6g", r.wall_seconds)},
+                       absl::StrFormat("%.6g", r.wall_seconds), lo, hi,
+                       opt(r.speedup_baseline)},
                       ","),
         "\n");
   }
@@ -209,12 +402,29 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
 
 std::string ToJson(const std::vector<ResultRow>& rows,
                    const std::vector<RunRecord>& records,
-                   const std::vector<std::string>& skipped) {
+                   const std::vector<std::string>& skipped,
+                   const Machine& machine) {
   using nlohmann::json;
   auto opt = [](const absl::optional<double>& v) {
     return v ? json(*v) : json(nullptr);
   };
-  json out{{"format", "dtrain.scaling.v1"}, {"skipped", skipped}};
+  json out{{"format", "dtrain.scaling.v1"},
+           {"skipped", skipped},
+           {"machine",
+            {{"cores", machine.cores},
+             {"cpu_model", machine.cpu_model},
+             {"nnodes", machine.nnodes},
+             {"nodes_share_cores", machine.nodes_share_cores}}},
+           {"repeats", DescribeRepeats(rows)}};
+  json jbase = json::array();
+  for (const SpeedupBaseline& b : SpeedupBaselines(rows)) {
+    jbase.push_back({{"model", b.model},
+                     {"device", b.device},
+                     {"implementation", b.implementation},
+                     {"samples_per_second", b.samples_per_second},
+                     {"runs", b.runs}});
+  }
+  out["speedup_baselines"] = jbase;
   json jrows = json::array();
   for (const ResultRow& r : rows) {
     jrows.push_back({
@@ -229,6 +439,8 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"epoch_seconds", r.epoch_seconds},
         {"samples_per_second", r.samples_per_second},
         {"spread", r.spread},
+        {"run_samples_per_second", r.run_samples_per_second},
+        {"speedup_baseline_samples_per_second", opt(r.speedup_baseline)},
         {"speedup", opt(r.speedup)},
         {"efficiency", opt(r.efficiency)},
         {"no_comm_samples_per_second", opt(r.bound_samples_per_second)},

@@ -1,15 +1,17 @@
 // The sweep's results: repeats combined into one row per configuration
-// (median and spread), speedup against one process, and both efficiencies;
-// printed as a table and written as CSV and JSON.
+// (median and spread), speedup against one baseline per model, and both
+// efficiencies; printed as a table (with the machine, the repeats and the
+// baseline in its header) and written as CSV and JSON.
 // The CSV's columns and units: docs/FORMATS.md.
 //
-//   speedup                   samples/s(N processes) / samples/s(1 process),
-//                             same implementation, backend and model
+//   speedup                   samples/s(N processes) / the model's baseline
+//                             (SpeedupBaseline below), the same for every
+//                             implementation and backend of the model
 //   efficiency                speedup / N
 //   communication efficiency  samples/s with gradient averaging / samples/s
 //                             of the same processes without it (the
-//                             no-communication bound): how close DDP gets to
-//                             what this machine allows
+//                             no-communication bound, a separate run): how
+//                             close DDP gets to what this machine allows
 #ifndef DTRAIN_EXPERIMENTS_RESULTS_H_
 #define DTRAIN_EXPERIMENTS_RESULTS_H_
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/optional.h"
 #include "experiments/run_training.h"
 
@@ -42,6 +45,10 @@ struct ResultRow {
   double step_seconds_p50 = 0;
   // (max - min) / median of samples/s over repeats; 0 for one repeat.
   double spread = 0;
+  // Each successful repeat's samples/s, in run order.
+  std::vector<double> run_samples_per_second;
+  // The samples/s `speedup` divides by: the model's baseline.
+  absl::optional<double> speedup_baseline;
   absl::optional<double> speedup;
   absl::optional<double> efficiency;
   absl::optional<double> bound_samples_per_second;
@@ -54,18 +61,90 @@ struct ResultRow {
   double step_seconds_sum = 0;
 };
 
+// What every speedup of a model divides by, one per model and device (cpu:
+// gloo, gloo+shm, shm; cuda: nccl): the fastest implementation's one-process
+// samples/s, each implementation's being the median over its successful
+// one-process runs of every backend on that device. One process
+// communicates nothing, so those runs are the same training, and one
+// baseline keeps a backend's speedup from moving with the noise of its own
+// one-process run; PyTorch's rows share it, so its lines and ours compare
+// in absolute terms (its one-process row may then be below 1.00x).
+struct SpeedupBaseline {
+  std::string model;
+  std::string device;          // "cpu" or "cuda"
+  std::string implementation;  // whose one-process runs set it
+  double samples_per_second = 0;
+  int runs = 0;  // one-process runs pooled
+};
+
+// From the rows' one-process runs; none for a model and device without a
+// successful one-process run (their speedups stay empty).
+std::vector<SpeedupBaseline> SpeedupBaselines(
+    const std::vector<ResultRow>& rows);
+
+// "cpu" or "cuda": the device a backend trains on.
+std::string DeviceOf(const std::string& backend);
+
 // One row per (implementation, backend, model, world size, batch size) of
 // the synchronised runs, in the order they first appear; the no-sync runs
-// fill the bound columns.
+// fill the bound columns, SpeedupBaselines the speedups.
 std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records);
 
-// The final table, aligned, with a header line.
-std::string FormatTable(const std::vector<ResultRow>& rows);
+// The machine the runs shared (node 0's on several nodes): speedups beyond
+// its cores measure the machine, not the backend.
+struct Machine {
+  int cores = 0;          // CPUs this process may run on; 0: unknown
+  std::string cpu_model;  // /proc/cpuinfo's model name; empty: unknown
+  int nnodes = 1;         // nodes the sweep spans, processes spread evenly
+  // Every node runs on this one machine (the simulated cluster): all of a
+  // run's processes share its cores.
+  bool nodes_share_cores = false;
+};
+
+// This process's machine: its CPU affinity's count (sysconf's otherwise)
+// and the first "model name" of /proc/cpuinfo.
+Machine ThisMachine(int nnodes);
+
+// "2 cores (AMD EPYC)", "2 cores", "unknown cores".
+std::string DescribeCores(const Machine& machine);
+
+// The processes of a `world_size` run that share one machine's cores.
+int ProcessesPerMachine(const Machine& machine, int world_size);
+
+// Whether those are more than the cores.
+bool Oversubscribed(const Machine& machine, int world_size);
+
+// How the rows' runs were repeated: "single run per configuration" when
+// every row has at most one, else "median of up to N runs".
+std::string DescribeRepeats(const std::vector<ResultRow>& rows);
+
+// The final table as printed and saved (table.txt): a header naming the
+// machine's cores, the repeats (or "single run") and each model's speedup
+// baseline; the aligned table, a process count beyond the cores marked
+// with '*'; then a legend of the columns, including why "vs no-comm" can
+// exceed 100%.
+std::string FormatTable(const std::vector<ResultRow>& rows,
+                        const Machine& machine);
+
+// FormatTable's text followed by a "skipped WHAT: WHY" line per skipped
+// configuration: what the sweep prints and saves as table.txt.
+std::string TableText(const std::vector<ResultRow>& rows,
+                      const Machine& machine,
+                      const std::vector<std::string>& skipped);
+
+// Writes <dir>/table.txt (TableText), results.csv and results.json, each
+// atomically, and returns their paths in that order. Stops at the first
+// that cannot be written, with its error.
+absl::StatusOr<std::vector<std::string>> WriteResults(
+    const std::string& dir, const std::vector<ResultRow>& rows,
+    const std::vector<RunRecord>& records,
+    const std::vector<std::string>& skipped, const Machine& machine);
 
 std::string ToCsv(const std::vector<ResultRow>& rows);
 std::string ToJson(const std::vector<ResultRow>& rows,
                    const std::vector<RunRecord>& records,
-                   const std::vector<std::string>& skipped);
+                   const std::vector<std::string>& skipped,
+                   const Machine& machine);
 
 }  // namespace dtrain::experiments
 

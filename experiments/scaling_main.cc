@@ -2,7 +2,9 @@
 // processes when a global batch of 128 is split 128/64/32? Runs every
 // configuration as a real multi-process training through the launcher, with
 // and without gradient averaging, and reports speedup and efficiency as a
-// table, CSV, JSON, PNG plots and Prometheus metrics.
+// table (printed and saved as table.txt), CSV, JSON, PNG plots (one setting
+// every backend and implementation side by side per model) and Prometheus
+// metrics.
 //
 //   bazel run //experiments:scaling
 //   bazel run //experiments:scaling -- --models=convnet --repeats=3
@@ -34,7 +36,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "base/atomic_file.h"
 #include "base/duration_flag.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
@@ -57,9 +58,10 @@ ABSL_FLAG(std::vector<std::string>, models,
           "images).");
 ABSL_FLAG(std::vector<std::string>, world_sizes,
           std::vector<std::string>({"1", "2", "4"}), "Process counts.");
-ABSL_FLAG(std::vector<std::string>, batch_sizes,
-          std::vector<std::string>({"128", "64", "32"}),
-          "Batch per process, one per process count (or one for all).");
+ABSL_FLAG(std::vector<std::string>, batch_sizes, std::vector<std::string>(),
+          "Batch per process, one per process count or one for all "
+          "(default: a global batch of 128 split over the processes, 128 / N "
+          "each, rounded down: 128, 64, 32 for 1, 2, 4).");
 ABSL_FLAG(int64_t, global_batch, 0,
           "Instead of --batch_sizes: this global batch split over the "
           "processes.");
@@ -69,7 +71,9 @@ ABSL_FLAG(int64_t, max_steps, -1,
           "8 steps; 0: whole epochs).");
 ABSL_FLAG(int64_t, train_limit, 0,
           "Train on the first N examples only (0: all).");
-ABSL_FLAG(int, repeats, 1, "Runs per configuration (median and spread).");
+ABSL_FLAG(int, repeats, 1,
+          "Runs per configuration (median and spread; 1: a single run each, "
+          "as the table says).");
 ABSL_FLAG(bool, bound, true,
           "Also measure the no-communication bound (same processes, no "
           "gradient averaging).");
@@ -89,9 +93,13 @@ ABSL_FLAG(int, master_port, 0,
           "Port of the first run's rendezvous; the i-th configuration the "
           "flags name (skipped ones counted) uses master_port + i (0: a free "
           "local port per run on one node, 29500 on several).");
+ABSL_FLAG(bool, nodes_share_cores, false,
+          "With --nnodes > 1: every node runs on this one machine (as "
+          "//experiments:sim_cluster's hosts), so the table compares all of a "
+          "run's processes with the cores, not one node's.");
 ABSL_FLAG(std::string, output_dir, "scaling_results",
-          "Where results.csv, results.json, plots and logs go (relative to "
-          "the directory bazel run was started in).");
+          "Where table.txt, results.csv, results.json, plots and logs go "
+          "(relative to the directory bazel run was started in).");
 ABSL_FLAG(bool, no_plots, false, "Do not draw the PNG plots.");
 ABSL_FLAG(std::string, pushgateway, "",
           "host:port of a Prometheus Pushgateway to push the results to.");
@@ -351,26 +359,26 @@ int Main(int argc, char** argv) {
   }
 
   const std::vector<ResultRow> rows = Summarize(records);
-  std::cout << "\n" << FormatTable(rows);
+  Machine machine = ThisMachine(o.nnodes);
+  machine.nodes_share_cores = absl::GetFlag(FLAGS_nodes_share_cores);
   std::vector<std::string> skipped;
   for (const Skipped& s : plan->skipped)
     skipped.push_back(absl::StrCat(s.what, ": ", s.why));
-  for (const std::string& s : skipped) std::cout << "skipped " << s << "\n";
+  // The table as printed, also saved: the terminal's scrollback is not a
+  // record.
+  std::cout << "\n" << TableText(rows, machine, skipped);
   int status = 0;
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"results.csv", ToCsv(rows)},
-        {"results.json", ToJson(rows, records, skipped)}}) {
-    const std::string path = absl::StrCat(dir, "/", name);
-    if (absl::Status s = base::WriteFileAtomically(path, text); !s.ok()) {
-      std::cerr << "scaling: " << s.message() << "\n";
-      status = 1;
-    }
+  absl::StatusOr<std::vector<std::string>> saved =
+      WriteResults(dir, rows, records, skipped, machine);
+  if (saved.ok()) {
+    std::cout << "\ntable, results: " << absl::StrJoin(*saved, ", ") << "\n";
+  } else {
+    std::cerr << "scaling: " << saved.status().message() << "\n";
+    status = 1;
   }
-  std::cout << "\nresults: " << dir << "/results.csv, " << dir
-            << "/results.json\n";
   if (!absl::GetFlag(FLAGS_no_plots)) {
     absl::StatusOr<std::vector<std::string>> plots =
-        WritePlots(rows, absl::StrCat(dir, "/plots"));
+        WritePlots(rows, machine, absl::StrCat(dir, "/plots"));
     if (plots.ok()) {
       std::cout << "plots: " << absl::StrJoin(*plots, ", ") << "\n";
     } else {

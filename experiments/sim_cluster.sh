@@ -25,7 +25,7 @@ namespace with its own PID namespace, linked by a veth pair to a bridge in a swi
 link is shaped with tc tbf to the link rate in both directions (host egress and switch-port egress).
 Host k (address 10.200.0.<k+1>, interface eth0) runs
   scaling --nnodes=HOSTS --node_rank=k --master_addr=10.200.0.1 --master_port=P
-          --world_sizes=... --output_dir=... SCALING_FLAGS
+          --world_sizes=... --output_dir=... --nodes_share_cores SCALING_FLAGS
 with GLOO_SOCKET_IFNAME=eth0 (read by our trainer and by PyTorch's Gloo alike).
 
 Options:
@@ -43,7 +43,8 @@ Options:
 
 SCALING_FLAGS go to every host's scaling unchanged (--models, --backends, --batch_sizes,
 --max_steps, --reference=pytorch, ...), except those the command sets itself: --nnodes, --node_rank,
---master_addr, --master_port, --world_sizes, --output_dir.
+--master_addr, --master_port, --world_sizes, --output_dir. Without --batch_sizes each world size N
+trains with scaling's default, 128 / N per process (a global batch of 128).
 
 Outputs, per rate R: DIR/R/ holds node 0's table output (node0.out), results.csv, results.json, plots
 and logs; DIR/R/node<k>/ the logs of host k; DIR/R/qdisc.txt the links' tc statistics after the
@@ -399,7 +400,7 @@ for rate in "${rate_list[@]}"; do
       bash -c "$NODE_INIT" init env GLOO_SOCKET_IFNAME=eth0 ${runfiles:+RUNFILES_DIR="$runfiles"} \
       "$scaling" "${sweep_flags[@]}" \
       --world_sizes="$world_sizes_flag" --nnodes="$hosts" --node_rank="$k" --master_addr="$SUBNET.1" \
-      --master_port="$port" --output_dir="$node_dir" >"$dir/node$k.out" 2>&1 &
+      --master_port="$port" --output_dir="$node_dir" --nodes_share_cores >"$dir/node$k.out" 2>&1 &
     node_pids+=($!)
   done
   # Node 0's table and progress, live (the file made here: its host may not have opened it yet).
@@ -440,7 +441,7 @@ done
 combine_args=()
 for rate in "${rate_list[@]}"; do combine_args+=("$rate" "${measured[$rate]}" "$output_dir/$rate/results.csv"); done
 python3 - "$hosts" "$output_dir/combined.csv" "${combine_args[@]}" <<'EOF' || die "cannot write the combined CSV"
-import csv, sys
+import csv, os, sys
 hosts, out, rest = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 rows = []
 for i in range(0, len(rest), 3):
@@ -475,4 +476,8 @@ for n, t in enumerate(table):
     if n == 0:
         print("-" * (sum(widths) + 2 * (len(widths) - 1)))
 print("\ncombined: %s (measured: Gbit/s of one TCP stream through the shaped link)" % out)
+cores = len(os.sched_getaffinity(0))
+most = max(int(r["world_size"]) for r in rows)
+print("every host shares this machine's %d cores%s" % (cores, (
+    ": runs of more ranks in total than that take turns on the cores" if most > cores else "")))
 EOF

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The scaling sweep on a simulated cluster (experiments/sim_cluster.sh), tiny: 2 hosts, links shaped
-# to 1gbit then 10gbit, one Gloo run (3 steps) and its no-communication bound at each. Checks the
-# combined CSV (link_rate, hosts, ranks per host, no failed run, a bound measured), node 0's table
-# shown live at both rates, that the links really are shaped (tbf at 1Gbit on both ends of both
-# links while it runs and in the statistics after, traffic through them, one TCP stream well under
-# an unshaped veth's speed) and that nothing is left behind: after a normal run, after SIGINT and
-# SIGTERM to the command mid-training, and after a host's sweep dies. Also the clear errors: not
-# root, --delay without netem, a flag the command sets itself. Needs root, iproute2 (ip, tc with
-# tbf), network and PID namespaces; skips with the reason elsewhere.
+# to 1gbit then 10gbit, one Gloo run (3 steps, the sweep's default batch) and its no-communication
+# bound at each. Checks the combined CSV (link_rate, hosts, ranks per host, the default batch, no
+# failed run, a bound measured), node 0's table shown live at both rates, that the links really are
+# shaped (tbf at 1Gbit on both ends of both links while it runs and in the statistics after,
+# traffic through them, one TCP stream well under an unshaped veth's speed) and that nothing is
+# left behind: after a normal run, after SIGINT and SIGTERM to the command mid-training, and after
+# a host's sweep dies. Also the clear errors: not root, --delay without netem, a flag the command
+# sets itself. Needs root, iproute2 (ip, tc with tbf), network and PID namespaces; skips with the
+# reason elsewhere. The documented commands themselves: sim_cluster_commands_test.sh.
 set -uo pipefail
 
 sim=$1
@@ -45,7 +46,9 @@ ip netns exec "$probe" unshare --pid --fork --kill-child --mount-proc true 2>"$t
   || skip "cannot create a PID namespace: $(cat "$tmp/probe.err")"
 ip netns del "$probe"
 
-sweep=(--models=convnet --backends=gloo --batch_sizes=32 --train_limit=512 --no_plots --run_timeout=60s)
+# No --batch_sizes: the sweep's default (128 / world size per process) must fit the world sizes the
+# command passes, as in the documented commands.
+sweep=(--models=convnet --backends=gloo --train_limit=512 --no_plots --run_timeout=60s)
 
 # The namespaces of the command whose output is $1 (their prefix names its pid), once it made them.
 prefix_of() { sed -n 's/.* hosts \(dtrain_sim_[0-9]*_\)host0\.\..*/\1/p' "$1" | head -1; }
@@ -77,16 +80,21 @@ if [[ -f $csv ]]; then
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 print(len(rows), *(f"{r[k]}" for r in rows for k in
-      ("link_rate", "hosts", "ranks_per_host", "implementation", "world_size", "failed")),
+      ("link_rate", "hosts", "ranks_per_host", "implementation", "world_size", "batch_size", "failed")),
       all(r["no_comm_samples_per_second"] for r in rows))' "$csv")
-  [[ $got == "2 1gbit 2 1 dtrain 2 0 10gbit 2 1 dtrain 2 0 True" ]] \
-    || fail "combined.csv: '$got', want a dtrain row per rate, 2 hosts x 1 rank, not failed, with a bound:" \
-      "$(cat "$csv")"
+  [[ $got == "2 1gbit 2 1 dtrain 2 64 0 10gbit 2 1 dtrain 2 64 0 True" ]] \
+    || fail "combined.csv: '$got', want a dtrain row per rate, 2 hosts x 1 rank, the default batch 64," \
+      "not failed, with a bound: $(cat "$csv")"
 else
   fail "no combined.csv: $(tail -20 "$tmp/run.out")"
 fi
 grep -q '^link .*ranks/host' "$tmp/run.out" || fail "no combined table printed: $(tail -20 "$tmp/run.out")"
 [[ $(grep -c '^impl .*samples/s' "$tmp/run.out") -eq 2 ]] || fail "node 0's table not shown for both rates"
+# The hosts share this machine's cores: node 0's table and the combined one say so.
+grep -q "^machine: [0-9]* cores\?.*, shared by all 2 nodes (one machine)" "$out/1gbit/table.txt" \
+  || fail "node 0's table.txt does not say the hosts share the cores: $(head -3 "$out/1gbit/table.txt")"
+grep -q "^every host shares this machine's [0-9]* cores" "$tmp/run.out" \
+  || fail "the combined table does not name the cores: $(tail -5 "$tmp/run.out")"
 for rate in 1gbit 10gbit; do
   [[ -f $out/$rate/results.json && -d $out/$rate/node1/logs ]] \
     || fail "$rate: node 0's results or node 1's logs missing"

@@ -15,6 +15,12 @@ absl::Status Invalid(absl::string_view flag, absl::string_view why) {
 
 }  // namespace
 
+int64_t DefaultBatchSize(int world_size) {
+  return world_size >= kDefaultGlobalBatch
+             ? 1
+             : kDefaultGlobalBatch / std::max(world_size, 1);
+}
+
 std::string RunConfig::Name() const {
   return absl::StrCat(implementation, " ", backend, " ", model,
                       " np=", world_size, " bs=", batch_size,
@@ -33,12 +39,14 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   for (int n : o.world_sizes) {
     if (n < 1) return Invalid("world_sizes", absl::StrCat(n, " is not >= 1"));
   }
-  if (o.global_batch <= 0 && o.batch_sizes.size() != 1 &&
+  if (o.global_batch <= 0 && !o.batch_sizes.empty() &&
+      o.batch_sizes.size() != 1 &&
       o.batch_sizes.size() != o.world_sizes.size()) {
     return Invalid(
         "batch_sizes",
-        absl::StrCat("give one size or one per world size (",
-                     o.world_sizes.size(), "), not ", o.batch_sizes.size()));
+        absl::StrCat("give one size, one per world size (",
+                     o.world_sizes.size(), "), or none (", kDefaultGlobalBatch,
+                     " / world size each), not ", o.batch_sizes.size()));
   }
   for (int64_t b : o.batch_sizes) {
     if (b < 1) return Invalid("batch_sizes", absl::StrCat(b, " is not >= 1"));
@@ -117,6 +125,8 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
                              " processes"));
           }
           batch = o.global_batch / n;
+        } else if (o.batch_sizes.empty()) {
+          batch = DefaultBatchSize(n);
         } else {
           batch =
               o.batch_sizes.size() == 1 ? o.batch_sizes[0] : o.batch_sizes[i];

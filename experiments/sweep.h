@@ -32,6 +32,15 @@ struct PythonTorch {
 // torchrun's default rendezvous port, the first run's port on several nodes.
 inline constexpr int kDefaultMasterPort = 29500;
 
+// The book's global batch: without --batch_sizes or --global_batch, each
+// world size N trains with kDefaultGlobalBatch / N per process.
+inline constexpr int64_t kDefaultGlobalBatch = 128;
+
+// The default batch per process for `world_size` processes:
+// kDefaultGlobalBatch / world_size, rounded down where it does not divide
+// (3 processes: 42, a global batch of 126), and at least 1.
+int64_t DefaultBatchSize(int world_size);
+
 struct SweepOptions {
   // "gloo": Gloo over TCP between every pair of ranks (train --shm=false, as
   // PyTorch's gloo); "gloo+shm": train's default CPU path, shared memory
@@ -41,8 +50,9 @@ struct SweepOptions {
   std::vector<std::string> models = {"convnet", "resnet18"};
   std::vector<int> world_sizes = {1, 2, 4};
   // Per process, one per world size (or one for all). Ignored when
-  // global_batch > 0.
-  std::vector<int64_t> batch_sizes = {128, 64, 32};
+  // global_batch > 0. Empty: DefaultBatchSize of each world size (128, 64,
+  // 32 for 1, 2, 4), so any list of world sizes works with the defaults.
+  std::vector<int64_t> batch_sizes;
   // > 0: every run has this global batch, split over its processes.
   int64_t global_batch = 0;
   int64_t epochs = 1;

@@ -30,6 +30,72 @@ TEST(SweepTest, DefaultIsTheBooksExperimentPlusResNetAndBounds) {
   EXPECT_TRUE(plan->skipped.empty());
 }
 
+// The simulated cluster (experiments/sim_cluster.sh) passes only
+// --world_sizes, one per --ranks_per_host entry times --hosts (2..250): the
+// default batch sizes must fit any such list, as a global batch of 128.
+TEST(SweepTest, DefaultBatchSizesFitEveryWorldSizeListOfTheSimCluster) {
+  const std::vector<std::vector<int>> ranks_per_host_lists = {
+      {1}, {2}, {3}, {1, 2}, {1, 2, 4}, {1, 2, 3, 4}};
+  for (int hosts = 2; hosts <= 250; ++hosts) {
+    for (const std::vector<int>& per_host : ranks_per_host_lists) {
+      SweepOptions o;  // the defaults, as a documented command leaves them
+      o.world_sizes.clear();
+      for (int r : per_host) o.world_sizes.push_back(r * hosts);
+      o.nnodes = hosts;
+      o.master_addr = "10.200.0.1";
+      o.reference_pytorch = true;
+      absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+      ASSERT_TRUE(plan.ok()) << hosts << " hosts: " << plan.status();
+      ASSERT_FALSE(plan->runs.empty()) << hosts << " hosts";
+      for (const RunConfig& c : plan->runs) {
+        EXPECT_EQ(c.batch_size, DefaultBatchSize(c.world_size)) << c.Name();
+        EXPECT_GE(c.batch_size, 1) << c.Name();
+        if (c.world_size <= kDefaultGlobalBatch) {
+          // The global batch is 128, or the largest multiple below it.
+          EXPECT_LE(c.batch_size * c.world_size, kDefaultGlobalBatch);
+          EXPECT_GT(c.batch_size * c.world_size,
+                    kDefaultGlobalBatch - c.world_size);
+        }
+      }
+    }
+  }
+}
+
+TEST(SweepTest, DefaultBatchSizesFollowTheWorldSizes) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.bound = false;
+  o.world_sizes = {2};  // the simulated cluster's 2 hosts x 1 rank
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 1u);
+  EXPECT_EQ(plan->runs[0].Name(), "dtrain gloo convnet np=2 bs=64");
+
+  o.world_sizes = {3, 6, 8};
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 3u);
+  EXPECT_EQ(plan->runs[0].batch_size, 42);  // rounded down: global 126
+  EXPECT_EQ(plan->runs[1].batch_size, 21);
+  EXPECT_EQ(plan->runs[2].batch_size, 16);
+  EXPECT_EQ(DefaultBatchSize(1), 128);
+  EXPECT_EQ(DefaultBatchSize(4), 32);
+  EXPECT_EQ(DefaultBatchSize(500), 1);
+
+  // Given sizes still win, one for all or one per world size.
+  o.batch_sizes = {32};
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->runs[2].batch_size, 32);
+  o.batch_sizes = {10, 20};
+  plan = PlanSweep(o);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("one per world size (3), or none (128 / world size "
+                        "each), not 2"));
+}
+
 TEST(SweepTest, NcclWithoutDevicesIsSkippedWithTheReason) {
   SweepOptions o;
   o.backends = {"gloo", "nccl"};
@@ -297,7 +363,11 @@ TEST(SweepTest, BadOptionsNameTheFlag) {
       {[](SweepOptions& o) { o.backends = {"mpi"}; }, "--backends"},
       {[](SweepOptions& o) { o.models = {"vgg"}; }, "--models"},
       {[](SweepOptions& o) { o.world_sizes = {0}; }, "--world_sizes"},
-      {[](SweepOptions& o) { o.batch_sizes.pop_back(); }, "--batch_sizes"},
+      {[](SweepOptions& o) {
+         o.batch_sizes = {64, 32};
+       },
+       "--batch_sizes"},
+      {[](SweepOptions& o) { o.batch_sizes = {0}; }, "--batch_sizes"},
       {[](SweepOptions& o) { o.global_batch = 90; }, "--global_batch"},
       {[](SweepOptions& o) { o.repeats = 0; }, "--repeats"},
       {[](SweepOptions& o) { o.nnodes = 0; }, "--nnodes"},

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The simulated cluster's documented commands in their argument forms, with the sweep's defaults
+# (no --batch_sizes, --world_sizes from --ranks_per_host), made short only by flags appended after
+# theirs (steps, examples, no plots):
+#   README.md:          sim_cluster --hosts=2 --rates=1gbit,10gbit -- --reference=pytorch
+#   docs/MULTI_NODE.md: sim_cluster --hosts=2 --rates=1gbit,10gbit --ranks_per_host=1,2 --
+#                           --models=convnet,resnet18 --backends=gloo,gloo+shm --reference=pytorch
+# each at one rate. Every host's sweep must succeed, with every run of both backends and of PyTorch
+# in the combined CSV at the default batch (128 / world size per process). Needs root, iproute2,
+# network and PID namespaces, and Debian's python3-torch; skips with the reason elsewhere.
+set -uo pipefail
+
+sim=$1
+source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+start_test sim_cluster_commands
+
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network and PID namespaces"
+for tool in ip tc unshare; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed"
+done
+/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "Debian's python3-torch is not installed"
+probe="dtrain_simcmd_$$"
+extra_cleanup() { ip netns del "$probe" 2>/dev/null; }
+ip netns add "$probe" 2>"$tmp/probe.err" || skip "cannot create a network namespace: $(cat "$tmp/probe.err")"
+tc -n "$probe" qdisc add dev lo root tbf rate 1gbit burst 128kb latency 10ms 2>"$tmp/probe.err" \
+  || skip "tc cannot add a tbf qdisc: $(cat "$tmp/probe.err")"
+ip netns exec "$probe" unshare --pid --fork --kill-child --mount-proc true 2>"$tmp/probe.err" \
+  || skip "cannot create a PID namespace: $(cat "$tmp/probe.err")"
+ip netns del "$probe"
+
+# Appended to each documented command's scaling flags: a short run, nothing else changed.
+short=(--max_steps=2 --train_limit=256 --no_plots --run_timeout=120s)
+
+# check NAME WANT: the command's combined.csv holds exactly the rows WANT lists (one per line:
+# "implementation backend model world_size batch_size"), none failed.
+check() {
+  local name=$1 want=$2 got
+  got=$(python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+bad = [r for r in rows if r["failed"] != "0" or r["runs"] != "1"]
+for r in bad:
+    print("FAILED", r["implementation"], r["backend"], r["model"], r["world_size"])
+for r in sorted(rows, key=lambda r: (r["model"], int(r["world_size"]), r["implementation"], r["backend"])):
+    print(r["implementation"], r["backend"], r["model"], r["world_size"], r["batch_size"])
+' "$tmp/$name/combined.csv" 2>&1)
+  [[ $got == "$want" ]] || fail "$name: combined.csv rows:" $'\n'"$got"$'\n'"want:"$'\n'"$want"
+}
+
+# run NAME SIM_ARGS... -- SCALING_ARGS...: the command with the short flags appended.
+run() {
+  local name=$1 rc
+  shift
+  timeout 600 "$sim" --output_dir="$tmp/$name" "$@" "${short[@]}" >"$tmp/$name.out" 2>&1 &
+  pids+=($!)
+  wait "$!"
+  rc=$?
+  pids=()
+  [[ $rc -eq 0 ]] || fail "$name: exit $rc: $(tail -25 "$tmp/$name.out")"
+  grep -q 'batch_sizes' "$tmp/$name.out" && fail "$name: a complaint about --batch_sizes: $(grep batch_sizes "$tmp/$name.out")"
+  echo "$name: exit $rc"
+}
+
+# README.md's command: both models, both backends, PyTorch's gloo; 2 hosts x 1 rank.
+run readme --hosts=2 --rates=1gbit -- --reference=pytorch
+check readme "dtrain gloo convnet 2 64
+dtrain gloo+shm convnet 2 64
+pytorch gloo convnet 2 64
+dtrain gloo resnet18 2 64
+dtrain gloo+shm resnet18 2 64
+pytorch gloo resnet18 2 64"
+# The table node 0 printed names the machine and says how often each configuration ran.
+grep -q '^machine: [0-9]* core' "$tmp/readme/1gbit/node0.out" || fail "readme: no machine line in node 0's table"
+grep -q '^runs: single run per configuration' "$tmp/readme/1gbit/node0.out" \
+  || fail "readme: node 0's table does not say single run"
+[[ -f $tmp/readme/1gbit/table.txt ]] || fail "readme: node 0 saved no table.txt"
+
+# docs/MULTI_NODE.md's command (one model: the form is what matters): world sizes 2 and 4.
+run multi_node --hosts=2 --rates=1gbit --ranks_per_host=1,2 -- --models=convnet \
+  --backends=gloo,gloo+shm --reference=pytorch
+check multi_node "dtrain gloo convnet 2 64
+dtrain gloo+shm convnet 2 64
+pytorch gloo convnet 2 64
+dtrain gloo convnet 4 32
+dtrain gloo+shm convnet 4 32
+pytorch gloo convnet 4 32"
+
+finish
