@@ -25,9 +25,10 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
 
 // Built-in or registered (models/model_catalog.h).
 absl::Status CheckModel(const std::string& model) {
-  if (models::FindModel(model).ok()) return absl::OkStatus();
-  return Invalid("model", absl::StrCat("unknown model '", model, "'; known: ",
-                                       models::KnownModelNames()));
+  // The catalog's message lists the known models and the alwayslink hint.
+  absl::StatusOr<models::ModelInfo> found = models::FindModel(model);
+  if (found.ok()) return absl::OkStatus();
+  return Invalid("model", std::string(found.status().message()));
 }
 
 bool Known(const std::vector<std::string>& names, const std::string& name) {

@@ -94,7 +94,8 @@ grep -q 'resumed from' "$tmp/mlp_resumed.err" || fail "--model=mlp --resume: no 
 "$registered" --model=unknown >"$tmp/unknown.out" 2>"$tmp/unknown.err"
 rc=$?
 [[ $rc -eq 2 ]] || fail "--model=unknown: exit $rc, want 2"
-grep -q "unknown model 'unknown'; known: convnet, mlp, resnet18" "$tmp/unknown.err" \
+grep -q 'unknown model "unknown"; known models: convnet, mlp, resnet18 (.*alwayslink = True' \
+  "$tmp/unknown.err" \
   || fail "--model=unknown: message: $(cat "$tmp/unknown.err")"
 
 # 6. The summary tool with the registered model.
