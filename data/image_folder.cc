@@ -11,10 +11,12 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/posix_io.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
@@ -256,16 +258,40 @@ absl::StatusOr<Examples> ImageFolder::Gather(
         out.labels = at::empty({count}, at::TensorOptions().dtype(at::kLong));
         uint8_t* pixels = out.images.data_ptr<uint8_t>();
         int64_t* labels = out.labels.data_ptr<int64_t>();
+        // Every damaged file of the batch is named, not only the first: one
+        // run then finds them all.
+        std::vector<absl::Status> damaged;
         for (int64_t i = 0; i < count; ++i) {
-          DTRAIN_ASSIGN_OR_RETURN(RgbImage image, Decode(indices[i]));
+          absl::StatusOr<RgbImage> image = Decode(indices[i]);
+          if (!image.ok()) {
+            damaged.push_back(image.status());
+            continue;
+          }
           const uint64_t seed = internal::Combine(seeds[i], kTransformStream);
           if (absl::Status s =
-                  transform.Apply(image, seed, pixels + i * example_bytes);
+                  transform.Apply(*image, seed, pixels + i * example_bytes);
               !s.ok()) {
-            return absl::Status(s.code(), absl::StrCat(files_[indices[i]].path,
-                                                       ": ", s.message()));
+            damaged.push_back(absl::Status(
+                s.code(),
+                absl::StrCat(files_[indices[i]].path, ": ", s.message())));
+            continue;
           }
           labels[i] = files_[indices[i]].label;
+        }
+        if (damaged.size() == 1) return damaged[0];
+        if (!damaged.empty()) {
+          constexpr size_t kNamed = 10;
+          std::vector<std::string> lines;
+          for (size_t k = 0; k < damaged.size() && k < kNamed; ++k)
+            lines.emplace_back(damaged[k].message());
+          if (damaged.size() > kNamed)
+            lines.push_back(absl::StrCat("and ", damaged.size() - kNamed,
+                                         " more"));
+          return absl::Status(
+              damaged[0].code(),
+              absl::StrCat(damaged.size(), " of the batch's ", count,
+                           " images cannot be used: ",
+                           absl::StrJoin(lines, "; ")));
         }
         return out;
       });

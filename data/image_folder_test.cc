@@ -307,6 +307,13 @@ TEST(ImageFolderErrorsTest, DamagedFilesAreErrorsNamingThem) {
   ex = (*folder)->Gather({2}, {0});
   EXPECT_THAT(ex.status().message(),
               HasSubstr(root + "/c/c.jpg: not a JPEG or PNG"));
+  // Every damaged file of a batch is named, not only the first.
+  ex = (*folder)->Gather({1, 0, 2}, {0, 0, 0});
+  EXPECT_THAT(ex.status().message(),
+              HasSubstr("2 of the batch's 3 images cannot be used: "));
+  EXPECT_THAT(ex.status().message(), HasSubstr(root + "/c/b.png: "));
+  EXPECT_THAT(ex.status().message(),
+              HasSubstr(root + "/c/c.jpg: not a JPEG or PNG"));
 
   // Through the loader, with workers: the error names the file and batch.
   LoaderOptions lo;
