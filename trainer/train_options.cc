@@ -340,8 +340,9 @@ absl::Status CheckOutputPaths(const TrainOptions& o, int rank) {
           base::CheckWritableDir("--checkpoint_dir", o.checkpoint_dir));
     }
   }
+  // Empty for the ranks that write no log.
   const std::string log = StepLogPath(o.log_jsonl, rank);
-  if (!o.log_jsonl.empty() && (rank == 0 || log != o.log_jsonl))
+  if (!log.empty())
     DTRAIN_RETURN_IF_ERROR(base::CheckWritableFile("--log_jsonl", log));
   return absl::OkStatus();
 }

@@ -324,6 +324,22 @@ TEST(TrainerLifecycleTest, UnwritableOutputsAreRefusedBeforeTraining) {
   m.metrics_json = dir;  // a directory
   EXPECT_THAT(TrainOnRanks(m, 1)[0].status().message(),
               HasSubstr("--metrics_json: cannot write"));
+
+  // Rank 0's log only: the other ranks check nothing. With "{rank}", every
+  // rank checks its own.
+  TrainOptions log0 = SmallRun();
+  log0.epochs = 1;
+  log0.max_steps = 1;
+  log0.log_jsonl = dir + "/log.jsonl";
+  auto logged = TrainOnRanks(log0, 2);
+  EXPECT_TRUE(logged[0].ok() && logged[1].ok()) << logged[1].status();
+  log0.log_jsonl = dir + "/none/log.{rank}.jsonl";
+  auto refused = TrainOnRanks(log0, 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(refused[r].status().message(),
+                HasSubstr(absl::StrCat("--log_jsonl: cannot write ", dir,
+                                       "/none/log.", r, ".jsonl")));
+  }
 }
 
 }  // namespace
