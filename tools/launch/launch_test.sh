@@ -81,14 +81,18 @@ done
 grep -q -- "--master_port=0 (a free port) works on one node only" "$tmp/port0_nodes.err" ||
   fail "port 0 on two nodes: $(cat "$tmp/port0_nodes.err")"
 
-# 6. A second job on a port in use: its rank 0 says so and names the flag that moves it.
-port=$(free_port)
-"$probe" --dist_url="tcp://127.0.0.1:$port" --rank=0 --world_size=2 --timeout=20s \
-  >/dev/null 2>&1 &
+# 6. A second job on a port in use: its rank 0 says so and names the flag that moves it. The port is
+#    held by a plain listener, which no rank of the second job can join or end.
+python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+time.sleep(60)' >"$tmp/holder.port" &
 holder=$!
 pids+=("$holder")
-wait_until 10 python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])))' \
-  "$port" || fail "clash: the first store did not come up"
+wait_until 10 test -s "$tmp/holder.port" || fail "clash: no listener"
+port=$(cat "$tmp/holder.port")
 "$launch" --nproc_per_node=2 --master_port="$port" -- "$probe" --timeout=20s >/dev/null \
   2>"$tmp/clash.err" && fail "clash: a second job started on a busy port"
 grep -q "cannot listen on 127.0.0.1:$port: Address already in use; is another job" "$tmp/clash.err" &&
