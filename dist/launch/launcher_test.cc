@@ -220,6 +220,19 @@ TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {
       << log;
 }
 
+TEST(LauncherTest, MasterPortZeroNeedsAnAddressOfThisMachine) {
+  LaunchOptions o = Shell(1, "true");
+  o.master_port = 0;
+  o.master_addr = "192.0.2.1";  // TEST-NET-1: no machine's own address.
+  std::ostringstream log;
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("--master_port=0: cannot find a free port on "
+                        "192.0.2.1 (--master_addr must be an address of this "
+                        "machine)"));
+}
+
 TEST(LauncherTest, MissingProgramFailsWithCode127) {
   LaunchOptions o;
   o.command = {"/nonexistent/program"};
