@@ -55,7 +55,7 @@ for shm in true false; do
   [[ $(json "$m" 'm["config"]["world_size"]') == 2 ]] || fail "mpirun, --shm=$shm: world size"
   [[ $(json "$m" 'm["global_step"]') == 4 ]] || fail "mpirun, --shm=$shm: steps"
   want_backend=gloo
-  [[ $shm == true ]] && want_backend=shm
+  [[ $shm == true ]] && want_backend=gloo+shm
   [[ $(json "$m" 'm["backend"]') == "$want_backend" ]] \
     || fail "mpirun, --shm=$shm: backend '$(json "$m" 'm["backend"]')', want $want_backend"
   [[ $(json "$m" 'm["backend"]') == $(json "$tmp/launch_$name.json" 'm["backend"]') ]] \

@@ -106,8 +106,8 @@ if have "$tmp/multi_true_0.json" && have "$tmp/single_true.json"; then
   [[ $(json "$m" 'm["config"]["world_size"]') == 4 ]] || fail "multi-host world size"
   [[ $(json "$m" 'm["backend"]') == gloo+shm ]] \
     || fail "two hosts with shared memory ran '$(json "$m" 'm["backend"]')', want gloo+shm"
-  [[ $(json "$tmp/single_true.json" 'm["backend"]') == shm ]] \
-    || fail "one host with shared memory ran '$(json "$tmp/single_true.json" 'm["backend"]')', want shm"
+  [[ $(json "$tmp/single_true.json" 'm["backend"]') == gloo+shm ]] \
+    || fail "one host with shared memory ran '$(json "$tmp/single_true.json" 'm["backend"]')', want gloo+shm"
   [[ $(json "$m" 'm["ranks_identical"]') == True ]] || fail "gloo+shm: ranks ended with different parameters"
   close=$(python3 -c '
 import json, sys

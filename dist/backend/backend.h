@@ -90,8 +90,13 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // "gloo", "nccl", "shm" or "gloo+shm" (factory.h says which runs when).
+  // The backend the caller chose, whatever the layout: "gloo", "nccl", "shm"
+  // or "gloo+shm" (factory.h).
   virtual absl::string_view name() const = 0;
+  // How the ranks are spread over hosts, where the backend knows it: "2 hosts:
+  // ranks 0, 1 | 2, 3" (a host's ranks, hosts apart by " | "); empty
+  // otherwise.
+  virtual std::string layout() const { return std::string(); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
 

@@ -4,9 +4,11 @@
 //
 // "gloo" is the CPU backend: with `shm` (the default) ranks that share a host
 // reduce through shared memory and only one leader per host talks Gloo over
-// TCP (hierarchical_backend.h: the backend is then named "shm" when every rank
-// is on one host, "gloo+shm" across hosts, "gloo" when no two ranks share a
-// host); without it, Gloo over TCP between every pair of ranks.
+// TCP (hierarchical_backend.h), and the backend is named "gloo+shm" whatever
+// the layout (Backend::layout() says how the ranks are spread: on one host
+// only shared memory runs, with no two ranks on a host only Gloo); without
+// it, Gloo over TCP between every pair of ranks, named "gloo". "shm" (shared
+// memory only, one host) keeps its name.
 #ifndef DTRAIN_DIST_BACKEND_FACTORY_H_
 #define DTRAIN_DIST_BACKEND_FACTORY_H_
 

@@ -39,13 +39,34 @@ TEST(FactoryTest, GlooByNameRunsACollectiveThroughSharedMemoryOrTcp) {
           return CreateBackend(c);
         },
         [shm](Backend& b) {
-          // Both ranks are threads of this process: one host.
-          EXPECT_EQ(b.name(), shm ? "shm" : "gloo");
+          // Both ranks are threads of this process: one host, which the
+          // layout says; the name stays the one chosen.
+          EXPECT_EQ(b.name(), shm ? "gloo+shm" : "gloo");
+          if (shm) {
+            EXPECT_EQ(b.layout(), "1 host: ranks 0, 1");
+          }
           at::Tensor t = at::full({3}, b.rank() + 1.0);
           ASSERT_TRUE(b.AllReduce(t, ReduceOp::kAverage)->Wait().ok());
           EXPECT_TRUE(at::allclose(t, at::full({3}, 1.5)));
         });
   }
+}
+
+TEST(FactoryTest, ShmByNameKeepsItsName) {
+  testing::RunRanks(
+      2,
+      [](int rank, int world_size, std::shared_ptr<store::Store> store) {
+        BackendConfig c;
+        c.name = "shm";
+        c.rank = rank;
+        c.world_size = world_size;
+        c.store = std::move(store);
+        return CreateBackend(c);
+      },
+      [](Backend& b) {
+        EXPECT_EQ(b.name(), "shm");
+        EXPECT_EQ(b.layout(), "1 host: ranks 0, 1");
+      });
 }
 
 TEST(FactoryTest, NcclByNameSaysWhyItCannotRunWithoutAGpu) {

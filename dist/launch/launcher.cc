@@ -1,9 +1,12 @@
 #include "dist/launch/launcher.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -182,6 +185,53 @@ absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r,
   return pid;
 }
 
+// A free port on `host` for master_port 0: bound with SO_REUSEADDR and not
+// listening, which keeps the kernel from handing it to anyone else asking for
+// a free port while still letting rank 0's store (SO_REUSEADDR too) bind and
+// listen on it. The socket is not inherited by the ranks.
+absl::StatusOr<base::UniqueFd> ReservePort(const std::string& host, int* port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--master_port=0: cannot resolve --master_addr=", host,
+                     ": ", gai_strerror(rc)));
+  }
+  std::string error = "no usable address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    base::UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    int one = 1;
+    if (!fd.valid() ||
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) !=
+            0 ||
+        ::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      error = base::ErrnoText(errno);
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) !=
+        0) {
+      error = base::ErrnoText(errno);
+      continue;
+    }
+    *port = bound.ss_family == AF_INET6
+                ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    ::freeaddrinfo(found);
+    return fd;
+  }
+  ::freeaddrinfo(found);
+  return absl::UnavailableError(absl::StrCat(
+      "--master_port=0: cannot find a free port on ", host,
+      " (--master_addr must be an address of this machine): ", error));
+}
+
 void SignalGroup(const std::vector<Rank>& ranks, int sig) {
   for (const Rank& r : ranks) {
     if (r.running) ::killpg(r.pid, sig);
@@ -209,9 +259,18 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
         absl::StrCat("--node_rank=", o.node_rank,
                      " is outside [0, --nnodes=", o.nnodes, ")"));
   }
-  if (o.master_port < 1 || o.master_port > 65535) {
+  if (o.master_port < 0 || o.master_port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--master_port=", o.master_port, " is outside 1..65535"));
+        absl::StrCat("--master_port=", o.master_port,
+                     " is outside 0..65535 (0: a free port, on one node)"));
+  }
+  if (o.master_port == 0 && o.nnodes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master_port=0 (a free port) works on one node only: the "
+        "launchers of the other ",
+        o.nnodes - 1,
+        " node(s) cannot learn the port this one picks; give every node "
+        "the same fixed --master_port"));
   }
   if (o.master_addr.empty())
     return absl::InvalidArgumentError("--master_addr is empty");
@@ -230,8 +289,19 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
-  if (absl::Status s = ValidateLaunchOptions(o); !s.ok()) return s;
+absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
+                                 std::ostream& log) {
+  if (absl::Status s = ValidateLaunchOptions(options); !s.ok()) return s;
+  // `o` is what the ranks get: with the port picked for master_port 0, which
+  // `reserved` holds until the end.
+  LaunchOptions o = options;
+  base::UniqueFd reserved;
+  if (o.master_port == 0) {
+    absl::StatusOr<base::UniqueFd> fd =
+        ReservePort(o.master_addr, &o.master_port);
+    if (!fd.ok()) return fd.status();
+    reserved = *std::move(fd);
+  }
   Pipe wake;
   if (!wake.ok())
     return absl::InternalError(absl::StrCat("pipe: ", base::ErrnoText(errno)));
@@ -239,6 +309,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
   SignalScope signals(
       wake.write_fd());  // Destroyed before the pipe it writes to.
   LaunchResult result;
+  result.master_port = o.master_port;
   const int world_size = o.nproc_per_node * o.nnodes;
   for (int attempt = 0;; ++attempt) {
     std::vector<Rank> ranks(o.nproc_per_node);
@@ -249,7 +320,8 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
     log << "[launch] starting ranks " << ranks.front().rank << "-"
         << ranks.back().rank << " of " << world_size << " (node " << o.node_rank
         << " of " << o.nnodes << ", master " << o.master_addr << ":"
-        << o.master_port << ")"
+        << o.master_port << (options.master_port == 0 ? ", a free port" : "")
+        << ")"
         << (attempt > 0
                 ? absl::StrCat(", restart ", attempt, " of ", o.max_restarts)
                 : "")
@@ -373,7 +445,13 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& o, std::ostream& log) {
     log << "[launch] restarting the group (" << result.restarts << " of "
         << o.max_restarts << ")" << std::endl;
   }
-  log << "[launch] " << result.summary << std::endl;
+  // A failure was logged when it happened; only what is new is said here.
+  if (result.exit_code != 1) {
+    log << "[launch] " << result.summary << std::endl;
+  } else if (o.max_restarts > 0) {
+    log << "[launch] giving up after " << result.restarts
+        << " restart(s), the limit" << std::endl;
+  }
   return result;
 }
 

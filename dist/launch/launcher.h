@@ -9,14 +9,22 @@
 // set) and DTRAIN_RESTART_COUNT. Ranks run in their own process groups and die
 // with the launcher (PR_SET_PDEATHSIG), so none is left behind.
 //
+// master_port 0 (one node only, as torchrun's --standalone): the launcher
+// picks a free port on the master address and gives it to the ranks as
+// MASTER_PORT, so that jobs can run side by side. It keeps the port bound
+// (SO_REUSEADDR, not listening) until Run() returns, so that no other
+// program asking the kernel for a free port gets it, also between restarts;
+// rank 0's store binds it with SO_REUSEADDR (the project's TcpStore and
+// PyTorch's c10d TCPStore do; a server without it would find it busy).
+//
 // When a rank fails (non-zero exit or a signal) the launcher stops the others
 // (SIGTERM, then SIGKILL after `failure_grace`; at once for a rank that is
 // stopped, by SIGSTOP say, which cannot act on SIGTERM) and reports which rank
-// failed and how. A rank still stopped `failure_grace` after another exited 0
-// has failed too: nothing else would end it. With max_restarts > 0 it then
-// starts the whole group again (a trainer resumes from its latest checkpoint).
-// SIGINT and SIGTERM sent to the launcher are forwarded to every rank; the
-// launcher then waits `stop_timeout` for them to exit.
+// failed and how, once. A rank still stopped `failure_grace` after another
+// exited 0 has failed too: nothing else would end it. With max_restarts > 0 it
+// then starts the whole group again (a trainer resumes from its latest
+// checkpoint). SIGINT and SIGTERM sent to the launcher are forwarded to every
+// rank; the launcher then waits `stop_timeout` for them to exit.
 //
 // Run() installs SIGINT/SIGTERM/SIGCHLD handling for its duration; call it from
 // one thread at a time.
@@ -37,6 +45,7 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
+  // 0: a free port, chosen by the launcher (nnodes 1 only; see above).
   int master_port = 29500;
   int max_restarts = 0;
   // After a rank failed: how long the others get to exit after SIGTERM before
@@ -58,14 +67,17 @@ struct LaunchResult {
   // signal 9 (Killed)".
   std::string summary;
   int restarts = 0;
+  // The MASTER_PORT the ranks got: the one picked for master_port 0.
+  int master_port = 0;
 };
 
 // Checks the options: kInvalidArgument naming the bad one.
 absl::Status ValidateLaunchOptions(const LaunchOptions& options);
 
-// Runs the group to the end. Progress lines ("[launch] ...") go to `log`.
-// Errors only for what prevents launching at all (bad options, fork failure);
-// rank failures are in the result.
+// Runs the group to the end. Progress lines ("[launch] ...") go to `log`, a
+// rank's failure once, when it happens. Errors only for what prevents
+// launching at all (bad options, no free port, fork failure); rank failures
+// are in the result.
 absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
                                  std::ostream& log);
 

@@ -39,12 +39,21 @@ LaunchOptions Shell(int nproc, const std::string& script) {
   return o;
 }
 
-LaunchResult MustRun(const LaunchOptions& o) {
+LaunchResult MustRun(const LaunchOptions& o, std::string* log_out = nullptr) {
   std::ostringstream log;
   absl::StatusOr<LaunchResult> r = launch::Run(o, log);
   EXPECT_TRUE(r.ok()) << r.status();
   std::printf("%s", log.str().c_str());
+  if (log_out != nullptr) *log_out = log.str();
   return r.ok() ? *r : LaunchResult{-1, "", 0};
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
 }
 
 TEST(LauncherTest, SetsTorchrunEnvironmentForEveryRank) {
@@ -70,12 +79,16 @@ TEST(LauncherTest, SetsTorchrunEnvironmentForEveryRank) {
 
 TEST(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
   const absl::Time start = absl::Now();
-  LaunchResult r =
-      MustRun(Shell(3, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"));
+  std::string log;
+  LaunchResult r = MustRun(
+      Shell(3, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"), &log);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(
       r.summary,
       MatchesRegex("rank 1 \\(local rank 1, pid [0-9]+\\) exited with code 3"));
+  // Once, when it happened.
+  EXPECT_EQ(Count(log, "exited with code 3"), 1) << log;
+  EXPECT_THAT(log, HasSubstr("exited with code 3; stopping the other ranks"));
   EXPECT_LT(absl::Now() - start,
             absl::Seconds(4));  // Sleepers die on SIGTERM at once.
 }
@@ -173,6 +186,53 @@ TEST(LauncherTest, GivesUpAfterMaxRestarts) {
               HasSubstr("exited with code 4 (after 2 restart(s), the limit)"));
 }
 
+TEST(LauncherTest, GivingUpIsSaidOnceAfterEachFailure) {
+  LaunchOptions o = Shell(1, "exit 4");
+  o.max_restarts = 1;
+  std::string log;
+  LaunchResult r = MustRun(o, &log);
+  EXPECT_EQ(r.exit_code, 1);
+  // One line per attempt's failure, then the end.
+  EXPECT_EQ(Count(log, "exited with code 4"), 2) << log;
+  EXPECT_THAT(log,
+              HasSubstr("[launch] giving up after 1 restart(s), the limit"));
+}
+
+TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {
+  const std::string dir = TmpDir();
+  LaunchOptions o =
+      Shell(2, absl::StrCat("echo $MASTER_PORT > ", dir, "/port.$RANK; ",
+                            "[ \"$DTRAIN_RESTART_COUNT\" -ge 1 ] || exit 5"));
+  o.master_port = 0;
+  o.max_restarts = 1;  // The restarted group keeps the port.
+  std::string log;
+  LaunchResult r = MustRun(o, &log);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restarts, 1);
+  ASSERT_GT(r.master_port, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(Slurp(absl::StrCat(dir, "/port.", rank)),
+              absl::StrCat(r.master_port, "\n"));
+  }
+  EXPECT_EQ(Count(log, absl::StrCat("master 127.0.0.1:", r.master_port,
+                                    ", a free port)")),
+            2)
+      << log;
+}
+
+TEST(LauncherTest, MasterPortZeroNeedsAnAddressOfThisMachine) {
+  LaunchOptions o = Shell(1, "true");
+  o.master_port = 0;
+  o.master_addr = "192.0.2.1";  // TEST-NET-1: no machine's own address.
+  std::ostringstream log;
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("--master_port=0: cannot find a free port on "
+                        "192.0.2.1 (--master_addr must be an address of this "
+                        "machine)"));
+}
+
 TEST(LauncherTest, MissingProgramFailsWithCode127) {
   LaunchOptions o;
   o.command = {"/nonexistent/program"};
@@ -218,6 +278,11 @@ TEST(LauncherTest, BadOptionsAreNamed) {
   cases.back().options.node_rank = 2;
   cases.push_back({base, "--master_port=70000"});
   cases.back().options.master_port = 70000;
+  cases.push_back({base,
+                   "--master_port=0 (a free port) works on one node "
+                   "only"});
+  cases.back().options.master_port = 0;
+  cases.back().options.nnodes = 2;
   cases.push_back({base, "--max_restarts=-1"});
   cases.back().options.max_restarts = -1;
   for (const Case& c : cases) {

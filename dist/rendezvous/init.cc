@@ -70,6 +70,29 @@ std::string DefaultBindHost(const std::string& host, const LaunchEnv& launch) {
   return host;
 }
 
+// What to change when the store's place is taken by another job: a busy
+// port, or a rendezvous that met another job's ranks there.
+std::string AnotherPlace(const InitMethod& method) {
+  switch (method.scheme) {
+    case InitMethod::kEnv:
+      return "choose another port with --master_port (MASTER_PORT), or "
+             "--master_port=0 for a free one";
+    case InitMethod::kTcp:
+      return absl::StrCat("choose another port than ", method.port, " in '",
+                          method.ToString(), "'");
+    case InitMethod::kFile:
+      return absl::StrCat("give each job a file of its own, not '", method.path,
+                          "'");
+  }
+  return "";
+}
+
+absl::Status WithHint(const absl::Status& s, const InitMethod& method) {
+  const bool question = absl::EndsWith(s.message(), "?");
+  return absl::Status(s.code(), absl::StrCat(s.message(), question ? " " : "; ",
+                                             AnotherPlace(method)));
+}
+
 absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
                                                  const InitMethod& method,
                                                  const LaunchEnv& launch,
@@ -135,15 +158,22 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
 
   absl::StatusOr<std::shared_ptr<Store>> base =
       OpenStore(options, method, launch, env);
-  if (!base.ok()) return base::WithRank(launch.rank, base.status());
+  if (!base.ok()) {
+    // The TCP store's own words for a busy port (tcp_socket.h).
+    if (absl::StrContains(base.status().message(), "Address already in use"))
+      return base::WithRank(launch.rank, WithHint(base.status(), method));
+    return base::WithRank(launch.rank, base.status());
+  }
 
   RendezvousOptions rdzv;
   rdzv.rank = launch.rank;
   rdzv.world_size = launch.world_size;
   rdzv.local_rank = launch.local_rank;
   rdzv.timeout = options.timeout;
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<PeerInfo> peers,
-                          Rendezvous(**base, rdzv));
+  absl::StatusOr<std::vector<PeerInfo>> peers = Rendezvous(**base, rdzv);
+  if (absl::IsAlreadyExists(peers.status()))  // Another job's ranks, maybe.
+    return WithHint(peers.status(), method);
+  if (!peers.ok()) return peers.status();
 
   World world;
   world.rank = launch.rank;
@@ -153,7 +183,7 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   world.method = method;
   world.launch = launch;
   world.store = std::make_shared<PrefixStore>("job", *std::move(base));
-  world.peers = std::move(peers);
+  world.peers = *std::move(peers);
   return world;
 }
 

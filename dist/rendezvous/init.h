@@ -80,7 +80,9 @@ struct World {
 // for env:// with more than one rank and no master address (naming
 // MASTER_ADDR), the store's errors (unreachable master: address and time; busy
 // port), and the rendezvous errors (missing ranks, duplicate ranks,
-// disagreeing world sizes).
+// disagreeing world sizes). A busy port and a duplicate rank (two jobs at one
+// address, likely) say how to move: --master_port or --master_port=0 for
+// env://, another port in the tcp:// URL, another file for file://.
 // Every message starts with "[rank R]" once R is known.
 absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env);
 

@@ -305,6 +305,63 @@ TEST(InitWorldTest, BusyPortOnMasterIsClearError) {
   ASSERT_FALSE(w.ok());
   EXPECT_THAT(std::string(w.status().message()), HasSubstr("[rank 0]"));
   EXPECT_THAT(std::string(w.status().message()), HasSubstr("already in use"));
+  EXPECT_THAT(std::string(w.status().message()),
+              HasSubstr(absl::StrCat("is another job (or a run still shutting "
+                                     "down) using it? choose another port "
+                                     "than ",
+                                     port)));
+}
+
+// Under a launcher (env://), the busy port names the flag that moves it.
+TEST(InitWorldTest, BusyMasterPortSuggestsMasterPortFlag) {
+  const HeldPort other(0);
+  ASSERT_NE(other.port(), 0);
+  InitOptions o;
+  o.timeout = absl::Seconds(5);
+  const EnvMap env = {{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", std::to_string(other.port())}};
+  absl::StatusOr<World> w = InitWorld(o, env);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()),
+              HasSubstr(absl::StrCat(
+                  "cannot listen on 127.0.0.1:", other.port(),
+                  ": Address already in use; is another job (or a run still "
+                  "shutting down) using it? choose another port with "
+                  "--master_port (MASTER_PORT), or --master_port=0 for a free "
+                  "one")));
+}
+
+// A rank that reaches another job's store, whose ranks met already (two jobs
+// on one address): told so, with the flag that separates them.
+TEST(InitWorldTest, RankOfAnotherJobIsToldToMoveItsPort) {
+  const int port = FreePort();
+  ASSERT_NE(port, 0);
+  // Ranks here are threads of one process, whose records would be equal:
+  // the second job's rank 1 has another local rank to tell it apart.
+  auto env_of = [port](int rank, int local_rank = 0) {
+    return EnvMap{{"RANK", std::to_string(rank)},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", std::to_string(local_rank)},
+                  {"LOCAL_WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", std::to_string(port)}};
+  };
+  InitOptions o;
+  o.timeout = absl::Seconds(20);
+  absl::StatusOr<World> first0, first1;
+  std::thread t([&] { first1 = InitWorld(o, env_of(1, 1)); });
+  first0 = InitWorld(o, env_of(0, 0));
+  t.join();
+  ASSERT_TRUE(first0.ok()) << first0.status();
+  ASSERT_TRUE(first1.ok()) << first1.status();
+  absl::StatusOr<World> second1 = InitWorld(o, env_of(1, 0));
+  ASSERT_FALSE(second1.ok());
+  const std::string message(second1.status().message());
+  EXPECT_THAT(message, HasSubstr("rank 1 is claimed twice"));
+  EXPECT_THAT(message, HasSubstr("belongs to another job"));
+  EXPECT_THAT(message, HasSubstr("--master_port=0 for a free one"));
 }
 
 TEST(InitWorldTest, BadInputIsInvalidArgument) {

@@ -41,6 +41,25 @@ std::string FormatSeconds(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(100)));
 }
 
+// Whether every rank of the world size fixed in `store` has joined it.
+bool RendezvousComplete(store::Store& store) {
+  absl::StatusOr<bool> fixed = store.Check({"rdzv/world_size"});
+  if (!fixed.ok() || !*fixed) return false;
+  absl::StatusOr<std::string> agreed =
+      store.Get("rdzv/world_size", absl::Seconds(1));
+  int size = 0;
+  if (!agreed.ok() ||
+      !absl::SimpleAtoi(
+          absl::string_view(*agreed).substr(0, agreed->find('\t')), &size) ||
+      size < 1) {
+    return false;
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(RankKey(r));
+  absl::StatusOr<bool> all = store.Check(keys);
+  return all.ok() && *all;
+}
+
 }  // namespace
 
 std::string PeerInfo::Encode() const {
@@ -114,10 +133,21 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
   if (!claimed.ok()) return Prefixed(who, claimed.status());
   if (*claimed != mine) {
     absl::StatusOr<PeerInfo> other = PeerInfo::Decode(*claimed);
-    return fail(absl::AlreadyExistsError(
-        absl::StrCat(who, ": rank ", self.rank, " is claimed twice: by ",
-                     other.ok() ? other->Describe() : *claimed, " and by ",
-                     self.Describe())));
+    const std::string twice = absl::StrCat(
+        who, ": rank ", self.rank, " is claimed twice: by ",
+        other.ok() ? other->Describe() : *claimed, " and by ", self.Describe());
+    // Ranks that met already are a job under way, which this process is not
+    // part of: it is left alone, not told to fail.
+    if (RendezvousComplete(store)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          twice,
+          "; the ranks of this store met already: it belongs to another job "
+          "that is running (at the same address)"));
+    }
+    return fail(absl::AlreadyExistsError(absl::StrCat(
+        twice,
+        "; two processes were given the same rank, or this store belongs to "
+        "another job (at the same address)")));
   }
   // The first rank to arrive fixes the world size; the others must agree.
   // The value names who fixed it: "<size>\t<rank (host, pid)>".

@@ -46,7 +46,9 @@ struct RendezvousOptions {
 };
 
 // Returns every rank's PeerInfo, indexed by rank. Errors: kInvalidArgument for
-// a bad rank or world size, kAlreadyExists for a duplicate rank,
+// a bad rank or world size, kAlreadyExists for a duplicate rank (reported to
+// the other ranks too, unless every rank had met already: then the claimant
+// is of another job, which is left alone),
 // kFailedPrecondition for disagreeing world sizes (reported on every rank),
 // kDeadlineExceeded naming the missing ranks, or the store's own error.
 absl::StatusOr<std::vector<PeerInfo>> Rendezvous(

@@ -96,12 +96,33 @@ TEST(RendezvousTest, DuplicateRankFailsOnBothClaimants) {
     if (!r.ok() && r.status().code() == absl::StatusCode::kAlreadyExists) {
       ++already_exists;
       EXPECT_THAT(r.status().message(), HasSubstr("rank 1 is claimed twice"));
+      EXPECT_THAT(r.status().message(), HasSubstr("belongs to another job"));
     }
   }
   EXPECT_EQ(already_exists, 1);
   // Rank 0 may have finished before the second claimant arrived; the two
   // claimants of rank 1 must not both succeed.
   EXPECT_FALSE(results[1].ok() && results[2].ok());
+}
+
+// A process of another job reaching a store whose ranks met already: it is
+// told so, and the job under way is not told to fail.
+TEST(RendezvousTest, LateClaimantOfAJobUnderWayLeavesItAlone) {
+  HashStore store;
+  auto met = RunRanks(store, {Options(0, 2, absl::Seconds(5)),
+                              Options(1, 2, absl::Seconds(5))});
+  ASSERT_TRUE(met[0].ok() && met[1].ok());
+  RendezvousOptions stranger = Options(1, 2, absl::Seconds(5));
+  stranger.pid = 9999;
+  absl::StatusOr<std::vector<PeerInfo>> r = Rendezvous(store, stranger);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(r.status().message(), HasSubstr("rank 1 is claimed twice"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("it belongs to another job that is running"));
+  absl::StatusOr<bool> error = store.Check({"rdzv/error"});
+  ASSERT_TRUE(error.ok());
+  EXPECT_FALSE(*error) << "the job under way was told to fail";
 }
 
 TEST(RendezvousTest, DisagreeingWorldSizesFailOnEveryRank) {

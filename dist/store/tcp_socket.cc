@@ -108,9 +108,9 @@ absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
       if (errno == EADDRINUSE) {
         return absl::UnavailableError(absl::StrCat(
-            "cannot listen on ", where,
-            ": the port is already in use (by another program, or a previous "
-            "run that is still shutting down)"));
+            "cannot listen on ", where, ": ", base::ErrnoText(EADDRINUSE),
+            "; is another job (or a run still shutting down) "
+            "using it?"));
       }
       last_error = base::ErrnoText(errno);
       continue;

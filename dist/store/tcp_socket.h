@@ -21,7 +21,8 @@ std::string JoinHostPort(absl::string_view host, int port);
 
 // Binds and listens on host:port (empty host: every interface, IPv6 and IPv4;
 // port 0: any free port). Returns the socket; `*bound_port` receives the real
-// port.
+// port. A port in use is kUnavailable saying "Address already in use" and
+// asking whether another job uses it.
 absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
                                       int* bound_port);
 

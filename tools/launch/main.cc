@@ -21,7 +21,8 @@ ABSL_FLAG(int, node_rank, 0, "This node's index in [0, nnodes).");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "Address of the node that runs rank 0.");
 ABSL_FLAG(int, master_port, 29500,
-          "Port of the rendezvous store on the master.");
+          "Port of the rendezvous store on the master; 0: a free port the "
+          "launcher picks (one node only), for jobs side by side.");
 ABSL_FLAG(int, max_restarts, 0,
           "Restart the group this many times after a rank fails.");
 ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,

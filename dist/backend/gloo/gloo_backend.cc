@@ -57,6 +57,7 @@ void IgnoreSigpipe() {
 
 using internal::CompletionWork;
 
+// The store namespace; messages use the name the options give.
 constexpr char kName[] = "gloo";
 // kAuto: on 2 and 4 ranks the unbound-buffer ring was fastest at every size
 // from 4 B to 64 MiB (docs/PERFORMANCE.md). Halving-doubling is used for small
@@ -225,12 +226,14 @@ class GlooBackend : public Backend {
               std::vector<std::pair<std::string, int>> peer_addresses)
       : rank_(options.rank),
         size_(options.world_size),
+        name_(options.name),
+        layout_(options.layout),
         algorithm_(options.algorithm),
         exit_timeout_(std::min(options.timeout, kMaxExitWait)),
         store_(std::move(store)),
         context_(std::move(context)),
         peer_addresses_(std::move(peer_addresses)),
-        worker_(std::make_unique<internal::OrderedWorker>(kName, rank_)) {}
+        worker_(std::make_unique<internal::OrderedWorker>(name_, rank_)) {}
 
   // Runs what was issued, then waits (bounded) until every rank got here.
   ~GlooBackend() override {
@@ -248,7 +251,8 @@ class GlooBackend : public Backend {
     }
   }
 
-  absl::string_view name() const override { return kName; }
+  absl::string_view name() const override { return name_; }
+  std::string layout() const override { return layout_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -266,7 +270,7 @@ class GlooBackend : public Backend {
             ? ChooseGlooAllReduceAlgorithm(bytes, size_)
             : algorithm_;
     absl::StatusOr<internal::Description> what = internal::PrepareAllReduce(
-        kName, check_, tensor, op, {GlooAlgorithmName(algorithm), label});
+        name_, check_, tensor, op, {GlooAlgorithmName(algorithm), label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op, algorithm]() mutable {
       if (tensor.numel() == 0) return;
@@ -283,7 +287,7 @@ class GlooBackend : public Backend {
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     absl::StatusOr<internal::Description> what =
-        internal::PrepareBroadcast(kName, check_, size_, tensor, root);
+        internal::PrepareBroadcast(name_, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, root]() mutable {
       if (tensor.numel() == 0) return;
@@ -303,7 +307,7 @@ class GlooBackend : public Backend {
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
     absl::StatusOr<internal::Description> what =
-        internal::PrepareAllGather(kName, check_, size_, outputs, input);
+        internal::PrepareAllGather(name_, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input]() mutable {
       const int64_t n = input.numel();
@@ -334,7 +338,7 @@ class GlooBackend : public Backend {
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
     absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
-        kName, check_, size_, output, inputs, op);
+        name_, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op]() mutable {
       const int64_t n = output.numel();
@@ -371,11 +375,11 @@ class GlooBackend : public Backend {
 
  private:
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
-    absl::Status s = internal::CheckTensor(kName, op, t, /*want_cuda=*/false,
+    absl::Status s = internal::CheckTensor(name_, op, t, /*want_cuda=*/false,
                                            internal::kCollectiveDtypes);
     if (s.ok() && t.numel() > std::numeric_limits<int>::max() / size_) {
       s = absl::InvalidArgumentError(
-          absl::StrCat("gloo ", op, ": ", internal::DescribeTensor(t),
+          absl::StrCat(name_, " ", op, ": ", internal::DescribeTensor(t),
                        " is more elements than Gloo can address"));
     }
     return s;
@@ -422,6 +426,8 @@ class GlooBackend : public Backend {
 
   const int rank_;
   const int size_;
+  const std::string name_;
+  const std::string layout_;
   const GlooAlgorithm algorithm_;
   const absl::Duration exit_timeout_;
   const std::shared_ptr<store::Store> store_;  // This backend's namespace.
@@ -475,7 +481,8 @@ GlooAlgorithm ChooseGlooAllReduceAlgorithm(int64_t bytes, int world_size) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
   IgnoreSigpipe();
-  const std::string who = absl::StrCat("[rank ", options.rank, "] gloo");
+  const std::string who =
+      absl::StrCat("[rank ", options.rank, "] ", options.name);
   DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
       who, options.store.get(), options.rank, options.world_size));
   if (options.algorithm == GlooAlgorithm::kBcube &&

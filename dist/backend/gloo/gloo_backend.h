@@ -52,6 +52,12 @@ struct GlooBackendOptions {
   // Bounds connecting and every collective.
   absl::Duration timeout = absl::Minutes(30);
   GlooAlgorithm algorithm = GlooAlgorithm::kAuto;
+  // What name() returns and messages say: the backend the user chose, which
+  // is "gloo+shm" where the hierarchical backend (hierarchical_backend.h)
+  // runs plain Gloo because no two ranks share a host.
+  std::string name = "gloo";
+  // What layout() returns; empty: not known.
+  std::string layout;
 };
 
 // Connects and returns the backend; kUnavailable (naming the rank, the store

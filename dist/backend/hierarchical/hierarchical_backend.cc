@@ -27,6 +27,13 @@ using internal::CompletionWork;
 
 constexpr char kName[] = "gloo+shm";
 
+// "2 hosts: ranks 0, 1 | 2, 3" (Backend::layout()).
+std::string Describe(const HostLayout& layout) {
+  return absl::StrCat(
+      layout.hosts.size(),
+      layout.hosts.size() == 1 ? " host: " : " hosts: ", layout.ToString());
+}
+
 // The sum for kAverage: the division happens once, on the leader, at the end.
 ReduceOp Partial(ReduceOp op) {
   return op == ReduceOp::kAverage ? ReduceOp::kSum : op;
@@ -48,6 +55,7 @@ class HierarchicalBackend : public Backend {
         worker_(kName, rank_) {}
 
   absl::string_view name() const override { return kName; }
+  std::string layout() const override { return Describe(layout_); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -315,10 +323,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   absl::StatusOr<HostLayout> layout = hierarchical::LayoutFromKeys(*keys, rank);
   if (!layout.ok()) return Prefixed(who, "", layout.status());
 
+  // Where the layout needs no more than one of the inner backends, it runs
+  // alone, under this backend's name: the name says what the caller chose,
+  // layout() how it runs.
   auto shm = [&](int shm_rank, int shm_size,
-                 std::shared_ptr<store::Store> shm_store)
-      -> absl::StatusOr<std::unique_ptr<Backend>> {
+                 std::shared_ptr<store::Store> shm_store,
+                 bool alone) -> absl::StatusOr<std::unique_ptr<Backend>> {
     ShmBackendOptions s;
+    if (alone) {
+      s.name = kName;
+      s.layout = Describe(*layout);
+    }
     s.rank = shm_rank;
     s.world_size = shm_size;
     s.store = std::move(shm_store);
@@ -337,10 +352,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
     }
     return b;
   };
-  if (layout->hosts.size() == 1) return shm(rank, world_size, store);
+  if (layout->hosts.size() == 1)
+    return shm(rank, world_size, store, /*alone=*/true);
   if (static_cast<int>(layout->hosts.size()) == world_size) {
     GlooBackendOptions g = o.gloo;
     g.store = store;
+    g.name = kName;
+    g.layout = Describe(*layout);
     return CreateGlooBackend(g);
   }
 
@@ -350,7 +368,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
         local,
         shm(layout->local_rank, layout->local_size(),
             std::make_shared<store::PrefixStore>(
-                absl::StrCat("host", layout->hosts[layout->host][0]), store)));
+                absl::StrCat("host", layout->hosts[layout->host][0]), store),
+            /*alone=*/false));
   }
   std::unique_ptr<Backend> leaders;
   if (layout->leader()) {

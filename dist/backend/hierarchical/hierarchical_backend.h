@@ -14,7 +14,9 @@
 //
 // CreateHierarchicalBackend returns the simplest backend the layout needs:
 // the shm backend when every rank is on one host, the Gloo backend when no
-// two ranks share one, and the hierarchical backend ("gloo+shm") otherwise.
+// two ranks share one, and the hierarchical backend otherwise. Each is named
+// "gloo+shm", in name() and its messages, as the caller chose; layout() says
+// how the ranks are spread ("2 hosts: ranks 0, 1 | ranks 2, 3").
 //
 // Same contract as backend.h. Collectives run in issue order on one worker
 // thread, which drives the host's shm backend and (on leaders) the leaders'

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dist/backend/backend_testing.h"
+#include "dist/backend/shm/shm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -139,17 +140,30 @@ TEST(HierarchicalBackendTest, EveryRankGetsTheSameBits) {
 }
 
 TEST(HierarchicalBackendTest, TakesTheSimplerBackendWhereTheLayoutAllows) {
+  // Under the name the caller chose, whatever runs; layout() says how.
   testing::RunRanks(3, OnHosts({"a", "a", "a"}), [&](Backend& b) {
-    EXPECT_EQ(b.name(), "shm");
+    EXPECT_EQ(b.name(), "gloo+shm");
+    EXPECT_EQ(b.layout(), "1 host: ranks 0, 1, 2");
+    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 0) << "not the shm backend";
     at::Tensor t = at::ones({10});
     ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
     EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));
+    // Its messages use that name too.
+    absl::Status bad = b.AllReduce(at::ones({2}, at::kBool))->Wait();
+    EXPECT_THAT(std::string(bad.message()), HasSubstr("gloo+shm allreduce"));
   });
   testing::RunRanks(3, OnHosts({"a", "b", "c"}), [&](Backend& b) {
-    EXPECT_EQ(b.name(), "gloo");
+    EXPECT_EQ(b.name(), "gloo+shm");
+    EXPECT_EQ(b.layout(), "3 hosts: rank 0 | rank 1 | rank 2");
+    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), -1);
     at::Tensor t = at::ones({10});
     ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
     EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));
+    absl::Status bad = b.AllReduce(at::ones({2}, at::kBool))->Wait();
+    EXPECT_THAT(std::string(bad.message()), HasSubstr("gloo+shm allreduce"));
+  });
+  testing::RunRanks(4, OnHosts({"a", "a", "b", "b"}), [&](Backend& b) {
+    EXPECT_EQ(b.layout(), "2 hosts: ranks 0, 1 | ranks 2, 3");
   });
 }
 

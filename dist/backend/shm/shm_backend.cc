@@ -36,7 +36,16 @@ using shm::Control;
 using shm::GroupBarrier;
 using shm::Segment;
 
+// The store namespace; messages use the name the options give.
 constexpr char kName[] = "shm";
+
+// "1 host: ranks 0, 1, 2" (Backend::layout()).
+std::string OneHost(int size) {
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  return absl::StrCat("1 host: ", size == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
 
 constexpr int64_t AlignUp(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
@@ -76,6 +85,8 @@ class ShmBackend : public Backend {
   ShmBackend(const ShmBackendOptions& options, std::unique_ptr<Segment> segment)
       : rank_(options.rank),
         size_(options.world_size),
+        name_(options.name),
+        layout_(options.layout.empty() ? OneHost(size_) : options.layout),
         timeout_(options.timeout),
         slot_bytes_(options.slot_bytes),
         segment_(std::move(segment)),
@@ -83,9 +94,10 @@ class ShmBackend : public Backend {
         barrier_(static_cast<Control*>(segment_->data()), rank_, size_,
                  base::ProcessRunning, GroupBarrier::DefaultSpin(size_)),
         slots_(Slots()),
-        worker_(kName, rank_) {}
+        worker_(name_, rank_) {}
 
-  absl::string_view name() const override { return kName; }
+  absl::string_view name() const override { return name_; }
+  std::string layout() const override { return layout_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -106,7 +118,7 @@ class ShmBackend : public Backend {
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
     absl::StatusOr<internal::Description> what =
-        internal::PrepareAllReduce(kName, check_, tensor, op, {label});
+        internal::PrepareAllReduce(name_, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
       if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(tensor, op)) {
@@ -126,8 +138,8 @@ class ShmBackend : public Backend {
         std::find(std::begin(dtypes), std::end(dtypes), dtype) ==
             std::end(dtypes)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("[rank ", rank_, "] shm: cannot allocate a buffer of ",
-                       what.details));
+          absl::StrCat("[rank ", rank_, "] ", name_,
+                       ": cannot allocate a buffer of ", what.details));
     }
     auto tensor = std::make_shared<at::Tensor>();
     DTRAIN_RETURN_IF_ERROR(
@@ -143,7 +155,7 @@ class ShmBackend : public Backend {
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     absl::StatusOr<internal::Description> what =
-        internal::PrepareBroadcast(kName, check_, size_, tensor, root);
+        internal::PrepareBroadcast(name_, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, root](absl::Time deadline) {
       char* data = static_cast<char*>(tensor.data_ptr());
@@ -163,7 +175,7 @@ class ShmBackend : public Backend {
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
                                   at::Tensor input) override {
     absl::StatusOr<internal::Description> what =
-        internal::PrepareAllGather(kName, check_, size_, outputs, input);
+        internal::PrepareAllGather(name_, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input](absl::Time deadline) {
       std::vector<char*> out;
@@ -179,7 +191,7 @@ class ShmBackend : public Backend {
                                       std::vector<at::Tensor> inputs,
                                       ReduceOp op) override {
     absl::StatusOr<internal::Description> what = internal::PrepareReduceScatter(
-        kName, check_, size_, output, inputs, op);
+        name_, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op](absl::Time deadline) {
       // Rank j's share is reduced like an allreduce that only j keeps.
@@ -208,7 +220,7 @@ class ShmBackend : public Backend {
   char* result() const { return base_ + size_ * slot_bytes_; }
 
   absl::Status Check(absl::string_view op, const at::Tensor& t) const {
-    return internal::CheckTensor(kName, op, t, /*want_cuda=*/false,
+    return internal::CheckTensor(name_, op, t, /*want_cuda=*/false,
                                  internal::kCollectiveDtypes);
   }
   const internal::TensorCheck check_ = [this](absl::string_view op,
@@ -447,6 +459,8 @@ class ShmBackend : public Backend {
 
   const int rank_;
   const int size_;
+  const std::string name_;
+  const std::string layout_;
   const absl::Duration timeout_;
   const int64_t slot_bytes_;
   const std::unique_ptr<Segment> segment_;
@@ -467,7 +481,7 @@ int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     const ShmBackendOptions& o) {
-  const std::string who = absl::StrCat("[rank ", o.rank, "] shm");
+  const std::string who = absl::StrCat("[rank ", o.rank, "] ", o.name);
   DTRAIN_RETURN_IF_ERROR(
       internal::CheckMembership(who, o.store.get(), o.rank, o.world_size));
   if (o.world_size > shm::kMaxLocalRanks) {

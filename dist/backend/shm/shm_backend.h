@@ -48,6 +48,12 @@ struct ShmBackendOptions {
   absl::Duration timeout = absl::Minutes(30);
   // Bytes per rank's slot: messages larger than this go in several chunks.
   int64_t slot_bytes = int64_t{4} << 20;
+  // What name() returns and messages say: the backend the user chose, which
+  // is "gloo+shm" where the hierarchical backend (hierarchical_backend.h)
+  // runs this one because every rank is on one host.
+  std::string name = "shm";
+  // What layout() returns; empty: "1 host: ranks 0, 1, ...".
+  std::string layout;
 };
 
 // kInvalidArgument for a bad rank, size or slot; kFailedPrecondition when some

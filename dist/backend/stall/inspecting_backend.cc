@@ -55,9 +55,12 @@ class InspectedWork : public Work {
       if (shared_->reported) return explained_;
       shared_->reported = true;
     }
+    // A peer whose process has exited is the culprit, not a stall: named
+    // once, and not at all where the error already says so (the shm
+    // backend's does).
     explained_ = absl::Status(
-        s.code(), absl::StrCat(s.message(), " [stall report: ",
-                               shared_->inspector->Report(seq_), "]"));
+        s.code(), absl::StrCat(s.message(),
+                               shared_->inspector->Explain(seq_, s.message())));
     return explained_;
   }
 
@@ -76,6 +79,7 @@ class InspectingBackend : public Backend {
         shared_(std::make_shared<Shared>(std::move(inspector))) {}
 
   absl::string_view name() const override { return inner_->name(); }
+  std::string layout() const override { return inner_->layout(); }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
 

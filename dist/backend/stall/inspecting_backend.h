@@ -2,8 +2,10 @@
 // with a StallInspector (stall_inspector.h): a collective that waits too long
 // gets a warning naming the ranks that have not reached it, and a collective
 // that fails (a timeout, a lost peer) gets the same report appended to its
-// error. CreateBackend (factory.h) wraps every backend of more than one rank
-// in one unless BackendConfig::stall_warning is infinite.
+// error; where a peer's process on this host has exited, the error names it
+// instead (unless it does already), and no stall report follows. CreateBackend
+// (factory.h) wraps every backend of more than one rank in one unless
+// BackendConfig::stall_warning is infinite.
 //
 // Thread safety and lifetimes: as the wrapped backend's; the inspector's
 // thread lives as long as this backend.

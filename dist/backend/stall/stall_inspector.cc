@@ -1,21 +1,28 @@
 #include "dist/backend/stall/stall_inspector.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/types/optional.h"
+#include "base/process_liveness.h"
 #include "dist/backend/describe.h"
+#include "dist/backend/hierarchical/host_layout.h"
 
 namespace dtrain::backend {
 namespace {
@@ -57,13 +64,29 @@ std::string Name(const Record& r) {
 }
 
 std::string Key(int rank) { return absl::StrCat("stall/", rank); }
+// "<pid> <host key>", published once.
+std::string WhoKey(int rank) { return absl::StrCat("stall/who/", rank); }
+
+// How many ticks of the thread may go to reading the peers' identities: a
+// peer that has not published by then (it never started) stays unknown.
+constexpr int kIdentifyTicks = 40;
 
 }  // namespace
 
 struct StallInspector::State {
-  explicit State(StallInspectorOptions o) : options(std::move(o)) {}
+  explicit State(StallInspectorOptions o) : options(std::move(o)) {
+    if (options.pid == 0) options.pid = ::getpid();
+    if (options.host_key.empty()) {
+      absl::StatusOr<std::string> key = hierarchical::LocalHostKey();
+      if (key.ok()) options.host_key = *key;
+    }
+    if (!options.alive) options.alive = base::ProcessRunning;
+    peer_pids.assign(options.size, 0);
+    if (options.rank >= 0 && options.rank < options.size)
+      peer_pids[options.rank] = -1;
+  }
 
-  const StallInspectorOptions options;
+  StallInspectorOptions options;  // Completed by the constructor.
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
@@ -81,6 +104,52 @@ struct StallInspector::State {
   // in_flight.
   static constexpr size_t kRecent = 64;
   std::deque<Record> recent;
+  // Per rank: its pid where it runs on this host, -1 where it runs elsewhere
+  // or cannot be checked (or is this rank), 0 while unknown.
+  std::vector<int64_t> peer_pids;
+  int identify_ticks = 0;
+  // The exited peers a warning has named already.
+  std::set<int> told_exited;
+
+  // Reads the identities of the peers not known yet, without waiting for
+  // those that have not published theirs.
+  void Identify() {
+    std::vector<int> unknown;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (int r = 0; r < options.size; ++r) {
+        if (peer_pids[r] == 0) unknown.push_back(r);
+      }
+    }
+    for (int r : unknown) {
+      absl::StatusOr<bool> present = options.store->Check({WhoKey(r)});
+      if (!present.ok() || !*present) continue;
+      absl::StatusOr<std::string> who =
+          options.store->Get(WhoKey(r), absl::Milliseconds(300));
+      if (!who.ok()) continue;
+      const std::pair<std::string, std::string> parts =
+          absl::StrSplit(*who, absl::MaxSplits(' ', 1));
+      int64_t pid = 0;
+      const bool here = absl::SimpleAtoi(parts.first, &pid) && pid > 0 &&
+                        !options.host_key.empty() &&
+                        parts.second == options.host_key;
+      std::lock_guard<std::mutex> lock(mu);
+      peer_pids[r] = here ? pid : -1;
+    }
+  }
+
+  std::vector<ExitedPeer> Exited() {
+    std::vector<ExitedPeer> out;
+    std::vector<int64_t> pids;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      pids = peer_pids;
+    }
+    for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
+      if (pids[r] > 0 && !options.alive(pids[r])) out.push_back({r, pids[r]});
+    }
+    return out;
+  }
 
   void Warn(const std::string& line) {
     if (options.warn) {
@@ -93,6 +162,15 @@ struct StallInspector::State {
   // Reads every other rank's record; runs on a thread of its own so that a
   // store that stopped answering cannot hold the caller past its budget.
   std::string Read(const Record& mine) {
+    // A peer that has exited is the whole story (and if it is rank 0, the
+    // store went with it).
+    Identify();
+    const std::vector<ExitedPeer> exited = Exited();
+    if (!exited.empty()) {
+      std::vector<std::string> named;
+      for (const ExitedPeer& e : exited) named.push_back(e.ToString());
+      return absl::StrJoin(named, "; ");
+    }
     std::vector<std::string> behind;
     int joined = 0;
     const absl::Time now = absl::Now();
@@ -126,19 +204,40 @@ struct StallInspector::State {
     return absl::StrJoin(behind, "; ");
   }
 
-  std::string Report(const Record& mine, const std::shared_ptr<State>& self) {
+  // Read(), or for a failure the words Explain() appends.
+  std::string ReadOrExplain(const Record& mine,
+                            const absl::optional<std::string>& error) {
+    if (!error.has_value()) return Read(mine);
+    Identify();
+    const std::vector<ExitedPeer> exited = Exited();
+    if (exited.empty())
+      return absl::StrCat(" [stall report: ", Read(mine), "]");
+    std::vector<std::string> unsaid;
+    for (const ExitedPeer& e : exited) {
+      if (!absl::StrContains(*error,
+                             absl::StrCat("(pid ", e.pid, ") has exited")))
+        unsaid.push_back(e.ToString());
+    }
+    return unsaid.empty() ? ""
+                          : absl::StrCat("; ", absl::StrJoin(unsaid, "; "));
+  }
+
+  std::string Report(const Record& mine, const std::shared_ptr<State>& self,
+                     absl::optional<std::string> error = absl::nullopt) {
     auto result = std::make_shared<std::promise<std::string>>();
     std::future<std::string> done = result->get_future();
-    std::thread([self, mine, result] {
-      result->set_value(self->Read(mine));
+    std::thread([self, mine, error, result] {
+      result->set_value(self->ReadOrExplain(mine, error));
     }).detach();
     if (done.wait_for(std::chrono::microseconds(absl::ToInt64Microseconds(
             options.read_budget))) == std::future_status::ready) {
       return done.get();
     }
-    return absl::StrCat("the store did not answer within ",
-                        FormatElapsed(options.read_budget),
-                        " (rank 0 hosts it: it may be the rank that is stuck)");
+    const std::string silent = absl::StrCat(
+        "the store did not answer within ", FormatElapsed(options.read_budget),
+        " (rank 0 hosts it: it may be the rank that is stuck)");
+    return error.has_value() ? absl::StrCat(" [stall report: ", silent, "]")
+                             : silent;
   }
 
   // The publishing thread: the newest record to the store when it changed,
@@ -179,10 +278,30 @@ struct StallInspector::State {
       }
       if (publish)
         (void)options.store->Set(Key(options.rank), Encode(to_publish));
+      if (identify_ticks < kIdentifyTicks) {
+        ++identify_ticks;
+        Identify();
+        std::lock_guard<std::mutex> lock(mu);
+        bool all_known = true;
+        for (int64_t pid : peer_pids) all_known &= pid != 0;
+        if (all_known) identify_ticks = kIdentifyTicks;
+      }
       for (const Record& r : late) {
-        Warn(absl::StrCat("[rank ", options.rank, "] ", Name(r), " has waited ",
-                          FormatElapsed(absl::Now() - r.issued), ": ",
-                          Report(r, self)));
+        const std::string waited =
+            absl::StrCat("[rank ", options.rank, "] ", Name(r), " has waited ",
+                         FormatElapsed(absl::Now() - r.issued), ": ");
+        const std::vector<ExitedPeer> exited = Exited();
+        if (exited.empty()) {
+          Warn(waited + Report(r, self));
+          continue;
+        }
+        // Said once: a later collective waiting for the same gone peer adds
+        // nothing.
+        std::vector<std::string> news;
+        for (const ExitedPeer& e : exited) {
+          if (told_exited.insert(e.rank).second) news.push_back(e.ToString());
+        }
+        if (!news.empty()) Warn(waited + absl::StrJoin(news, "; "));
       }
     }
   }
@@ -190,8 +309,14 @@ struct StallInspector::State {
   std::thread thread;
 };
 
+std::string StallInspector::ExitedPeer::ToString() const {
+  return absl::StrCat("rank ", rank, " (pid ", pid, ") has exited");
+}
+
 StallInspector::StallInspector(StallInspectorOptions options)
     : state_(std::make_shared<State>(std::move(options))) {
+  const StallInspectorOptions& o = state_->options;
+  (void)o.store->Set(WhoKey(o.rank), absl::StrCat(o.pid, " ", o.host_key));
   // A first record, so that a rank stuck before its first collective is
   // told from one that has not started.
   (void)state_->options.store->Set(Key(state_->options.rank), Encode(Record{}));
@@ -236,16 +361,30 @@ int64_t StallInspector::Issued(absl::string_view op, absl::string_view label,
   return state_->last_seq;
 }
 
-std::string StallInspector::Report(int64_t seq) {
+std::vector<StallInspector::ExitedPeer> StallInspector::ExitedPeers() {
+  return state_->Exited();
+}
+
+namespace {
+
+Record Recent(StallInspector::State& state, int64_t seq) {
   Record mine;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    mine.seq = seq;
-    for (const Record& r : state_->recent) {
-      if (r.seq == seq) mine = r;
-    }
+  std::lock_guard<std::mutex> lock(state.mu);
+  mine.seq = seq;
+  for (const Record& r : state.recent) {
+    if (r.seq == seq) mine = r;
   }
-  return state_->Report(mine, state_);
+  return mine;
+}
+
+}  // namespace
+
+std::string StallInspector::Report(int64_t seq) {
+  return state_->Report(Recent(*state_, seq), state_);
+}
+
+std::string StallInspector::Explain(int64_t seq, absl::string_view error) {
+  return state_->Report(Recent(*state_, seq), state_, std::string(error));
 }
 
 }  // namespace dtrain::backend

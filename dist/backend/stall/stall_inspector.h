@@ -17,6 +17,15 @@
 // and Report() gives the same words for the error when the collective times
 // out. Records live under "stall/<rank>" in the store given.
 //
+// A rank whose process has exited has not stalled: it is gone, and that is
+// the news. Each rank also publishes its process id and host key
+// (hierarchical::LocalHostKey(): boot id and PID namespace) once; a peer on
+// this host whose process no longer runs is named instead ("rank 0 (pid 4242)
+// has exited", the words the shm backend uses), once per inspector in the
+// warnings, and the reports stop there (rank 0 hosts the store: when it is
+// gone the store is too). Peers on other hosts cannot be checked from here;
+// their launcher names them.
+//
 // Thread safety: every method may be called from any thread. Lifetimes: the
 // store must outlive the inspector; the destructor stops the thread, waiting
 // at most about a second for a store call in progress (a thread stuck on a
@@ -29,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -50,6 +60,12 @@ struct StallInspectorOptions {
   absl::Duration read_budget = absl::Seconds(2);
   // Where warnings go (one line each, without a newline); stderr if unset.
   std::function<void(const std::string&)> warn;
+  // This process as the other ranks see it, and how to tell whether a peer's
+  // process still runs. Zero, empty and unset: getpid(), LocalHostKey() and
+  // base::ProcessRunning. Tests with ranks as threads set them.
+  int64_t pid = 0;
+  std::string host_key;
+  std::function<bool(int64_t)> alive;
 };
 
 class StallInspector {
@@ -71,6 +87,24 @@ class StallInspector {
   // rank has; reads the store, within the read budget. A rank's record is at
   // most `publish_every` older than what it last did.
   std::string Report(int64_t seq);
+
+  // What to append to the error of collective `seq` (`error` is its message):
+  // "; rank 0 (pid 4242) has exited" for peers on this host whose process has
+  // exited and that `error` does not name already ("" when it does), else
+  // " [stall report: <Report(seq)>]". Reads the store within the read budget.
+  std::string Explain(int64_t seq, absl::string_view error);
+
+  // The peers on this host whose process has exited, in rank order, among
+  // those identified so far (the inspector's thread reads the identities
+  // soon after start); empty when none has or none can be checked. Never
+  // reads the store, so it cannot be held up by one that stopped answering.
+  struct ExitedPeer {
+    int rank = 0;
+    int64_t pid = 0;
+    // "rank 0 (pid 4242) has exited".
+    std::string ToString() const;
+  };
+  std::vector<ExitedPeer> ExitedPeers();
 
   struct State;  // Shared with the publishing thread.
 

@@ -2,7 +2,8 @@
 // collective is named, with what it last did, in a warning while the
 // collective waits and in the error when it times out; a collective every
 // rank has issued is said to be held up in the transport; a store that no
-// longer answers costs the report at most its budget.
+// longer answers costs the report at most its budget; a peer on this host
+// whose process has exited is named once instead of a stall report.
 
 #include "dist/backend/stall/stall_inspector.h"
 
@@ -13,10 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/backend/stall/inspecting_backend.h"
+#include "dist/backend/work.h"
 #include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -154,6 +157,118 @@ TEST(StallInspectorTest, AStoreThatDoesNotAnswerCostsAtMostTheBudget) {
               HasSubstr("the store did not answer within 300ms (rank 0 hosts "
                         "it: it may be the rank that is stuck)"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+// Ranks 0 and 1 share a host, rank 2 is elsewhere; the processes of ranks 0
+// and 2 have exited (pids 1000 and 1002).
+std::vector<std::unique_ptr<StallInspector>> ThreeRanksTwoGone(
+    std::shared_ptr<store::Store> store, Lines* warnings) {
+  std::vector<std::unique_ptr<StallInspector>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    StallInspectorOptions o;
+    o.store = store;
+    o.rank = r;
+    o.size = 3;
+    o.publish_every = absl::Milliseconds(20);
+    o.warn_after = absl::Milliseconds(100);
+    o.warn = [warnings](const std::string& line) { warnings->Add(line); };
+    o.pid = 1000 + r;
+    o.host_key = r == 2 ? "host b" : "host a";
+    o.alive = [](int64_t pid) { return pid == 1001; };
+    ranks.push_back(std::make_unique<StallInspector>(o));
+  }
+  return ranks;
+}
+
+// Until the inspector's thread has read the peers' identities.
+bool WaitForExited(StallInspector& inspector) {
+  for (int i = 0; i < 1000; ++i) {
+    if (!inspector.ExitedPeers().empty()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+TEST(StallInspectorTest, APeerWhoseProcessExitedIsNamedOnceInsteadOfAStall) {
+  Lines warnings;
+  auto store = std::make_shared<store::HashStore>();
+  auto ranks = ThreeRanksTwoGone(store, &warnings);
+  ASSERT_TRUE(WaitForExited(*ranks[1]));
+  const std::vector<StallInspector::ExitedPeer> exited =
+      ranks[1]->ExitedPeers();
+  ASSERT_EQ(exited.size(), 1u);  // Not rank 2: its pid means nothing here.
+  EXPECT_EQ(exited[0].ToString(), "rank 0 (pid 1000) has exited");
+  // Two collectives wait for it; one warning says why.
+  auto work = std::make_shared<FakeWork>();
+  ranks[1]->Issued("allreduce", "bucket 0", work);
+  ranks[1]->Issued("allreduce", "bucket 1", work);
+  for (int i = 0; i < 1000 && warnings.All().empty(); ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  absl::SleepFor(absl::Milliseconds(500));  // Time for a second warning.
+  const std::string all = warnings.All();
+  EXPECT_THAT(all,
+              ::testing::MatchesRegex(
+                  "\\[rank 1\\] collective #1 \\(allreduce, bucket 0\\) has "
+                  "waited [0-9.]+m?s: rank 0 \\(pid 1000\\) has exited\n"))
+      << "want exactly one warning";
+  EXPECT_EQ(ranks[1]->Report(2), "rank 0 (pid 1000) has exited");
+}
+
+// A Backend whose every collective has failed with `message`.
+class FailedBackend : public Backend {
+ public:
+  explicit FailedBackend(std::string message) : message_(std::move(message)) {}
+  absl::string_view name() const override { return "fake"; }
+  int rank() const override { return 1; }
+  int size() const override { return 3; }
+  std::shared_ptr<Work> AllReduce(at::Tensor, ReduceOp,
+                                  absl::string_view) override {
+    return Failed();
+  }
+  std::shared_ptr<Work> Broadcast(at::Tensor, int) override { return Failed(); }
+  std::shared_ptr<Work> AllGather(std::vector<at::Tensor>,
+                                  at::Tensor) override {
+    return Failed();
+  }
+  std::shared_ptr<Work> ReduceScatter(at::Tensor, std::vector<at::Tensor>,
+                                      ReduceOp) override {
+    return Failed();
+  }
+  std::shared_ptr<Work> Barrier() override { return Failed(); }
+  void Abort(const absl::Status&) override {}
+
+ private:
+  std::shared_ptr<Work> Failed() {
+    return internal::CompletionWork::Failed(absl::UnavailableError(message_));
+  }
+  const std::string message_;
+};
+
+TEST(StallInspectorTest, AFailureBlamesTheExitedPeerOnceWithoutAStallReport) {
+  for (const bool said : {true, false}) {
+    SCOPED_TRACE(said ? "the backend names it" : "the backend does not");
+    Lines warnings;
+    auto store = std::make_shared<store::HashStore>();
+    // Ranks 0 and 2 publish who they are; rank 1 is the backend below.
+    auto others = ThreeRanksTwoGone(store, &warnings);
+    StallInspectorOptions o;
+    o.store = store;
+    o.pid = 1001;
+    o.host_key = "host a";
+    o.alive = [](int64_t pid) { return pid == 1001; };
+    o.warn = [&warnings](const std::string& line) { warnings.Add(line); };
+    const std::string error =
+        said ? "[rank 1] shm allreduce #5 (...): rank 0 (pid 1000) has exited"
+             : "[rank 1] gloo allreduce #5 (...): peer rank 0 closed the "
+               "connection";
+    std::unique_ptr<Backend> b =
+        WithStallInspection(std::make_unique<FailedBackend>(error), o);
+    const absl::Status s =
+        b->AllReduce(at::ones({1}), ReduceOp::kSum, "")->Wait();
+    EXPECT_EQ(
+        std::string(s.message()),
+        said ? error : absl::StrCat(error, "; rank 0 (pid 1000) has exited"));
+  }
 }
 
 }  // namespace
