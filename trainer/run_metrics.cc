@@ -147,6 +147,7 @@ std::string ToJson(const RunMetrics& m) {
       {"format", "dtrain.metrics.v1"},
       {"config", config},
       {"backend", m.backend},
+      {"backend_layout", m.backend_layout},
       {"device", m.device},
       {"data", m.data},
       {"launch_source", m.launch_source},

@@ -103,6 +103,8 @@ struct RunMetrics {
   TrainOptions options;
   int world_size = 1;
   std::string backend;
+  // Which ranks share a host, where the backend knows (Backend::layout).
+  std::string backend_layout;
   std::string device;
   std::string data;
   // The launcher rank 0 found (LaunchSourceName: "openmpi", "slurm", ...), so

@@ -223,7 +223,9 @@ ABSL_FLAG(std::string, master_addr, "",
           "Address of rank 0's node (default: launcher's, or 127.0.0.1 when "
           "spawning).");
 ABSL_FLAG(int, master_port, 0,
-          "Port of the rendezvous store (default: launcher's, or 29500).");
+          "Port of the rendezvous store (default: launcher's, or 29500; 0 with "
+          "--nproc_per_node on one node: a free port, as torchrun's "
+          "--standalone).");
 ABSL_FLAG(int, max_restarts, 0,
           "With --nproc_per_node: restart the group this many times after a "
           "failure (it resumes from --checkpoint_dir).");
@@ -543,6 +545,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainResult> result =
       Train(*options, *world, **backend, context);
   if (!result.ok()) {
+    // Peers blocked on this rank learn of the failure now, and destroying
+    // the backend does not wait for them (Gloo's exit otherwise waits).
+    (*backend)->Abort(result.status());
     std::cerr << "train: " << result.status().message() << "\n";
     // Stopped as asked: the shell's convention for death by that signal.
     if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)

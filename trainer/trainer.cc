@@ -267,6 +267,7 @@ absl::Status Run::Setup() {
   metrics_.options = o_;
   metrics_.world_size = world_.world_size;
   metrics_.backend = std::string(backend_.name());
+  metrics_.backend_layout = backend_.layout();
   metrics_.device = device_.str();
   metrics_.data = data_->description;
   metrics_.launch_source = std::string(world_.launch.source_name());
