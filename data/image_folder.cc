@@ -285,13 +285,12 @@ absl::StatusOr<Examples> ImageFolder::Gather(
           for (size_t k = 0; k < damaged.size() && k < kNamed; ++k)
             lines.emplace_back(damaged[k].message());
           if (damaged.size() > kNamed)
-            lines.push_back(absl::StrCat("and ", damaged.size() - kNamed,
-                                         " more"));
-          return absl::Status(
-              damaged[0].code(),
-              absl::StrCat(damaged.size(), " of the batch's ", count,
-                           " images cannot be used: ",
-                           absl::StrJoin(lines, "; ")));
+            lines.push_back(
+                absl::StrCat("and ", damaged.size() - kNamed, " more"));
+          return absl::Status(damaged[0].code(),
+                              absl::StrCat(damaged.size(), " of the batch's ",
+                                           count, " images cannot be used: ",
+                                           absl::StrJoin(lines, "; ")));
         }
         return out;
       });
