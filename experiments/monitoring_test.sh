@@ -482,7 +482,8 @@ if [[ -n $train && ( -z $template || ! -f $train_dashboard ) ]]; then
 elif [[ -n $train ]]; then
   timeout 300 "$launch" --nproc_per_node=2 --master_port="$(free_port)" -- "$train" \
     --dataset=synthetic --synthetic_train_size=4096 --synthetic_shape=1,12,12 --batch_size=16 \
-    --epochs=1000 --skip_validation --lr=0.5 --metrics_port=0 --metrics_ranks=all \
+    --epochs=1000 --lr_step_epochs=1000 --skip_validation --lr=0.5 --metrics_port=0 \
+    --metrics_ranks=all \
     --metrics_bind=127.0.0.1 --metrics_run_id="$run_id" --progress=lines --print_freq=50 \
     --log_jsonl="$tmp/steps.{rank}.jsonl" >"$tmp/train.out" 2>"$tmp/train.err" &
   train_pid=$!
