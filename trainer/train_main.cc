@@ -508,8 +508,14 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (world->rank == 0 && world->world_size > 1) {
-    std::cerr << "train: " << world->launch.ToString() << "; store "
-              << world->store->Describe() << "\n";
+    // The master only where env:// used it; tcp:// and file:// name their
+    // store below.
+    const bool env_master =
+        init.url.empty() || absl::StartsWith(init.url, "env://");
+    std::cerr << "train: "
+              << (env_master ? world->launch.ToString()
+                             : world->launch.PlacementString())
+              << "; store " << world->store->Describe() << "\n";
   }
   // Before the backend: NCCL creates its context on the current device.
   absl::StatusOr<int> cuda_device = SelectCudaDevice(*options, *world);

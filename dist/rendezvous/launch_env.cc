@@ -350,13 +350,18 @@ absl::string_view LaunchSourceName(LaunchSource source) {
   return "unknown";
 }
 
+std::string LaunchEnv::PlacementString() const {
+  return absl::StrCat("rank ", rank, " of ", world_size, " (local ", local_rank,
+                      " of ", local_world_size,
+                      local_inferred ? ", assuming one node" : "", ") from ",
+                      source_name());
+}
+
 std::string LaunchEnv::ToString() const {
   const bool ipv6 = master_addr.find(':') != std::string::npos;
-  return absl::StrCat(
-      "rank ", rank, " of ", world_size, " (local ", local_rank, " of ",
-      local_world_size, local_inferred ? ", assuming one node" : "", ") from ",
-      source_name(), ", master ", ipv6 ? "[" : "", master_addr, ipv6 ? "]" : "",
-      ":", master_port, " (", master_addr_from, ", ", master_port_from, ")");
+  return absl::StrCat(PlacementString(), ", master ", ipv6 ? "[" : "",
+                      master_addr, ipv6 ? "]" : "", ":", master_port, " (",
+                      master_addr_from, ", ", master_port_from, ")");
 }
 
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,

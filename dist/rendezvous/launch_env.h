@@ -90,6 +90,9 @@ struct LaunchEnv {
   // "rank 3 of 8 (local 1 of 4) from slurm, master node01:29500
   // (SLURM_JOB_NODELIST, default)".
   std::string ToString() const;
+  // The same without the master, for init methods that do not use it
+  // (tcp://, file://): "rank 3 of 8 (local 1 of 4) from slurm".
+  std::string PlacementString() const;
 };
 
 // Works out this process's place in the job. Each field comes from the first

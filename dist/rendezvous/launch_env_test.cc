@@ -535,6 +535,8 @@ TEST(LaunchEnvTest, ToStringSaysWhoAndWhere) {
   EXPECT_EQ(env->ToString(),
             "rank 7 of 8 (local 3 of 4) from slurm, master gpu07:29500 "
             "(SLURM_JOB_NODELIST, default)");
+  // For tcp:// and file://, which do not use the master.
+  EXPECT_EQ(env->PlacementString(), "rank 7 of 8 (local 3 of 4) from slurm");
 }
 
 TEST(LaunchEnvTest, ToStringBracketsIpv6AndFlagsAssumedLocal) {
