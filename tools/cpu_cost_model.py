@@ -231,12 +231,14 @@ def markdown(rows, args):
     if rows and args.what_if_gbit:
         lines += ["", "Predicted efficiency of the same runs on other links (hosts as measured, "
                   "at least 2):", "",
-                  "| hosts x ranks | backend | model | " +
+                  # Each row predicts from the compute its own sweep measured: with
+                  # several rates, one row per rate that measured it.
+                  "| measured at | hosts x ranks | backend | model | " +
                   " | ".join("%g Gb/s" % g for g in args.what_if_gbit) + " |",
-                  "|---|---|---|" + "---:|" * len(args.what_if_gbit)]
+                  "|---|---|---|---|" + "---:|" * len(args.what_if_gbit)]
         for r in rows:
-            lines.append("| %dx%d | %s | %s | %s |" % (
-                max(r["hosts"], 2), r["ranks_per_host"], r["backend"], r["model"],
+            lines.append("| %s | %dx%d | %s | %s | %s |" % (
+                r["link_rate"], max(r["hosts"], 2), r["ranks_per_host"], r["backend"], r["model"],
                 " | ".join("%.0f%%" % (100 * r["what_if"][str(g)]) for g in args.what_if_gbit)))
     return "\n".join(lines)
 

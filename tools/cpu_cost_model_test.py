@@ -129,6 +129,10 @@ class PredictionTest(unittest.TestCase):
                               capture_output=True, text=True).stdout
         self.assertTrue(text.startswith("PREDICTION from measured inputs"))
         self.assertIn("| 8gbit | 2x1 | gloo | convnet |", text)
+        # The what-if rows say which sweep's measurements they start from.
+        what_if = text[text.index("on other links"):]
+        self.assertIn("| measured at | hosts x ranks |", what_if)
+        self.assertIn("| 8gbit | 2x1 | gloo | convnet | ", what_if)
         m = json.loads(subprocess.run([sys.executable, script, self.dir, "--json"], check=True,
                                       capture_output=True, text=True).stdout)
         self.assertEqual(m["format"], "dtrain.cpu_cost_model.v1")
