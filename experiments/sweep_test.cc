@@ -363,10 +363,7 @@ TEST(SweepTest, BadOptionsNameTheFlag) {
       {[](SweepOptions& o) { o.backends = {"mpi"}; }, "--backends"},
       {[](SweepOptions& o) { o.models = {"vgg"}; }, "--models"},
       {[](SweepOptions& o) { o.world_sizes = {0}; }, "--world_sizes"},
-      {[](SweepOptions& o) {
-         o.batch_sizes = {64, 32};
-       },
-       "--batch_sizes"},
+      {[](SweepOptions& o) { o.batch_sizes.assign(2, 64); }, "--batch_sizes"},
       {[](SweepOptions& o) { o.batch_sizes = {0}; }, "--batch_sizes"},
       {[](SweepOptions& o) { o.global_batch = 90; }, "--global_batch"},
       {[](SweepOptions& o) { o.repeats = 0; }, "--repeats"},

@@ -275,8 +275,8 @@ TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
   // The resumed run goes on with epoch 2.
   TrainOptions rest = o;
   rest.resume = true;
-  auto resumed = TrainProbed(
-      rest, 2, [](int, Probe&) {}, nullptr);
+  const auto leave_alone = [](int, Probe&) {};
+  auto resumed = TrainProbed(rest, 2, leave_alone, nullptr);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
   EXPECT_EQ(resumed[0]->metrics.epochs.size(), 1u);
   EXPECT_EQ(resumed[0]->metrics.global_step, 24);
@@ -286,8 +286,8 @@ TEST(TrainerLifecycleTest, FailingValidationIsFoundBeforeTheFirstStep) {
   TrainOptions o = ProbeRun();
   o.num_sanity_val_steps = 2;
   o.checkpoint_dir = TempDir("sanity");
-  auto results = TrainProbed(
-      o, 2, [](int, Probe& p) { p.fail_eval = true; }, nullptr);
+  const auto fail_eval = [](int, Probe& p) { p.fail_eval = true; };
+  auto results = TrainProbed(o, 2, fail_eval, nullptr);
   ASSERT_FALSE(results[0].ok());
   EXPECT_THAT(results[0].status().message(),
               HasSubstr("validation sanity check"));
