@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -44,6 +45,13 @@ absl::Status WritableDirectory(absl::string_view what, const std::string& path,
 }
 
 }  // namespace
+
+std::string UserWorkingDirectory(const char* build_working_directory) {
+  if (build_working_directory != nullptr && *build_working_directory != '\0')
+    return build_working_directory;
+  std::vector<char> cwd(4096);
+  return ::getcwd(cwd.data(), cwd.size()) != nullptr ? cwd.data() : "";
+}
 
 std::string ResolveUserPath(absl::string_view path,
                             absl::string_view working_dir) {

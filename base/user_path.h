@@ -16,6 +16,12 @@
 
 namespace dtrain::base {
 
+// Where relative paths the user typed start from: `build_working_directory`
+// (the binary's main passes getenv("BUILD_WORKING_DIRECTORY"), which `bazel
+// run` sets) when set and not empty, else the current directory, so that
+// messages can name absolute paths. Empty when neither is known.
+std::string UserWorkingDirectory(const char* build_working_directory);
+
 // `path` joined to `working_dir` when `path` is relative and both are
 // non-empty; otherwise `path` unchanged. No normalisation: "../x" stays a
 // component, resolved by the kernel against `working_dir`.

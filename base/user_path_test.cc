@@ -37,6 +37,14 @@ TEST(ResolveUserPathTest, RelativePathsJoinTheWorkingDirectory) {
   EXPECT_EQ(ResolveUserPath("", "/home/me"), "");
 }
 
+TEST(UserWorkingDirectoryTest, BazelsDirectoryElseTheCurrentOne) {
+  EXPECT_EQ(UserWorkingDirectory("/home/me"), "/home/me");
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(UserWorkingDirectory(""), cwd);
+  EXPECT_EQ(UserWorkingDirectory(nullptr), cwd);
+}
+
 TEST_F(UserPathTest, FileInAWritableDirectoryIsAccepted) {
   EXPECT_TRUE(CheckWritableFile("--out", dir_ + "/new.pt").ok());
   std::ofstream(dir_ + "/old.pt") << "x";

@@ -13,7 +13,6 @@
 // with one line saying what it wrote and where, or 1 with a message.
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -97,18 +96,6 @@ bool WriteSplit(const std::string& dir, int classes, int per_class,
   return true;
 }
 
-// Where a relative DIR starts from: where `bazel run` was started (it runs
-// the binary inside its runfiles), else the current directory, so that the
-// messages name an absolute path.
-std::string UserWorkingDirectory() {
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
-      dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  std::vector<char> cwd(4096);
-  return ::getcwd(cwd.data(), cwd.size()) != nullptr ? cwd.data() : "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,8 +108,9 @@ int main(int argc, char** argv) {
                  "VAL_PER_CLASS (all counts >= 1)\n");
     return 1;
   }
-  const std::string dir =
-      dtrain::base::ResolveUserPath(argv[1], UserWorkingDirectory());
+  const std::string dir = dtrain::base::ResolveUserPath(
+      argv[1], dtrain::base::UserWorkingDirectory(
+                   std::getenv("BUILD_WORKING_DIRECTORY")));
   if (absl::Status s = dtrain::base::CheckWritableDir("DIR", dir); !s.ok()) {
     std::fprintf(stderr, "make_image_folder: %s\n",
                  std::string(s.message()).c_str());

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/optional.h"
+#include "base/status_macros.h"
 
 namespace dtrain::experiments {
 namespace {
@@ -249,25 +250,26 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
   };
   std::vector<std::string> written;
   for (const std::string& model : models) {
-    absl::StatusOr<std::string> png = draw(
-        absl::StrCat("compare_", model),
-        absl::StrCat(model, ": every implementation and backend, speedup over ",
-                     baseline_text(model), "\n", about),
-        by_model[model], most_procs[model]);
-    if (!png.ok()) return png.status();
-    written.push_back(*png);
+    DTRAIN_ASSIGN_OR_RETURN(
+        std::string png,
+        draw(absl::StrCat("compare_", model),
+             absl::StrCat(model,
+                          ": every implementation and backend, speedup over ",
+                          baseline_text(model), "\n", about),
+             by_model[model], most_procs[model]));
+    written.push_back(png);
   }
   for (const std::string& bm : backend_models) {
     const std::vector<const ResultRow*>& first =
         by_line[by_backend[bm][0].second];
     const std::string& model = first[0]->model;
-    absl::StatusOr<std::string> png =
+    DTRAIN_ASSIGN_OR_RETURN(
+        std::string png,
         draw(bm,
              absl::StrCat(model, " on ", first[0]->backend, ", speedup over ",
                           baseline_text(model), "\n", about),
-             by_backend[bm], most_procs[model]);
-    if (!png.ok()) return png.status();
-    written.push_back(*png);
+             by_backend[bm], most_procs[model]));
+    written.push_back(png);
   }
   return written;
 }

@@ -16,7 +16,6 @@
 // 1 with the reason on stderr.
 
 #include <ATen/core/grad_mode.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -57,18 +56,6 @@ namespace sd = dtrain::models::state_dict;
 absl::Status Required(const std::string& value, const char* flag) {
   if (!value.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required"));
-}
-
-// Where relative paths the user typed start from: where `bazel run` was
-// started (it runs the binary inside its runfiles), else the current
-// directory, so that messages name absolute paths.
-std::string UserWorkingDirectory() {
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
-      dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  std::vector<char> cwd(4096);
-  return ::getcwd(cwd.data(), cwd.size()) != nullptr ? cwd.data() : "";
 }
 
 // When the weights' output layer has another number of rows than the model
@@ -167,7 +154,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model_logits: unexpected argument '%s'\n", rest[1]);
     return 2;
   }
-  if (absl::Status s = Run(UserWorkingDirectory()); !s.ok()) {
+  if (absl::Status s = Run(dtrain::base::UserWorkingDirectory(
+          std::getenv("BUILD_WORKING_DIRECTORY")));
+      !s.ok()) {
     std::fprintf(stderr, "model_logits: %s\n",
                  std::string(s.message()).c_str());
     return 1;

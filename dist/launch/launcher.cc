@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "base/posix_io.h"
 #include "base/process_liveness.h"
+#include "base/status_macros.h"
 
 extern char** environ;
 
@@ -297,10 +298,8 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
   LaunchOptions o = options;
   base::UniqueFd reserved;
   if (o.master_port == 0) {
-    absl::StatusOr<base::UniqueFd> fd =
-        ReservePort(o.master_addr, &o.master_port);
-    if (!fd.ok()) return fd.status();
-    reserved = *std::move(fd);
+    DTRAIN_ASSIGN_OR_RETURN(reserved,
+                            ReservePort(o.master_addr, &o.master_port));
   }
   Pipe wake;
   if (!wake.ok())

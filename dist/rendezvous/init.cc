@@ -4,11 +4,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/posix_io.h"
 #include "base/rank_status.h"
 #include "base/status_macros.h"
 #include "dist/store/c10d_store.h"
@@ -159,8 +161,8 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   absl::StatusOr<std::shared_ptr<Store>> base =
       OpenStore(options, method, launch, env);
   if (!base.ok()) {
-    // The TCP store's own words for a busy port (tcp_socket.h).
-    if (absl::StrContains(base.status().message(), "Address already in use"))
+    // The TCP store's own words for a busy port (tcp_socket.cc's Listen).
+    if (absl::StrContains(base.status().message(), base::ErrnoText(EADDRINUSE)))
       return base::WithRank(launch.rank, WithHint(base.status(), method));
     return base::WithRank(launch.rank, base.status());
   }
@@ -173,7 +175,7 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   absl::StatusOr<std::vector<PeerInfo>> peers = Rendezvous(**base, rdzv);
   if (absl::IsAlreadyExists(peers.status()))  // Another job's ranks, maybe.
     return WithHint(peers.status(), method);
-  if (!peers.ok()) return peers.status();
+  DTRAIN_RETURN_IF_ERROR(peers.status());
 
   World world;
   world.rank = launch.rank;
