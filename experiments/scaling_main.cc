@@ -37,6 +37,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/duration_flag.h"
+#include "base/open_file_limit.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
@@ -252,6 +253,7 @@ int Main(int argc, char** argv) {
       "scaling [flags]: speedup and efficiency of data-parallel training over "
       "1, 2 and 4 processes");
   absl::ParseCommandLine(argc, argv);
+  base::RaiseOpenFileLimitOrWarn("scaling");
   auto fail = [](const absl::Status& s) {
     std::cerr << "scaling: " << s.message() << "\n";
     return 2;

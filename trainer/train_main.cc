@@ -42,6 +42,7 @@
 #include "base/cuda_device.h"
 #include "base/duration_flag.h"
 #include "base/malloc_tuning.h"
+#include "base/open_file_limit.h"
 #include "base/status_macros.h"
 #include "base/user_path.h"
 #include "dist/backend/factory.h"
@@ -462,6 +463,7 @@ int Main(int argc, char** argv) {
       "--help for the flags)");
   RecordGivenFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
+  base::RaiseOpenFileLimitOrWarn("train");
   if (absl::GetFlag(FLAGS_print_cuda_devices)) {
     std::cout << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
               << "\n";

@@ -41,6 +41,13 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Create(
         absl::StrCat("store port ", options.port,
                      " is out of range (1-65535; 0 only for the server)"));
   }
+  if (options.token.size() > protocol::kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the store token is ", options.token.size(),
+                     " bytes long; at most ", protocol::kMaxTokenBytes,
+                     " (DTRAIN_STORE_TOKEN or the file "
+                     "DTRAIN_STORE_TOKEN_FILE names)"));
+  }
   std::shared_ptr<TcpStore> store(new TcpStore(options));
   if (options.is_server) {
     internal::TcpStoreServerOptions server_options;
@@ -122,6 +129,11 @@ absl::Status TcpStore::Hello(int fd) const {
   std::string rest(h.length, '\0');
   s = internal::RecvAll(fd, rest.data(), rest.size(), deadline);
   if (!s.ok()) return s;
+  if (h.type == static_cast<uint8_t>(protocol::Reply::kRetry)) {
+    // Busy with strangers or short of descriptors: connect again.
+    protocol::Reader r(rest);
+    return absl::UnavailableError(r.Bytes());
+  }
   if (h.type != static_cast<uint8_t>(protocol::Reply::kOk)) {
     // A dtrain server that will not serve us (a token, the connection
     // limit): its words, at once.

@@ -26,6 +26,13 @@ inline constexpr size_t kHeaderSize = 12;
 // Default cap on a payload; the server rejects larger frames before reading
 // them.
 inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
+// Cap on a frame from a connection whose hello the server has not accepted
+// yet: a hello is a token and a few bytes, so a stranger cannot make the
+// server buffer megabytes before it checks the token.
+inline constexpr uint32_t kMaxHelloPayload = 4096;
+// Longest token a hello may carry (kMaxHelloPayload less its framing, with
+// room to spare).
+inline constexpr size_t kMaxTokenBytes = 1024;
 // The hello: every connection starts with a kPing from the client, which a
 // dtrain server answers at once with a kOk frame of its magic and version.
 // The client waits this long; silence, a closed connection, another magic or
@@ -50,6 +57,9 @@ enum class Reply : uint8_t {
   kInvalid = 1,   // bytes message; the connection stays usable
   kDeadline = 2,  // bytes message
   kProtocol = 3,  // bytes message; the server closes the connection after it
+  // bytes message; answers a hello when the server is too busy to take the
+  // connection now (it closes it after this): the client connects again.
+  kRetry = 4,
 };
 
 struct Header {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <list>
+#include <set>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,17 +57,30 @@ bool TokensEqual(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+// Half of the process's descriptor limit: what the store may hold at most.
+int64_t DescriptorBudget() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return int64_t{1} << 30;
+  }
+  return static_cast<int64_t>(limit.rlim_cur / 2);
+}
+
 }  // namespace
 
 class TcpStoreServer::Loop {
  public:
   Loop(base::UniqueFd listen, base::UniqueFd wake_read, std::string where,
-       const TcpStoreServerOptions& options, std::atomic<int64_t>* errors)
+       const TcpStoreServerOptions& options, int max_pending, int max_clients,
+       Counters* counters)
       : listen_(std::move(listen)),
         wake_read_(std::move(wake_read)),
         where_(std::move(where)),
         options_(options),
-        protocol_errors_(errors) {}
+        max_pending_(max_pending),
+        max_clients_(max_clients),
+        counters_(counters) {}
 
   void Run();
 
@@ -75,9 +90,10 @@ class TcpStoreServer::Loop {
     std::string peer;  // "10.0.0.2:41234", for the log.
     std::string in;
     std::string out;
-    bool blocked = false;        // a Get/Wait is pending: later frames wait
-    bool closing = false;        // close once `out` is flushed
-    bool authenticated = false;  // Its hello carried the token (if any).
+    bool blocked = false;   // a Get/Wait is pending: later frames wait
+    bool closing = false;   // close once `out` is flushed
+    bool admitted = false;  // Its first frame was accepted.
+    absl::Time accepted;    // When the connection was accepted.
   };
   struct Waiter {
     int client_id;
@@ -88,12 +104,20 @@ class TcpStoreServer::Loop {
   };
 
   void Accept();
+  // accept4 failed with `error`: makes room or pauses accepting. Returns
+  // whether to try accepting again now.
+  bool OnAcceptError(int error);
   // Logs a refused client (the first ten, then every thousandth: a flood of
   // strangers must not flood the log too).
   void Refused(const std::string& peer, absl::string_view why);
-  // With a token: whether this frame may be served (the hello that carries
-  // it, or any frame once it was carried). Refuses and closes otherwise.
-  bool Admit(Client& c, uint8_t type, absl::string_view payload);
+  // Closes the pending connection `id` at once, telling it why with a frame
+  // of `reply` (best effort: a fresh socket's buffer takes it).
+  void DropPending(int id, Reply reply, absl::string_view why);
+  // Closes pending connections whose hello is overdue.
+  void ExpirePending(absl::Time now);
+  // Whether this first frame of a pending connection admits it (with a
+  // token, only the hello that carries it). Refuses and closes otherwise.
+  bool Admit(int id, Client& c, uint8_t type, absl::string_view payload);
   void ReadFrom(int id, Client& c);
   void WriteTo(Client& c);
   void ProcessFrames(int id, Client& c);
@@ -110,7 +134,9 @@ class TcpStoreServer::Loop {
   base::UniqueFd wake_read_;
   const std::string where_;
   const TcpStoreServerOptions options_;
-  std::atomic<int64_t>* protocol_errors_;
+  const int max_pending_;
+  const int max_clients_;
+  Counters* counters_;
   absl::flat_hash_map<std::string, std::string> data_;
   absl::flat_hash_map<int, Client> clients_;
   std::list<Waiter> waiters_;
@@ -120,6 +146,12 @@ class TcpStoreServer::Loop {
   std::vector<int> resume_;
   int next_id_ = 0;
   int64_t refused_ = 0;
+  // Ids of pending clients; ids grow with time, so the first is the oldest.
+  std::set<int> pending_;
+  int admitted_ = 0;
+  // Out of descriptors: the listening socket is not polled until then.
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+  absl::Duration accept_pause_ = absl::Milliseconds(50);
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
@@ -140,12 +172,18 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
   }
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->port_ = port;
+  const int64_t budget = DescriptorBudget();
+  server->max_pending_ = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(options.max_pending, budget / 4)));
+  server->max_clients_ = static_cast<int>(std::max<int64_t>(
+      1,
+      std::min<int64_t>(options.max_clients, budget - server->max_pending_)));
   server->wake_write_ = base::UniqueFd(pipe_fds[1]);
   const std::string where = absl::StrCat(
       "tcp://", JoinHostPort(options.host.empty() ? "*" : options.host, port));
-  server->loop_ =
-      std::make_unique<Loop>(std::move(*listen), base::UniqueFd(pipe_fds[0]),
-                             where, options, &server->protocol_errors_);
+  server->loop_ = std::make_unique<Loop>(
+      std::move(*listen), base::UniqueFd(pipe_fds[0]), where, options,
+      server->max_pending_, server->max_clients_, &server->counters_);
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->Run(); });
   return server;
 }
@@ -166,8 +204,10 @@ void TcpStoreServer::Loop::Run() {
   while (true) {
     fds.clear();
     ids.clear();
+    const bool accepting = absl::Now() >= accept_paused_until_;
     fds.push_back({wake_read_.get(), POLLIN, 0});
-    fds.push_back({listen_.get(), POLLIN, 0});
+    fds.push_back(
+        {listen_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     for (auto& [id, c] : clients_) {
       // POLLRDHUP: a client that hangs up while blocked in Get/Wait is noticed
       // at once. Input is read only while replies are not piling up, which
@@ -203,6 +243,7 @@ void TcpStoreServer::Loop::Run() {
       }
     }
     ExpireWaiters(absl::Now());
+    ExpirePending(absl::Now());
     std::vector<int> resume;
     resume.swap(resume_);
     for (int id : resume) {
@@ -216,6 +257,8 @@ void TcpStoreServer::Loop::Run() {
       if (!c.fd.valid() || (c.closing && c.out.empty())) {
         const int id = it->first;
         waiters_.remove_if([id](const Waiter& w) { return w.client_id == id; });
+        if (c.admitted) --admitted_;
+        pending_.erase(id);
         clients_.erase(it++);
       } else {
         ++it;
@@ -230,32 +273,90 @@ void TcpStoreServer::Loop::Accept() {
     socklen_t len = sizeof(addr);
     const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&addr),
                              &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      return;  // EAGAIN (no more), or a transient error: retry at the next
-               // poll.
-    base::UniqueFd owned(fd);
-    const std::string peer = PeerName(addr);
-    if (static_cast<int>(clients_.size()) >= options_.max_clients) {
-      // Said, not just closed, so that the client's hello can tell a full
-      // server from a foreign one. Best effort: the socket is fresh.
-      std::string frame;
-      protocol::AppendFrame(
-          static_cast<uint8_t>(Reply::kProtocol),
-          protocol::Writer()
-              .Bytes(absl::StrCat("store server ", where_, ": ",
-                                  options_.max_clients,
-                                  " connections already, the limit"))
-              .data(),
-          &frame);
-      (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
-      Refused(peer, "too many connections");
-      continue;
+    if (fd < 0) {
+      if (OnAcceptError(errno)) continue;
+      return;
+    }
+    accept_pause_ = absl::Milliseconds(50);
+    if (static_cast<int>(pending_.size()) >= max_pending_) {
+      DropPending(*pending_.begin(), Reply::kRetry,
+                  absl::StrCat(max_pending_,
+                               " connections are waiting for their hello"));
     }
     SetNoDelay(fd);
-    Client& c = clients_[next_id_++];
-    c.fd = std::move(owned);
-    c.peer = peer;
-    c.authenticated = options_.token.empty();
+    const int id = next_id_++;
+    Client& c = clients_[id];
+    c.fd = base::UniqueFd(fd);
+    c.peer = PeerName(addr);
+    c.accepted = absl::Now();
+    pending_.insert(id);
+    // A client sends its hello as soon as it connects, so it is usually here
+    // already: admitted now, it can never be the oldest pending one dropped.
+    ReadFrom(id, c);
+  }
+}
+
+bool TcpStoreServer::Loop::OnAcceptError(int error) {
+  switch (error) {
+    case EINTR:
+    case ECONNABORTED:  // The peer gave up while queued: take the next.
+    case EPROTO:
+      return true;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      break;
+    default:  // EAGAIN (none left), or a transient error: the next poll.
+      return false;
+  }
+  if (!pending_.empty()) {
+    DropPending(*pending_.begin(), Reply::kRetry,
+                absl::StrCat("the server is out of descriptors (",
+                             base::ErrnoText(error), ")"));
+    return true;
+  }
+  // Nothing to give back: the listening socket stays readable, so polling it
+  // now would spin. Pause, longer each time, until an accept succeeds.
+  counters_->accept_pauses.fetch_add(1);
+  accept_paused_until_ = absl::Now() + accept_pause_;
+  accept_pause_ = std::min(accept_pause_ * 2, absl::Seconds(1));
+  Refused("(not accepted)",
+          absl::StrCat("cannot accept: ", base::ErrnoText(error),
+                       "; accepting again in ",
+                       absl::FormatDuration(accept_pause_)));
+  return false;
+}
+
+void TcpStoreServer::Loop::DropPending(int id, Reply reply,
+                                       absl::string_view why) {
+  pending_.erase(id);
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  std::string frame;
+  protocol::AppendFrame(
+      static_cast<uint8_t>(reply),
+      Writer().Bytes(absl::StrCat("store server ", where_, ": ", why)).data(),
+      &frame);
+  (void)!::send(c.fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL);
+  counters_->strangers_dropped.fetch_add(1);
+  Refused(c.peer, why);
+  c.fd.Reset();  // Erased with the other closed clients.
+}
+
+void TcpStoreServer::Loop::ExpirePending(absl::Time now) {
+  while (!pending_.empty()) {
+    const int id = *pending_.begin();
+    auto it = clients_.find(id);
+    if (it != clients_.end() &&
+        it->second.accepted + options_.hello_timeout > now) {
+      return;  // The oldest is not overdue, so neither are the others.
+    }
+    DropPending(id, Reply::kProtocol,
+                absl::StrCat("no hello within ",
+                             absl::FormatDuration(options_.hello_timeout),
+                             " of connecting"));
   }
 }
 
@@ -273,11 +374,13 @@ void TcpStoreServer::Loop::Refused(const std::string& peer,
   }
 }
 
-bool TcpStoreServer::Loop::Admit(Client& c, uint8_t type,
+bool TcpStoreServer::Loop::Admit(int id, Client& c, uint8_t type,
                                  absl::string_view payload) {
-  if (c.authenticated) return true;
+  if (c.admitted) return true;
   std::string why;
-  if (static_cast<Request>(type) != Request::kPing) {
+  if (options_.token.empty()) {
+    // Without a token any well-framed first frame admits the connection.
+  } else if (static_cast<Request>(type) != Request::kPing) {
     why = "a request before the hello";
   } else {
     Reader r(payload);
@@ -287,13 +390,28 @@ bool TcpStoreServer::Loop::Admit(Client& c, uint8_t type,
       why = "a malformed hello";
     } else if (!TokensEqual(token, options_.token)) {
       why = token.empty() ? "no token" : "a wrong token";
-    } else {
-      c.authenticated = true;
-      return true;
     }
   }
+  if (why.empty() && admitted_ >= max_clients_) {
+    // Said, not just closed, so that the client's hello can tell a full
+    // server from a foreign one.
+    Refused(c.peer, "too many connections");
+    SendError(c, Reply::kProtocol,
+              absl::StrCat("store server ", where_, ": ", max_clients_,
+                           " connections already, the limit"));
+    c.closing = true;
+    c.in.clear();
+    pending_.erase(id);
+    return false;
+  }
+  if (why.empty()) {
+    c.admitted = true;
+    ++admitted_;
+    pending_.erase(id);
+    return true;
+  }
   Refused(c.peer, why);
-  protocol_errors_->fetch_add(1);
+  counters_->protocol_errors.fetch_add(1);
   SendError(c, Reply::kProtocol,
             absl::StrCat("store server ", where_,
                          ": this store needs the job's token (", why,
@@ -301,6 +419,7 @@ bool TcpStoreServer::Loop::Admit(Client& c, uint8_t type,
                          "to the same secret on every rank"));
   c.closing = true;
   c.in.clear();
+  pending_.erase(id);
   return false;
 }
 
@@ -352,20 +471,27 @@ void TcpStoreServer::Loop::ProcessFrames(int id, Client& c) {
       problem =
           absl::StrCat("frame of ", h.length, " bytes exceeds the limit of ",
                        options_.max_payload_bytes, " bytes");
+    } else if (!c.admitted && h.length > options_.max_hello_bytes) {
+      problem = absl::StrCat("frame of ", h.length,
+                             " bytes before the hello was accepted exceeds "
+                             "the limit of ",
+                             options_.max_hello_bytes, " bytes");
     }
     if (!problem.empty()) {
-      protocol_errors_->fetch_add(1);
+      counters_->protocol_errors.fetch_add(1);
+      if (!c.admitted) Refused(c.peer, problem);
       SendError(c, Reply::kProtocol,
                 absl::StrCat("store server ", where_, ": ", problem));
       c.closing = true;
       c.in.clear();
+      pending_.erase(id);
       return;
     }
     if (c.in.size() < protocol::kHeaderSize + h.length)
       return;  // Wait for the rest.
     const std::string payload = c.in.substr(protocol::kHeaderSize, h.length);
     c.in.erase(0, protocol::kHeaderSize + h.length);
-    if (!Admit(c, h.type, payload)) return;
+    if (!Admit(id, c, h.type, payload)) return;
     Handle(id, c, h.type, payload);
   }
 }
@@ -544,6 +670,12 @@ void TcpStoreServer::Loop::ExpireWaiters(absl::Time now) {
 int TcpStoreServer::Loop::PollTimeoutMs(absl::Time now) const {
   absl::Time next = absl::InfiniteFuture();
   for (const Waiter& w : waiters_) next = std::min(next, w.deadline);
+  if (!pending_.empty()) {
+    auto it = clients_.find(*pending_.begin());
+    if (it != clients_.end())
+      next = std::min(next, it->second.accepted + options_.hello_timeout);
+  }
+  if (accept_paused_until_ > now) next = std::min(next, accept_paused_until_);
   if (next == absl::InfiniteFuture()) return -1;
   if (next <= now) return 0;
   return static_cast<int>(

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "base/duration_flag.h"
+#include "base/open_file_limit.h"
 #include "dist/launch/launcher.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
       "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
       "set.");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  dtrain::base::RaiseOpenFileLimitOrWarn("launch");
   dtrain::launch::LaunchOptions o;
   o.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
   o.nnodes = absl::GetFlag(FLAGS_nnodes);
