@@ -7,25 +7,35 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <iterator>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "prometheus/text_serializer.h"
 
 namespace dtrain::trainer {
 namespace {
 
-// How long a client may take to send its request or take the answer.
-constexpr int kClientTimeoutMs = 5000;
+// How long a client may take from its connection to the last byte of the
+// answer: a scrape takes milliseconds; a stranger that dawdles is dropped.
+constexpr absl::Duration kClientTimeout = absl::Seconds(5);
 // Requests are a line and a few headers; anything longer is not a scrape.
 constexpr size_t kMaxRequestBytes = 16384;
+// Connections served at once; a new one beyond this closes the oldest that
+// has not finished its request, so idle strangers cannot keep out a scraper.
+constexpr size_t kMaxClients = 64;
 
 bool IsIpv6(const std::string& address) {
   return address.find(':') != std::string::npos;
@@ -36,27 +46,9 @@ std::string HostPort(const std::string& address, int port) {
                          : absl::StrCat(address, ":", port);
 }
 
-// Waits until `fd` is ready for `events` or `wake` is written; false on
-// wake-up, timeout or error.
-bool WaitFor(int fd, short events, int wake, int timeout_ms) {
-  pollfd fds[2] = {{fd, events, 0}, {wake, POLLIN, 0}};
-  const int n = base::RetryOnEintr([&] { return ::poll(fds, 2, timeout_ms); });
-  return n > 0 && fds[1].revents == 0 && fds[0].revents != 0;
-}
-
-// Gives up when the client does not take the data in time, or on wake-up.
-bool SendAll(int fd, absl::string_view data, int wake) {
-  while (!data.empty()) {
-    if (!WaitFor(fd, POLLOUT, wake, kClientTimeoutMs)) return false;
-    // MSG_NOSIGNAL: a scraper that hung up must not kill the process.
-    const ssize_t n = base::RetryOnEintr([&] {
-      return ::send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    });
-    if (n < 0 && errno == EAGAIN) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
+bool RequestComplete(const std::string& request) {
+  return request.find("\r\n\r\n") != std::string::npos ||
+         request.find("\n\n") != std::string::npos;
 }
 
 std::string Response(absl::string_view status, absl::string_view type,
@@ -98,8 +90,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         absl::StrCat("cannot serve metrics on ", where, ": '", bind_address,
                      "' is not an IPv4 or IPv6 address"));
   }
-  base::UniqueFd listener(
-      ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd listener(::socket(
+      v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener.valid()) {
     return base::ErrnoStatus(
         errno, absl::StrCat("cannot serve metrics on ", where, ": socket"));
@@ -109,7 +101,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&storage), length) !=
           0 ||
-      ::listen(listener.get(), 16) != 0) {
+      ::listen(listener.get(), 128) != 0) {
     const int error = errno;
     return absl::Status(
         error == EADDRINUSE ? absl::StatusCode::kUnavailable
@@ -162,48 +154,129 @@ std::string MetricsServer::url() const {
   return absl::StrCat("http://", HostPort(bind_address_, port_), "/metrics");
 }
 
+struct MetricsServer::Client {
+  base::UniqueFd fd;
+  std::string request;
+  std::string response;  // Set once the request is complete.
+  size_t sent = 0;
+  absl::Time deadline;
+};
+
 void MetricsServer::Serve() {
-  // Returns once woken (or should poll fail, which with valid descriptors
-  // it does not); a wake-up during a scrape ends Answer at its next wait.
-  while (WaitFor(listener_.get(), POLLIN, wake_.get(), -1)) {
-    base::UniqueFd client(base::RetryOnEintr([&] {
-      return ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    }));
-    if (client.valid()) Answer(client.get());
+  // Accept order: the front is the oldest.
+  std::list<Client> clients;
+  absl::Time accept_paused_until = absl::InfinitePast();
+  absl::Duration accept_pause = absl::Milliseconds(50);
+  // Closes the oldest client still sending its request; false if none.
+  const auto drop_oldest_reader = [&clients] {
+    for (auto it = clients.begin(); it != clients.end(); ++it) {
+      if (it->response.empty()) {
+        clients.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<pollfd> fds;
+  while (true) {
+    const absl::Time now = absl::Now();
+    const bool accepting = now >= accept_paused_until;
+    absl::Time next = accepting ? absl::InfiniteFuture() : accept_paused_until;
+    fds.clear();
+    fds.push_back({wake_.get(), POLLIN, 0});
+    fds.push_back(
+        {listener_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
+    for (const Client& c : clients) {
+      fds.push_back({c.fd.get(),
+                     static_cast<short>(c.response.empty() ? POLLIN : POLLOUT),
+                     0});
+      next = std::min(next, c.deadline);
+    }
+    const int timeout_ms =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(std::clamp<int64_t>(
+                  absl::ToInt64Milliseconds(next - now) + 1, 0, 1 << 30));
+    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (n < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;  // Woken by the destructor.
+    // Serve the clients polled (new ones are appended after them).
+    size_t i = 2;
+    for (auto it = clients.begin(); i < fds.size(); ++i) {
+      const short revents = fds[i].revents;
+      Client& c = *it;
+      bool done = false;
+      if (revents != 0) done = !Progress(c);
+      it = done ? clients.erase(it) : std::next(it);
+    }
+    const absl::Time after = absl::Now();
+    for (auto it = clients.begin(); it != clients.end();) {
+      it = it->deadline <= after ? clients.erase(it) : std::next(it);
+    }
+    if (fds[1].revents & POLLIN) {
+      while (true) {
+        base::UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr,
+                                    SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd.valid()) {
+          const int error = errno;
+          if (error == EINTR || error == ECONNABORTED) continue;
+          if (error != EMFILE && error != ENFILE && error != ENOBUFS &&
+              error != ENOMEM) {
+            break;  // EAGAIN: none left.
+          }
+          if (drop_oldest_reader()) continue;
+          // No descriptor to give back: pause instead of spinning on a
+          // listening socket that stays readable.
+          accept_paused_until = absl::Now() + accept_pause;
+          accept_pause = std::min(accept_pause * 2, absl::Seconds(1));
+          break;
+        }
+        accept_pause = absl::Milliseconds(50);
+        if (clients.size() >= kMaxClients && !drop_oldest_reader()) continue;
+        clients.push_back(
+            Client{std::move(fd), "", "", 0, absl::Now() + kClientTimeout});
+      }
+    }
   }
 }
 
-void MetricsServer::Answer(int fd) {
-  std::string request;
-  while (request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos) {
-    if (request.size() > kMaxRequestBytes ||
-        !WaitFor(fd, POLLIN, wake_.get(), kClientTimeoutMs)) {
-      return;
-    }
+bool MetricsServer::Progress(Client& c) {
+  if (c.response.empty()) {
     char buf[4096];
     const ssize_t n = base::RetryOnEintr(
-        [&] { return ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT); });
-    if (n < 0 && errno == EAGAIN) continue;
-    if (n <= 0) return;
-    request.append(buf, static_cast<size_t>(n));
+        [&] { return ::recv(c.fd.get(), buf, sizeof(buf), 0); });
+    if (n < 0 && errno == EAGAIN) return true;
+    if (n <= 0) return false;
+    c.request.append(buf, static_cast<size_t>(n));
+    if (!RequestComplete(c.request))
+      return c.request.size() <= kMaxRequestBytes;
+    c.response = Answer(c.request);
   }
+  // MSG_NOSIGNAL: a scraper that hung up must not kill the process.
+  const ssize_t n = base::RetryOnEintr([&] {
+    return ::send(c.fd.get(), c.response.data() + c.sent,
+                  c.response.size() - c.sent, MSG_NOSIGNAL);
+  });
+  if (n < 0 && errno == EAGAIN) return true;
+  if (n <= 0) return false;
+  c.sent += static_cast<size_t>(n);
+  return c.sent < c.response.size();
+}
+
+std::string MetricsServer::Answer(const std::string& request) const {
   const absl::string_view line =
       absl::string_view(request).substr(0, request.find_first_of("\r\n"));
-  std::string response;
   if (!absl::StartsWith(line, "GET ")) {
-    response =
-        Response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
-  } else if (absl::StartsWith(line, "GET /metrics ") ||
-             absl::StartsWith(line, "GET /metrics?")) {
-    response = Response(
+    return Response("405 Method Not Allowed", "text/plain",
+                    "only GET /metrics\n");
+  }
+  if (absl::StartsWith(line, "GET /metrics ") ||
+      absl::StartsWith(line, "GET /metrics?")) {
+    return Response(
         "200 OK", "text/plain; version=0.0.4; charset=utf-8",
         prometheus::TextSerializer().Serialize(collectable_->Collect()));
-  } else {
-    response =
-        Response("404 Not Found", "text/plain", "metrics are on /metrics\n");
   }
-  SendAll(fd, response, wake_.get());
+  return Response("404 Not Found", "text/plain", "metrics are on /metrics\n");
 }
 
 }  // namespace dtrain::trainer

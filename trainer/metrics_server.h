@@ -15,8 +15,14 @@
 // Lifetime: serving starts in Start and stops in the destructor, which wakes
 // the thread, waits for it (a scrape in flight is cut short) and closes the
 // socket, so the port is free when it returns. The server keeps the
-// collectable alive while it serves. A client that sends nothing is dropped
-// after 5 s. Thread-safe: the accessors may be called from any thread.
+// collectable alive while it serves. Thread-safe: the accessors may be
+// called from any thread.
+//
+// Strangers who can reach the port (docs/RELIABILITY.md): up to 64 clients
+// are served at once, each given 5 s from connecting to the last byte of its
+// answer and 16 KiB of request; when 64 are connected, a new one closes the
+// oldest that has not finished its request; out of descriptors, the server
+// closes such a client or pauses accepting rather than spinning.
 #ifndef DTRAIN_TRAINER_METRICS_SERVER_H_
 #define DTRAIN_TRAINER_METRICS_SERVER_H_
 
@@ -56,11 +62,13 @@ class MetricsServer {
   MetricsServer(std::string bind_address, int port,
                 std::shared_ptr<prometheus::Collectable> collectable,
                 base::UniqueFd listener, base::UniqueFd wake);
+  struct Client;
   // The serving thread: accepts and answers until woken.
   void Serve();
-  // Reads one request from `fd` and answers it (gives up on a client that
-  // is too slow, or when woken).
-  void Answer(int fd);
+  // Reads from or writes to a ready client; false once it is done or failed.
+  bool Progress(Client& c);
+  // The HTTP response to a complete request.
+  std::string Answer(const std::string& request) const;
 
   const std::string bind_address_;
   const int port_;
