@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -42,16 +44,14 @@ absl::Status CheckEnvMasterAddr(const LaunchEnv& launch) {
       "host of SLURM_JOB_NODELIST is used)"));
 }
 
-// The store listens where the ranks reach it, not on every interface: the
-// master's address. One exception: a job across hosts whose master name
-// resolves here only to loopback (Debian's /etc/hosts maps the host's own
-// name to 127.0.1.1) would be unreachable from the other hosts, so it
-// listens on every interface, as before.
-std::string DefaultBindHost(const std::string& host, const LaunchEnv& launch) {
+// Whether every address `host` resolves to is a loopback one; nullopt when it
+// does not resolve.
+std::optional<bool> ResolvesToLoopbackOnly(const std::string& host) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return "";
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0)
+    return std::nullopt;
   bool loopback_only = true;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     if (a->ai_family == AF_INET) {
@@ -63,12 +63,23 @@ std::string DefaultBindHost(const std::string& host, const LaunchEnv& launch) {
     }
   }
   ::freeaddrinfo(found);
+  return loopback_only;
+}
+
+// The store listens where the ranks reach it, not on every interface: the
+// master's address. One exception: a job across hosts whose master name
+// resolves here only to loopback (Debian's /etc/hosts maps the host's own
+// name to 127.0.1.1) would be unreachable from the other hosts, so it
+// listens on every interface, as before.
+std::string DefaultBindHost(const std::string& host, const LaunchEnv& launch) {
+  const std::optional<bool> loopback_only = ResolvesToLoopbackOnly(host);
+  if (!loopback_only.has_value()) return "";
   // A loopback address written as such means one host.
   const bool loopback_literal =
       host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
   const bool one_host =
       !launch.local_inferred && launch.local_world_size == launch.world_size;
-  if (loopback_only && !loopback_literal && !one_host) return "";
+  if (*loopback_only && !loopback_literal && !one_host) return "";
   return host;
 }
 
@@ -142,7 +153,24 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
   DTRAIN_ASSIGN_OR_RETURN(tcp.token, StoreToken(env));
   tcp.timeout = options.timeout;
   tcp.connect_timeout = options.timeout;
-  return TcpStore::Create(tcp);
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<TcpStore> store,
+                          TcpStore::Create(tcp));
+  if (tcp.is_server && tcp.token.empty() &&
+      (tcp.bind_host.empty() ||
+       !ResolvesToLoopbackOnly(tcp.bind_host).value_or(false))) {
+    // The documented default for a job across hosts is a token
+    // (docs/RELIABILITY.md): say so where the job's log will show it.
+    std::fprintf(
+        stderr,
+        "rank 0: warning: the store %s (listening on %s) has no "
+        "token: anyone who can reach the port can read, change or "
+        "delete the job's rendezvous keys and so end the job. Set "
+        "DTRAIN_STORE_TOKEN (or DTRAIN_STORE_TOKEN_FILE) to the same "
+        "secret on every rank (docs/RELIABILITY.md).\n",
+        store->Describe().c_str(),
+        tcp.bind_host.empty() ? "every interface" : tcp.bind_host.c_str());
+  }
+  return std::shared_ptr<Store>(std::move(store));
 }
 
 }  // namespace

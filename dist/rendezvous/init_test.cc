@@ -24,6 +24,7 @@ namespace dtrain::rendezvous {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Listens on 127.0.0.1:`port` (0: a free port) while it lives, as another
 // program would. port() is the port held, or 0 when it could not be bound.
@@ -362,6 +363,41 @@ TEST(InitWorldTest, RankOfAnotherJobIsToldToMoveItsPort) {
   EXPECT_THAT(message, HasSubstr("rank 1 is claimed twice"));
   EXPECT_THAT(message, HasSubstr("belongs to another job"));
   EXPECT_THAT(message, HasSubstr("--master_port=0 for a free one"));
+}
+
+// Rank 0 warns when its store is reachable beyond this host without a token
+// (docs/RELIABILITY.md); on loopback, or with a token, it says nothing.
+TEST(InitWorldTest, AStoreBeyondLoopbackWithoutATokenIsWarnedAbout) {
+  struct Case {
+    std::string bind;
+    EnvMap env;
+    bool warns;
+  };
+  const std::vector<Case> cases = {
+      {"*", {}, true},
+      {"127.0.0.1", {}, false},
+      {"*", {{"DTRAIN_STORE_TOKEN", "s3cret"}}, false},
+  };
+  for (const Case& c : cases) {
+    InitOptions o;
+    o.url = absl::StrCat("tcp://127.0.0.1:", FreePort());
+    o.bind_host = c.bind;
+    o.args.rank = 0;
+    o.args.world_size = 2;  // Rank 1 never comes: only the warning matters.
+    o.timeout = absl::Milliseconds(200);
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(InitWorld(o, c.env).ok());
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    if (c.warns) {
+      EXPECT_THAT(log, HasSubstr("rank 0: warning: the store tcp://127.0.0.1:"))
+          << c.bind;
+      EXPECT_THAT(log, HasSubstr("(listening on every interface) has no "
+                                 "token: anyone who can reach the port"));
+      EXPECT_THAT(log, HasSubstr("Set DTRAIN_STORE_TOKEN"));
+    } else {
+      EXPECT_THAT(log, Not(HasSubstr("has no token"))) << c.bind;
+    }
+  }
 }
 
 TEST(InitWorldTest, BadInputIsInvalidArgument) {
