@@ -14,7 +14,8 @@ mkdir -p "$out/corpus"
 fuzz_build "$out/tcp_store_server_fuzzer" dist/store/tcp_store_server_fuzzer.cc dist/store/tcp_store.cc \
   dist/store/tcp_store_server.cc dist/store/tcp_store_protocol.cc dist/store/tcp_socket.cc \
   dist/store/store_util.cc base/byte_codec.cc base/posix_io.cc
-# Seeds: one well-formed frame per request type, so mutations start past the header checks.
+# Seeds: one well-formed frame per request type, so mutations start past the header checks, and one
+# behind the token server's hello.
 python3 - "$out/corpus" <<'PY'
 import struct, sys
 def b(x): return struct.pack('<I', len(x)) + x
@@ -27,6 +28,8 @@ seeds = {
     'check': frame(6, struct.pack('<I', 2) + b(b'a') + b(b'k')),
     'wait': frame(7, struct.pack('<q', 10) + struct.pack('<I', 1) + b(b'z')),
     'delete': frame(8, b(b'k')), 'numkeys': frame(9, b''),
+    # The token server's hello ("fuzz"), then a request.
+    'hello-set': frame(1, b(b'fuzz')) + frame(2, b(b'k') + b(b'v')),
 }
 for name, data in seeds.items():
     open(f'{sys.argv[1]}/seed-{name}', 'wb').write(data)
