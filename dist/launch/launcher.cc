@@ -6,14 +6,17 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -111,9 +114,27 @@ bool Failed(int status) {
   return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
 
+// A job on one node whose environment names no store token gets a random
+// one: the launcher starts every rank, so it can share a secret with them
+// all, and no other user of the host can then use the job's store (on
+// loopback, reachable by every local user). Empty when the user set one, or
+// for several nodes, whose launchers cannot agree on a secret.
+absl::StatusOr<std::string> JobStoreToken(const LaunchOptions& o) {
+  if (o.nnodes != 1 || std::getenv("DTRAIN_STORE_TOKEN") != nullptr ||
+      std::getenv("DTRAIN_STORE_TOKEN_FILE") != nullptr) {
+    return std::string();
+  }
+  char bytes[16];
+  if (::getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
+    return base::ErrnoStatus(errno, "cannot make the job's store token");
+  }
+  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
+}
+
 // The environment of one rank: ours, with the launcher's variables set.
 std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
-                                         int local_rank, int restart) {
+                                         int local_rank, int restart,
+                                         const std::string& store_token) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
@@ -127,6 +148,7 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
   env["MASTER_ADDR"] = o.master_addr;
   env["MASTER_PORT"] = std::to_string(o.master_port);
   env["DTRAIN_RESTART_COUNT"] = std::to_string(restart);
+  if (!store_token.empty()) env["DTRAIN_STORE_TOKEN"] = store_token;
   // Several ranks on few cores oversubscribe with one OpenMP thread pool per
   // core each; OpenBLAS (Debian's LibTorch) has a pool of its own whose idle
   // workers spin, and it sizes the pool from this variable when loaded.
@@ -138,10 +160,10 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
 }
 
 // Starts one rank. Everything the child needs is prepared before fork().
-absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r,
-                            int restart) {
+absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r, int restart,
+                            const std::string& store_token) {
   std::vector<std::string> env_strings =
-      RankEnvironment(o, r.rank, r.local_rank, restart);
+      RankEnvironment(o, r.rank, r.local_rank, restart, store_token);
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -307,6 +329,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
   const int pipe_fds[2] = {wake.read_fd(), wake.write_fd()};
   SignalScope signals(
       wake.write_fd());  // Destroyed before the pipe it writes to.
+  DTRAIN_ASSIGN_OR_RETURN(const std::string store_token, JobStoreToken(o));
   LaunchResult result;
   result.master_port = o.master_port;
   const int world_size = o.nproc_per_node * o.nnodes;
@@ -326,7 +349,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
                 : "")
         << ": " << absl::StrJoin(o.command, " ") << std::endl;
     for (Rank& r : ranks) {
-      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt);
+      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt, store_token);
       if (!pid.ok()) {
         SignalGroup(ranks, SIGKILL);
         for (Rank& q : ranks) {

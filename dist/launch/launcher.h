@@ -7,7 +7,11 @@
 // Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT, OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 (unless already
 // set) and DTRAIN_RESTART_COUNT. Ranks run in their own process groups and die
-// with the launcher (PR_SET_PDEATHSIG), so none is left behind.
+// with the launcher (PR_SET_PDEATHSIG), so none is left behind. On one node,
+// when the environment sets neither DTRAIN_STORE_TOKEN nor
+// DTRAIN_STORE_TOKEN_FILE, the ranks also get a random DTRAIN_STORE_TOKEN, new
+// for each Run(), so that other users of the host cannot use the job's store
+// (docs/RELIABILITY.md).
 //
 // master_port 0 (one node only, as torchrun's --standalone): the launcher
 // picks a free port on the master address and gives it to the ranks as

@@ -220,6 +220,38 @@ TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {
       << log;
 }
 
+// One node, no token set: every rank gets the same random one, new for each
+// run (and kept across restarts); a token the user set is passed on as is;
+// several nodes get none of the launcher's making.
+TEST(LauncherTest, OneNodeWithoutATokenGetsARandomOne) {
+  const std::string dir = TmpDir();
+  const std::string script =
+      absl::StrCat("echo \"$DTRAIN_STORE_TOKEN\" > ", dir,
+                   "/token.$RANK.$DTRAIN_RESTART_COUNT; ",
+                   "[ \"$DTRAIN_RESTART_COUNT\" -ge 1 ] || exit 5");
+  ::unsetenv("DTRAIN_STORE_TOKEN");
+  ::unsetenv("DTRAIN_STORE_TOKEN_FILE");
+  LaunchOptions o = Shell(2, script);
+  o.max_restarts = 1;
+  ASSERT_EQ(MustRun(o).exit_code, 0);
+  const std::string first = Slurp(absl::StrCat(dir, "/token.0.0"));
+  EXPECT_THAT(first, MatchesRegex("[0-9a-f]{32}\n"));
+  // (Rank 1 of the first attempt may be stopped before it writes.)
+  for (const char* other : {"/token.0.1", "/token.1.1"})
+    EXPECT_EQ(Slurp(absl::StrCat(dir, other)), first) << other;
+  ASSERT_EQ(MustRun(o).exit_code, 0);
+  EXPECT_NE(Slurp(absl::StrCat(dir, "/token.0.0")), first);
+
+  ::setenv("DTRAIN_STORE_TOKEN", "users-own", 1);
+  ASSERT_EQ(MustRun(o).exit_code, 0);
+  EXPECT_EQ(Slurp(absl::StrCat(dir, "/token.1.1")), "users-own\n");
+  ::unsetenv("DTRAIN_STORE_TOKEN");
+
+  o.nnodes = 2;
+  ASSERT_EQ(MustRun(o).exit_code, 0);
+  EXPECT_EQ(Slurp(absl::StrCat(dir, "/token.1.1")), "\n");
+}
+
 TEST(LauncherTest, MasterPortZeroNeedsAnAddressOfThisMachine) {
   LaunchOptions o = Shell(1, "true");
   o.master_port = 0;
