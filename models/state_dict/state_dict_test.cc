@@ -129,7 +129,7 @@ TEST(StateDictTest, BadFilesAndPathsAreErrors) {
             absl::StatusCode::kNotFound);
   const std::string path = TempPath("damaged.safetensors");
   ASSERT_TRUE(SaveStateDict(*m, path).ok());
-  std::string bytes = *base::ReadFile(path);
+  std::string bytes = *base::ReadFile(path, base::kWeightsFileLimit);
   bytes.resize(bytes.size() - 1);
   ASSERT_TRUE(base::WriteFileAtomically(path, bytes).ok());
   const absl::Status s = LoadStateDict(path, *m);
@@ -138,7 +138,7 @@ TEST(StateDictTest, BadFilesAndPathsAreErrors) {
 
   const std::string pt = TempPath("damaged.pt");
   ASSERT_TRUE(SaveStateDict(*m, pt).ok());
-  bytes = *base::ReadFile(pt);
+  bytes = *base::ReadFile(pt, base::kWeightsFileLimit);
   bytes[bytes.size() / 2] ^= 0x40;
   ASSERT_TRUE(base::WriteFileAtomically(pt, bytes).ok());
   EXPECT_THAT(std::string(LoadStateDict(pt, *m).message()),
