@@ -36,7 +36,7 @@ absl::Status TooLarge(absl::string_view path, absl::string_view size,
                       const FileLimit& limit) {
   return absl::InvalidArgumentError(absl::StrCat(
       "cannot read ", path, ": ", size, ", more than the limit of ",
-      limit.max_bytes, " bytes for a ", limit.what));
+      limit.max_bytes, " bytes for ", limit.what));
 }
 
 }  // namespace
@@ -110,7 +110,7 @@ absl::StatusOr<OpenedFile> OpenForReading(const std::string& path,
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read ", path, ": ", FileTypeName(st.st_mode),
-                     ", not a regular file (expected a ", limit.what, ")"));
+                     ", not a regular file (expected ", limit.what, ")"));
   }
   if (st.st_size > limit.max_bytes) {
     return TooLarge(path, absl::StrCat(st.st_size, " bytes"), limit);

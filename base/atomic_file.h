@@ -36,8 +36,8 @@ namespace dtrain::base {
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes);
 
-// What a file is, for errors ("weights file"), and the most bytes a reader
-// accepts for it.
+// What a file is, for errors ("a weights file"), and the most bytes a
+// reader accepts for it.
 struct FileLimit {
   absl::string_view what;
   int64_t max_bytes;
@@ -46,12 +46,13 @@ struct FileLimit {
 // Per-kind limits. Weights, checkpoints and datasets are held in memory
 // whole, so their limit is large but below this machine class's memory;
 // text files (configs, metrics, secrets) are small.
-inline constexpr FileLimit kWeightsFileLimit{"weights file", int64_t{16} << 30};
-inline constexpr FileLimit kCheckpointFileLimit{"checkpoint file",
+inline constexpr FileLimit kWeightsFileLimit{"a weights file",
+                                             int64_t{16} << 30};
+inline constexpr FileLimit kCheckpointFileLimit{"a checkpoint file",
                                                 int64_t{16} << 30};
-inline constexpr FileLimit kDataFileLimit{"data file", int64_t{16} << 30};
-inline constexpr FileLimit kTextFileLimit{"text file", int64_t{64} << 20};
-inline constexpr FileLimit kSecretFileLimit{"secret file", int64_t{64} << 10};
+inline constexpr FileLimit kDataFileLimit{"a data file", int64_t{16} << 30};
+inline constexpr FileLimit kTextFileLimit{"a text file", int64_t{64} << 20};
+inline constexpr FileLimit kSecretFileLimit{"a secret file", int64_t{64} << 10};
 
 // What a file of this st_mode is, for errors: "a directory", "a FIFO", "a
 // character device", "a block device", "a socket", "a regular file".

@@ -55,7 +55,7 @@ TEST(AtomicFileTest, RecognisesTemporaries) {
   EXPECT_FALSE(IsAtomicWriteTemporary(".hidden"));
 }
 
-constexpr FileLimit kSmall{"test file", 1000};
+constexpr FileLimit kSmall{"a test file", 1000};
 
 TEST(BoundedReadTest, ReadsAFileUpToTheLimit) {
   const std::string path = FreshDir("bounded") + "/f";
@@ -84,7 +84,7 @@ TEST(BoundedReadTest, RefusesASparseFileBiggerThanTheLimitUnread) {
   ASSERT_EQ(::ftruncate(fd, int64_t{3} << 30), 0);
   ::close(fd);
   absl::StatusOr<std::string> read =
-      ReadFile(path, FileLimit{"checkpoint file", int64_t{1} << 30});
+      ReadFile(path, FileLimit{"a checkpoint file", int64_t{1} << 30});
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(read.status().message(), HasSubstr("3221225472 bytes"));
   EXPECT_THAT(read.status().message(), HasSubstr("checkpoint file"));

@@ -113,7 +113,7 @@ absl::Status Walk(const std::string& class_dir, int64_t label,
 
 absl::StatusOr<std::string> ReadImageFile(const std::string& path,
                                           int64_t max_bytes) {
-  return base::ReadFile(path, base::FileLimit{"image file", max_bytes});
+  return base::ReadFile(path, base::FileLimit{"an image file", max_bytes});
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(
   // file of many gigabytes.
   DTRAIN_ASSIGN_OR_RETURN(
       base::OpenedFile opened,
-      base::OpenForReading(path, base::FileLimit{"data file", max_file_bytes}));
+      base::OpenForReading(path,
+                           base::FileLimit{"a data file", max_file_bytes}));
   std::FILE* file = fdopen(opened.fd.get(), "rb");
   if (file == nullptr) {
     return base::ErrnoStatus(errno, absl::StrCat("cannot open ", path));

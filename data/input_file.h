@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/atomic_file.h"
 
 namespace dtrain::data::internal {
 
@@ -34,7 +35,7 @@ class InputFile {
 
   // The default limit: STL-10's unlabeled split, the largest file read, is
   // 2.8 GB.
-  static constexpr int64_t kMaxFileBytes = int64_t{16} << 30;
+  static constexpr int64_t kMaxFileBytes = base::kDataFileLimit.max_bytes;
 
   ~InputFile();
   InputFile(const InputFile&) = delete;

@@ -77,7 +77,7 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
   // No more than the size checked above (+1 to see a file that grew).
   return base::ReadOpenedFile(
       path, file,
-      base::FileLimit{"checkpoint file of the size its header states",
+      base::FileLimit{"a checkpoint file of the size its header states",
                       file.size});
 }
 
