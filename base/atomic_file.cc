@@ -1,8 +1,10 @@
 #include "base/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <string>
@@ -30,7 +32,24 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+absl::Status TooLarge(absl::string_view path, absl::string_view size,
+                      const FileLimit& limit) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot read ", path, ": ", size, ", more than the limit of ",
+      limit.max_bytes, " bytes for ", limit.what));
+}
+
 }  // namespace
+
+absl::string_view FileTypeName(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "of an unknown file type";
+}
 
 bool IsAtomicWriteTemporary(absl::string_view file_name) {
   return absl::StartsWith(file_name, ".") && absl::EndsWith(file_name, ".tmp");
@@ -79,13 +98,52 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Errno(errno, "cannot open", path);
+absl::StatusOr<OpenedFile> OpenForReading(const std::string& path,
+                                          const FileLimit& limit) {
+  OpenedFile file;
+  file.fd.Reset(RetryOnEintr(
+      [&] { return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); }));
+  if (!file.fd.valid()) return Errno(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(file.fd.get(), &st) != 0)
+    return Errno(errno, "cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path, ": ", FileTypeName(st.st_mode),
+                     ", not a regular file (expected ", limit.what, ")"));
+  }
+  if (st.st_size > limit.max_bytes) {
+    return TooLarge(path, absl::StrCat(st.st_size, " bytes"), limit);
+  }
+  file.size = st.st_size;
+  return file;
+}
+
+absl::StatusOr<std::string> ReadOpenedFile(const std::string& path,
+                                           OpenedFile& file,
+                                           const FileLimit& limit) {
+  const size_t cap = static_cast<size_t>(limit.max_bytes) + 1;
   std::string out;
-  if (const int error = ReadToEnd(fd.get(), &out); error != 0)
-    return Errno(error, "cannot read", path);
-  return out;
+  // The size at open is a hint: /proc files say 0, and a file may grow.
+  out.reserve(
+      static_cast<size_t>(std::min<int64_t>(file.size, limit.max_bytes)));
+  char buffer[1 << 16];
+  while (out.size() < cap) {
+    const size_t want = std::min(sizeof(buffer), cap - out.size());
+    const ssize_t n =
+        RetryOnEintr([&] { return ::read(file.fd.get(), buffer, want); });
+    if (n < 0) return Errno(errno, "cannot read", path);
+    if (n == 0) return out;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  return TooLarge(path, "it grew while being read", limit);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     const FileLimit& limit) {
+  absl::StatusOr<OpenedFile> file = OpenForReading(path, limit);
+  if (!file.ok()) return file.status();
+  return ReadOpenedFile(path, *file, limit);
 }
 
 }  // namespace dtrain::base

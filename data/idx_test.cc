@@ -1,9 +1,14 @@
 #include "data/idx.h"
 
 #include <ATen/ops/equal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -316,6 +321,38 @@ TEST(FashionMnistTest, DefaultDirectoryHoldsFashionMnist) {
   absl::StatusOr<Dataset> test = LoadMnist(kFashionMnistDir, Split::kTest);
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->size(), 10000);
+}
+
+// A path naming a FIFO, /dev/zero or a directory is refused at once (a FIFO
+// used to block at open, /dev/zero to be read until memory ran out).
+TEST_F(IdxTest, RefusesWhatIsNotARegularFile) {
+  const std::string fifo = Write("x", "") + ".fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string zero = fifo + ".zero";
+  std::filesystem::create_symlink("/dev/zero", zero);
+  const std::string dir = fifo + ".dir";
+  std::filesystem::create_directory(dir);
+  for (const auto& [path, what] :
+       {std::pair<std::string, std::string>{fifo, "a FIFO"},
+        {zero, "a character device"},
+        {dir, "a directory"}}) {
+    const absl::Status s = ReadIdxFile(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(s.message(), AllOf(HasSubstr(path), HasSubstr(what)));
+  }
+}
+
+// The size on disk is checked before anything is read: a sparse file over
+// the limit is refused unread.
+TEST_F(IdxTest, RefusesAFileOverTheLimit) {
+  const std::string path = Write("sparse", "");
+  ASSERT_EQ(::truncate(path.c_str(), int64_t{3} << 30), 0);
+  absl::StatusOr<std::unique_ptr<internal::InputFile>> file =
+      internal::InputFile::Open(path, int64_t{1} << 30);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(file.status().message(),
+              AllOf(HasSubstr(path), HasSubstr("3221225472 bytes"),
+                    HasSubstr("limit of 1073741824 bytes for a data file")));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/atomic_file.h"
 #include "base/posix_io.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
@@ -112,30 +113,7 @@ absl::Status Walk(const std::string& class_dir, int64_t label,
 
 absl::StatusOr<std::string> ReadImageFile(const std::string& path,
                                           int64_t max_bytes) {
-  base::UniqueFd fd(base::RetryOnEintr(
-      [&] { return open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
-  if (!fd.valid()) {
-    return base::ErrnoStatus(errno, absl::StrCat("cannot open ", path));
-  }
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) {
-    return base::ErrnoStatus(errno, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  if (st.st_size > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes, more than the limit of ",
-                     max_bytes, " for one image file"));
-  }
-  std::string bytes;
-  bytes.reserve(st.st_size);
-  if (const int error = base::ReadToEnd(fd.get(), &bytes); error != 0) {
-    return base::ErrnoStatus(error, absl::StrCat("cannot read ", path));
-  }
-  return bytes;
+  return base::ReadFile(path, base::FileLimit{"an image file", max_bytes});
 }
 
 }  // namespace

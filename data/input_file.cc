@@ -1,6 +1,5 @@
 #include "data/input_file.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/atomic_file.h"
 #include "base/posix_io.h"
 #include "base/status_macros.h"
 
@@ -38,18 +38,20 @@ struct InputFile::Inflater {
   }
 };
 
-absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
+absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(
+    std::string path, int64_t max_file_bytes) {
+  // Regular files only, within the limit: not a FIFO, /dev/zero or a stray
+  // file of many gigabytes.
+  DTRAIN_ASSIGN_OR_RETURN(
+      base::OpenedFile opened,
+      base::OpenForReading(path,
+                           base::FileLimit{"a data file", max_file_bytes}));
+  std::FILE* file = fdopen(opened.fd.get(), "rb");
   if (file == nullptr) {
     return base::ErrnoStatus(errno, absl::StrCat("cannot open ", path));
   }
-  struct stat st;
-  if (fstat(fileno(file), &st) != 0 || !S_ISREG(st.st_mode)) {
-    const bool is_dir = S_ISDIR(st.st_mode);
-    std::fclose(file);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read ", path, ": ", is_dir ? "a directory" : "not a file"));
-  }
+  opened.fd.Release();
+  const uint64_t file_size = static_cast<uint64_t>(opened.size);
   unsigned char magic[2] = {0, 0};
   const size_t got = std::fread(magic, 1, 2, file);
   const bool gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -58,8 +60,8 @@ absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(std::string path) {
     std::fclose(file);
     return base::ErrnoStatus(err, absl::StrCat("cannot read ", path));
   }
-  return std::unique_ptr<InputFile>(new InputFile(
-      std::move(path), file, static_cast<uint64_t>(st.st_size), gzip));
+  return std::unique_ptr<InputFile>(
+      new InputFile(std::move(path), file, file_size, gzip));
 }
 
 InputFile::InputFile(std::string path, std::FILE* file, uint64_t file_size,
@@ -94,6 +96,10 @@ absl::StatusOr<size_t> InputFile::Read(void* dst, size_t n) {
 }
 
 absl::StatusOr<size_t> InputFile::ReadRaw(char* dst, size_t n) {
+  // A file that grows while it is read is read no further than one byte past
+  // its size at Open: enough to report it, never unbounded.
+  if (offset_ > file_size_) return 0;
+  n = static_cast<size_t>(std::min<uint64_t>(n, file_size_ + 1 - offset_));
   const size_t got = std::fread(dst, 1, n, file_);
   offset_ += got;
   if (got < n && std::ferror(file_)) {
@@ -104,7 +110,11 @@ absl::StatusOr<size_t> InputFile::ReadRaw(char* dst, size_t n) {
 
 absl::StatusOr<bool> InputFile::FillInput() {
   Inflater& z = *inflater_;
-  const size_t got = std::fread(z.in.data(), 1, z.in.size(), file_);
+  // As ReadRaw: no further than one byte past the size at Open.
+  if (z.file_bytes > file_size_) return false;
+  const size_t want = static_cast<size_t>(
+      std::min<uint64_t>(z.in.size(), file_size_ + 1 - z.file_bytes));
+  const size_t got = std::fread(z.in.data(), 1, want, file_);
   if (got == 0 && std::ferror(file_)) {
     return Error(absl::StrCat("read failed: ", base::ErrnoText(errno)));
   }

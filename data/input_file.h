@@ -19,14 +19,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/atomic_file.h"
 
 namespace dtrain::data::internal {
 
 class InputFile {
  public:
   // kNotFound when the file does not exist, another code (with errno's text)
-  // when it cannot be opened or read.
-  static absl::StatusOr<std::unique_ptr<InputFile>> Open(std::string path);
+  // when it cannot be opened or read; kInvalidArgument naming the path for
+  // anything but a regular file (a FIFO is refused without waiting for a
+  // writer) and for a file of more than `max_file_bytes` (on disk: gzip data
+  // is bounded by max_data_size below).
+  static absl::StatusOr<std::unique_ptr<InputFile>> Open(
+      std::string path, int64_t max_file_bytes = kMaxFileBytes);
+
+  // The default limit: STL-10's unlabeled split, the largest file read, is
+  // 2.8 GB.
+  static constexpr int64_t kMaxFileBytes = base::kDataFileLimit.max_bytes;
 
   ~InputFile();
   InputFile(const InputFile&) = delete;

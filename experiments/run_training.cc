@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/atomic_file.h"
 #include "base/posix_io.h"
 #include "nlohmann/json.hpp"
 
@@ -51,9 +50,10 @@ int FreePort() {
 }
 
 std::string Tail(const std::string& path, int lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
+  absl::StatusOr<std::string> text = base::ReadFile(path, base::kTextFileLimit);
+  if (!text.ok()) return std::string(text.status().message());
+  std::vector<std::string> all = absl::StrSplit(*text, '\n');
+  if (!all.empty() && all.back().empty()) all.pop_back();
   const size_t from = all.size() > static_cast<size_t>(lines)
                           ? all.size() - static_cast<size_t>(lines)
                           : 0;
@@ -137,12 +137,12 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
 }
 
 absl::Status ReadMetrics(const std::string& path, RunRecord* r) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no metrics file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = base::ReadFile(path, base::kTextFileLimit);
+  if (absl::IsNotFound(text.status()))
+    return absl::NotFoundError(absl::StrCat("no metrics file ", path));
+  if (!text.ok()) return text.status();
   try {
-    const nlohmann::json m = nlohmann::json::parse(text.str());
+    const nlohmann::json m = nlohmann::json::parse(*text);
     if (m.value("format", "") != "dtrain.metrics.v1") {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": not a dtrain.metrics.v1 file"));

@@ -72,8 +72,9 @@ class LoopCheckpoints {
 
   // Not collective. Rank 0 writes checkpoint-<state.global_step>.dtc
   // (CheckpointDir::Save: atomically, then rotation) and returns its path;
-  // the other ranks return "" at once. EncodeCheckpoint's and the
-  // directory's errors.
+  // the other ranks return "" at once. EncodeCheckpoint's errors (among
+  // them a state that CheckTrainingState refuses: state.epoch must equal
+  // state.sampler.epoch) and the directory's.
   absl::StatusOr<std::string> Save(const torch::nn::Module& model,
                                    const torch::optim::Optimizer& optimizer,
                                    const TrainingState& state);

@@ -141,7 +141,7 @@ TEST(LoopCheckpointsTest, SavesTheStateItIsGiven) {
     torch::nn::Linear model(4, 2);
     torch::optim::SGD optimizer(model->parameters(), 0.1);
     TrainingState state;
-    state.epoch = 3;
+    state.epoch = state.sampler.epoch = 3;
     state.global_step = 12;
     state.best_top1 = 50;
     state.model_name = "linear";

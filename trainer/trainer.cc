@@ -368,8 +368,10 @@ absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
   state.seed = o_.seed;
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
                           EncodeCheckpoint(*model_, *optimizer_, state));
+  std::vector<std::string> warnings;
   DTRAIN_ASSIGN_OR_RETURN(std::string path,
-                          checkpoints_->Save(global_step_, bytes));
+                          checkpoints_->Save(global_step_, bytes, &warnings));
+  for (const std::string& warning : warnings) Say(warning);
   if (best) {
     DTRAIN_ASSIGN_OR_RETURN(std::string best_path,
                             checkpoints_->SaveBest(bytes));

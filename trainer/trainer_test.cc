@@ -64,7 +64,8 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
             std::max(*m.epochs[0].val_top1, *m.epochs[1].val_top1));
   EXPECT_THAT(log.str(), HasSubstr("validation"));
 
-  absl::StatusOr<std::string> text = base::ReadFile(o.metrics_json);
+  absl::StatusOr<std::string> text =
+      base::ReadFile(o.metrics_json, base::kTextFileLimit);
   ASSERT_TRUE(text.ok()) << text.status();
   const nlohmann::json json = nlohmann::json::parse(*text);
   EXPECT_EQ(json["format"], "dtrain.metrics.v1");
@@ -162,7 +163,8 @@ TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
   }
   // Rank 0 served, the metrics JSON says where, and serving ended with Train.
   ASSERT_THAT(m.metrics_url, HasSubstr("http://127.0.0.1:"));
-  const std::string json_text = base::ReadFile(o.metrics_json).value_or("");
+  const std::string json_text =
+      base::ReadFile(o.metrics_json, base::kTextFileLimit).value_or("");
   const nlohmann::json json = nlohmann::json::parse(json_text);
   EXPECT_EQ(json["metrics_url"], m.metrics_url);
   EXPECT_EQ(json["config"]["metrics_port"], 0);

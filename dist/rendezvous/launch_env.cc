@@ -451,7 +451,8 @@ absl::StatusOr<std::string> StoreToken(const EnvMap& env) {
   if (token != nullptr) {
     out = *token;
   } else if (file != nullptr) {
-    absl::StatusOr<std::string> text = base::ReadFile(*file);
+    absl::StatusOr<std::string> text =
+        base::ReadFile(*file, base::kSecretFileLimit);
     if (!text.ok())
       return absl::Status(
           text.status().code(),

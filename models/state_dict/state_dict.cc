@@ -319,7 +319,8 @@ absl::Status WriteEntries(const std::vector<TensorEntry>& entries,
 
 absl::StatusOr<std::vector<TensorEntry>> ReadEntries(const std::string& path) {
   if (!IsStateDictPath(path)) return Unsupported(path);
-  DTRAIN_ASSIGN_OR_RETURN(std::string bytes, base::ReadFile(path));
+  DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
+                          base::ReadFile(path, base::kWeightsFileLimit));
   absl::StatusOr<std::vector<TensorEntry>> entries;
   if (IsSafetensorsPath(path)) {
     absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);

@@ -8,9 +8,12 @@
 #include "models/state_dict/state_dict.h"
 
 #include <ATen/ATen.h>
+#include <sys/stat.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -129,7 +132,7 @@ TEST(StateDictTest, BadFilesAndPathsAreErrors) {
             absl::StatusCode::kNotFound);
   const std::string path = TempPath("damaged.safetensors");
   ASSERT_TRUE(SaveStateDict(*m, path).ok());
-  std::string bytes = *base::ReadFile(path);
+  std::string bytes = *base::ReadFile(path, base::kWeightsFileLimit);
   bytes.resize(bytes.size() - 1);
   ASSERT_TRUE(base::WriteFileAtomically(path, bytes).ok());
   const absl::Status s = LoadStateDict(path, *m);
@@ -138,11 +141,29 @@ TEST(StateDictTest, BadFilesAndPathsAreErrors) {
 
   const std::string pt = TempPath("damaged.pt");
   ASSERT_TRUE(SaveStateDict(*m, pt).ok());
-  bytes = *base::ReadFile(pt);
+  bytes = *base::ReadFile(pt, base::kWeightsFileLimit);
   bytes[bytes.size() / 2] ^= 0x40;
   ASSERT_TRUE(base::WriteFileAtomically(pt, bytes).ok());
   EXPECT_THAT(std::string(LoadStateDict(pt, *m).message()),
               HasSubstr("damaged.pt: malformed zip archive: "));
+}
+
+// A weights path that names a device or a FIFO is refused without reading
+// (/dev/zero grew until killed) or blocking (a FIFO waited for a writer).
+TEST(StateDictTest, WeightsThatAreNotRegularFilesAreRefused) {
+  std::shared_ptr<Model> m = Make("convnet", 1);
+  const std::string zero = TempPath("zero.pt");
+  std::remove(zero.c_str());
+  ASSERT_EQ(::symlink("/dev/zero", zero.c_str()), 0);
+  absl::Status s = LoadStateDict(zero, *m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a character device"));
+  const std::string fifo = TempPath("fifo.safetensors");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  s = LoadStateDict(fifo, *m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a FIFO"));
 }
 
 TEST(StateDictTest, NamesOfADdpWrapperGetAHint) {

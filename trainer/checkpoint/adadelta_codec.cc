@@ -9,6 +9,7 @@
 #include "optim/adadelta.h"
 #include "trainer/checkpoint/optimizer_codec.h"
 #include "trainer/checkpoint/tensor_codec.h"
+#include "trainer/checkpoint/training_state.h"
 
 namespace dtrain::trainer::internal {
 namespace {
@@ -81,9 +82,12 @@ class Adadelta final : public OptimizerCodec {
     if (!out->present) return absl::OkStatus();
     const size_t step_at = r.offset();
     DTRAIN_RETURN_IF_ERROR(r.I64(absl::StrCat("step of ", what), &out->step));
-    if (out->step < 0) {
+    // Bounded as the run's global_step: a step near 2^63 overflows the
+    // next optimizer step.
+    if (out->step < 0 || out->step > kMaxCheckpointStep) {
       return Malformed(absl::StrCat("step of ", what, " at offset ", step_at,
-                                    " is ", out->step));
+                                    " is ", out->step, ", outside [0, ",
+                                    kMaxCheckpointStep, "]"));
     }
     at::Tensor square_avg;
     at::Tensor acc_delta;

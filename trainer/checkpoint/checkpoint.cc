@@ -43,26 +43,33 @@ constexpr absl::string_view kMagic = "DTRAINCK";
 constexpr uint32_t kFormatVersion = 2;
 static_assert(kCheckpointHeaderSize == 8 + 4 + 8 + 4);
 
-// The payload of a checkpoint whose header checks pass.
-absl::StatusOr<absl::string_view> CheckHeader(absl::string_view bytes) {
-  const absl::string_view magic = bytes.substr(0, kMagic.size());
+// The header's checks that need only its bytes (`header`, a prefix of the
+// file) and the file's size: returns the CRC-32 the header states.
+absl::StatusOr<uint32_t> CheckHeaderFields(absl::string_view header,
+                                           uint64_t file_size) {
+  const absl::string_view magic = header.substr(0, kMagic.size());
   // A prefix of the magic is a file cut short, not a foreign one.
   if (!absl::StartsWith(kMagic, magic)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "not a dtrain checkpoint (magic \"", absl::CHexEscape(magic),
         "\" instead of \"", kMagic, "\")"));
   }
-  if (bytes.size() < kCheckpointHeaderSize) {
+  if (file_size < kCheckpointHeaderSize) {
     return absl::DataLossError(
-        absl::StrCat("truncated: ", bytes.size(), " bytes, shorter than the ",
+        absl::StrCat("truncated: ", file_size, " bytes, shorter than the ",
                      kCheckpointHeaderSize, "-byte header"));
   }
-  const char* header = bytes.data() + kMagic.size();
+  if (header.size() < kCheckpointHeaderSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint header: ", header.size(), " bytes given, ",
+                     kCheckpointHeaderSize, " needed"));
+  }
+  const char* fields = header.data() + kMagic.size();
   const uint32_t version =
-      static_cast<uint32_t>(base::GetLittleEndian(header, 4));
-  const uint64_t length = base::GetLittleEndian(header + 4, 8);
+      static_cast<uint32_t>(base::GetLittleEndian(fields, 4));
+  const uint64_t length = base::GetLittleEndian(fields + 4, 8);
   const uint32_t crc =
-      static_cast<uint32_t>(base::GetLittleEndian(header + 12, 4));
+      static_cast<uint32_t>(base::GetLittleEndian(fields + 12, 4));
   if (version == 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint format version 1 is no longer read; this build reads "
@@ -76,17 +83,25 @@ absl::StatusOr<absl::string_view> CheckHeader(absl::string_view bytes) {
         absl::StrCat("unsupported checkpoint format version ", version,
                      " (this build reads version ", kFormatVersion, ")"));
   }
-  const absl::string_view payload = bytes.substr(kCheckpointHeaderSize);
-  if (payload.size() < length) {
+  const uint64_t payload_size = file_size - kCheckpointHeaderSize;
+  if (payload_size < length) {
     return absl::DataLossError(absl::StrCat("truncated: header says ", length,
                                             " payload bytes, found ",
-                                            payload.size()));
+                                            payload_size));
   }
-  if (payload.size() > length) {
+  if (payload_size > length) {
     return absl::DataLossError(absl::StrCat(
-        "header says ", length, " payload bytes, found ", payload.size(), " (",
-        payload.size() - length, " unexpected bytes at the end)"));
+        "header says ", length, " payload bytes, found ", payload_size, " (",
+        payload_size - length, " unexpected bytes at the end)"));
   }
+  return crc;
+}
+
+// The payload of a checkpoint whose header checks pass.
+absl::StatusOr<absl::string_view> CheckHeader(absl::string_view bytes) {
+  DTRAIN_ASSIGN_OR_RETURN(const uint32_t crc,
+                          CheckHeaderFields(bytes, bytes.size()));
+  const absl::string_view payload = bytes.substr(kCheckpointHeaderSize);
   if (const uint32_t actual = base::Crc32(payload); actual != crc) {
     return absl::DataLossError(
         absl::StrFormat("checksum mismatch: header says CRC-32 %08x, the "
@@ -280,8 +295,18 @@ absl::StatusOr<std::string> EncodeCheckpoint(
   return out;
 }
 
+absl::Status ValidateCheckpointHeader(absl::string_view header,
+                                      uint64_t file_size) {
+  return CheckHeaderFields(header, file_size).status();
+}
+
 absl::Status ValidateCheckpointBytes(absl::string_view bytes) {
-  return CheckHeader(bytes).status();
+  DTRAIN_ASSIGN_OR_RETURN(const absl::string_view payload, CheckHeader(bytes));
+  SavedCheckpoint saved;
+  return base::GuardTorch(absl::StatusCode::kInternal,
+                          "cannot decode checkpoint: ", [&] {
+                            return internal::ReadPayload(payload, &saved);
+                          });
 }
 
 absl::StatusOr<TrainingState> DecodeCheckpoint(

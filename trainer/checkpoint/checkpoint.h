@@ -39,27 +39,40 @@ inline constexpr size_t kCheckpointHeaderSize = 24;
 // torch::optim::SGD or an optim::Adadelta: kInvalidArgument ("checkpoints
 // support sgd and adadelta ...") for another, and kInvalidArgument naming the
 // tensor for one of a dtype outside the format's list, not dense, or of more
-// than 8 dimensions. kInternal with LibTorch's message when copying a tensor
-// to the CPU fails. The model and optimizer are only read.
+// than 8 dimensions, and naming the field for a `state` that fails
+// CheckTrainingState or whose optimizer_name (when not empty) is not the
+// optimizer's ("sgd", "adadelta"). kInternal with LibTorch's message when
+// copying a tensor to the CPU fails. The model and optimizer are only read.
 absl::StatusOr<std::string> EncodeCheckpoint(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
     const TrainingState& state);
 
-// Only the header checks: magic, version, payload length and CRC-32. For
-// choosing a file before broadcasting it. kInvalidArgument for bytes that are
-// not a checkpoint ("not a dtrain checkpoint (magic ...)") or of another
-// format version ("checkpoint format version 1 is no longer read; ...",
+// The header checks that need only the file's first kCheckpointHeaderSize
+// bytes (`header`; fewer for a shorter file) and its size: magic, version,
+// and that the payload length the header states is what the file holds. For
+// refusing a file before reading it whole. Errors as ValidateCheckpointBytes.
+absl::Status ValidateCheckpointHeader(absl::string_view header,
+                                      uint64_t file_size);
+
+// What can be checked without a model: the header (magic, version, payload
+// length, CRC-32), then step 2 of DecodeCheckpoint (the payload's structure
+// and the range of every field: CheckTrainingState, Adadelta's step counts,
+// optimizer_name against the optimizer state held). For choosing a file
+// before broadcasting it. kInvalidArgument for bytes that are not a
+// checkpoint ("not a dtrain checkpoint (magic ...)") or of another format
+// version ("checkpoint format version 1 is no longer read; ...",
 // "unsupported checkpoint format version N ..."); kDataLoss for a truncated
-// ("truncated: header says N payload bytes, found M") or corrupted ("checksum
-// mismatch ...") one.
+// ("truncated: header says N payload bytes, found M"), corrupted ("checksum
+// mismatch ...") or malformed ("malformed checkpoint payload: ...") one.
 absl::Status ValidateCheckpointBytes(absl::string_view bytes);
 
 // Loads a checkpoint into `model` and `optimizer`, all or nothing, and
 // returns its TrainingState. In order:
-//  1. the header checks of ValidateCheckpointBytes;
+//  1. the header checks (ValidateCheckpointHeader, then the CRC-32);
 //  2. kDataLoss ("malformed checkpoint payload: ...", naming the field and
-//     its offset in the payload) unless the whole payload is what
-//     EncodeCheckpoint writes;
+//     its offset in the payload, or a field, its value and its bound) unless
+//     the whole payload is what EncodeCheckpoint writes and its TrainingState
+//     passes CheckTrainingState (training_state.h);
 //  3. kFailedPrecondition when the checkpoint's model_name differs from
 //     `expected_model_name` or its optimizer_name from
 //     `expected_optimizer_name` (an empty expectation accepts any);

@@ -1,6 +1,7 @@
 #include "trainer/checkpoint/checkpoint_dir.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +56,29 @@ bool IsStrayTemporary(absl::string_view name) {
   return base::IsAtomicWriteTemporary(name) &&
          (absl::StartsWith(name, absl::StrCat(".", kCheckpointPrefix)) ||
           absl::StartsWith(name, absl::StrCat(".", kBestName, ".")));
+}
+
+// The bytes of a checkpoint file whose header passes: a stray file of many
+// gigabytes, or one whose header lies about its size, is refused after
+// reading 24 bytes.
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      base::OpenedFile file,
+      base::OpenForReading(path, base::kCheckpointFileLimit));
+  char header[kCheckpointHeaderSize];
+  size_t got = 0;
+  if (const int err =
+          base::PreadFull(file.fd.get(), header, sizeof(header), 0, &got);
+      err != 0) {
+    return base::ErrnoStatus(err, absl::StrCat("cannot read ", path));
+  }
+  DTRAIN_RETURN_IF_ERROR(ValidateCheckpointHeader(
+      absl::string_view(header, got), static_cast<uint64_t>(file.size)));
+  // No more than the size checked above (+1 to see a file that grew).
+  return base::ReadOpenedFile(
+      path, file,
+      base::FileLimit{"a checkpoint file of the size its header states",
+                      file.size});
 }
 
 }  // namespace
@@ -112,7 +136,14 @@ absl::Status CheckpointDir::Scan(std::vector<Entry>* checkpoints,
     const absl::string_view name = entry->d_name;
     int64_t step = 0;
     if (IsCheckpointName(name, &step)) {
-      checkpoints->push_back({step, std::string(name)});
+      // Followed through symlinks: what a read would open.
+      struct stat st;
+      std::string not_regular;
+      if (::fstatat(::dirfd(dir), entry->d_name, &st, 0) == 0 &&
+          !S_ISREG(st.st_mode)) {
+        not_regular = std::string(base::FileTypeName(st.st_mode));
+      }
+      checkpoints->push_back({step, std::string(name), std::move(not_regular)});
     } else if (temporaries != nullptr && IsStrayTemporary(name)) {
       temporaries->push_back(Join(name));
     }
@@ -154,8 +185,9 @@ absl::StatusOr<std::string> CheckpointDir::Write(absl::string_view name,
   return path;
 }
 
-absl::StatusOr<std::string> CheckpointDir::Save(int64_t global_step,
-                                                absl::string_view bytes) {
+absl::StatusOr<std::string> CheckpointDir::Save(
+    int64_t global_step, absl::string_view bytes,
+    std::vector<std::string>* warnings) {
   if (global_step < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint directory ", path_,
@@ -172,6 +204,16 @@ absl::StatusOr<std::string> CheckpointDir::Save(int64_t global_step,
   int kept = 1;  // the file written
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     if (it->name == name) continue;
+    if (!it->not_regular.empty()) {
+      // Not ours to delete, and deleting it (rmdir -r?) is not rotation's
+      // job: the run goes on without it.
+      if (warnings != nullptr) {
+        warnings->push_back(absl::StrCat(
+            Join(it->name), " is ", it->not_regular,
+            ", not a checkpoint file: rotation leaves it in place"));
+      }
+      continue;
+    }
     if (it->step < global_step && kept < keep_) {
       ++kept;
       continue;
@@ -200,7 +242,12 @@ absl::StatusOr<CheckpointDir::Found> CheckpointDir::Latest() const {
   Found found;
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     std::string path = Join(it->name);
-    absl::StatusOr<std::string> bytes = base::ReadFile(path);
+    if (!it->not_regular.empty()) {
+      found.skipped.push_back(
+          absl::StrCat(path, ": ", it->not_regular, ", not a regular file"));
+      continue;
+    }
+    absl::StatusOr<std::string> bytes = ReadCheckpointFile(path);
     absl::Status valid =
         bytes.ok() ? ValidateCheckpointBytes(*bytes) : bytes.status();
     if (valid.ok()) {

@@ -36,11 +36,15 @@ class CheckpointDir {
   // Then rotates: keeps the file written and the keep - 1 newest with a
   // lower step, and deletes the other checkpoint files, including those with
   // a higher step (left by a run that got further and was resumed from an
-  // older checkpoint: Latest would otherwise go back to them). Errors name
-  // the file; one after the write says that the checkpoint was written.
-  // kInvalidArgument for global_step < 0.
-  absl::StatusOr<std::string> Save(int64_t global_step,
-                                   absl::string_view bytes);
+  // older checkpoint: Latest would otherwise go back to them). Something
+  // other than a regular file named like a checkpoint (a directory, a FIFO)
+  // is neither kept nor deleted: a line naming it is appended to `warnings`
+  // (when given) and the save succeeds. Errors name the file; one after the
+  // write says that the checkpoint was written. kInvalidArgument for
+  // global_step < 0.
+  absl::StatusOr<std::string> Save(
+      int64_t global_step, absl::string_view bytes,
+      std::vector<std::string>* warnings = nullptr);
 
   // Writes best.dtc atomically (the best-validation model, as the PyTorch
   // tutorial's model_best) and returns its path.
@@ -54,9 +58,13 @@ class CheckpointDir {
     std::vector<std::string> skipped;
   };
   // The newest checkpoint file that passes ValidateCheckpointBytes (best.dtc
-  // is not a candidate). kNotFound naming the directory when it has no
-  // checkpoint file; kDataLoss listing every file and its reason when none
-  // is valid.
+  // is not a candidate). Each file is checked before it is read whole: it
+  // must be a regular file (a directory or FIFO named like a checkpoint is
+  // skipped), of at most base::kCheckpointFileLimit bytes, whose header
+  // (ValidateCheckpointHeader) states the size it has. So memory is bounded
+  // by the valid checkpoint's size, whatever else the directory holds.
+  // kNotFound naming the directory when it has no checkpoint file; kDataLoss
+  // listing every file and its reason when none is valid.
   absl::StatusOr<Found> Latest() const;
 
   // Paths of the checkpoint files present, oldest first; empty when the
@@ -73,6 +81,8 @@ class CheckpointDir {
   struct Entry {
     int64_t step;
     std::string name;
+    // FileTypeName of what is not a regular file; empty for a regular file.
+    std::string not_regular;
   };
   // Checkpoint files (sorted by step) and, if asked, the paths of stray
   // temporaries.

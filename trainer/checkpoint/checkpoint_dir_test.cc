@@ -2,16 +2,23 @@
 // write failures, and Latest choosing the newest valid file.
 #include "trainer/checkpoint/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/atomic_file.h"
 #include "gmock/gmock.h"
@@ -72,14 +79,16 @@ TEST(CheckpointDirTest, SaveWritesAtomicallyAndRotates) {
         dir->Save(step, absl::StrCat("bytes of ", step));
     ASSERT_TRUE(path.ok()) << path.status();
     EXPECT_EQ(*path, absl::StrCat(root, "/checkpoint-000000", step, ".dtc"));
-    EXPECT_EQ(*base::ReadFile(*path), absl::StrCat("bytes of ", step));
+    EXPECT_EQ(*base::ReadFile(*path, base::kCheckpointFileLimit),
+              absl::StrCat("bytes of ", step));
   }
   EXPECT_THAT(dir->List(),
               ElementsAre(absl::StrCat(root, "/checkpoint-000000200.dtc"),
                           absl::StrCat(root, "/checkpoint-000000300.dtc")));
   // Overwriting a step replaces its content; no temporary stays behind.
   ASSERT_TRUE(dir->Save(300, "new bytes").ok());
-  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000300.dtc")),
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000300.dtc"),
+                            base::kCheckpointFileLimit),
             "new bytes");
   EXPECT_THAT(FilesIn(root), ElementsAre("checkpoint-000000200.dtc",
                                          "checkpoint-000000300.dtc"));
@@ -88,7 +97,7 @@ TEST(CheckpointDirTest, SaveWritesAtomicallyAndRotates) {
   absl::StatusOr<std::string> best = dir->SaveBest("best bytes");
   ASSERT_TRUE(best.ok()) << best.status();
   EXPECT_EQ(*best, absl::StrCat(root, "/best.dtc"));
-  EXPECT_EQ(*base::ReadFile(*best), "best bytes");
+  EXPECT_EQ(*base::ReadFile(*best, base::kCheckpointFileLimit), "best bytes");
   ASSERT_TRUE(dir->Save(400, "400").ok());
   EXPECT_THAT(FilesIn(root), ElementsAre("best.dtc", "checkpoint-000000300.dtc",
                                          "checkpoint-000000400.dtc"));
@@ -137,7 +146,8 @@ TEST(CheckpointDirTest, SaveDeletesStrayTemporariesOnly) {
   EXPECT_THAT(FilesIn(root),
               ElementsAre(".someone-else.tmp", "checkpoint-000000100.dtc",
                           "notes.txt"));
-  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")),
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc"),
+                            base::kCheckpointFileLimit),
             "100");
 }
 
@@ -153,7 +163,8 @@ TEST(CheckpointDirTest, FailedWriteNamesThePathAndLeavesNoTemporary) {
               StatusIs(Ne(absl::StatusCode::kOk), HasSubstr(blocked)));
   EXPECT_THAT(FilesIn(root), ElementsAre("checkpoint-000000100.dtc",
                                          "checkpoint-000000200.dtc"));
-  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc")),
+  EXPECT_EQ(*base::ReadFile(absl::StrCat(root, "/checkpoint-000000100.dtc"),
+                            base::kCheckpointFileLimit),
             "100");
 }
 
@@ -231,6 +242,89 @@ TEST(CheckpointDirTest, CheckpointFromLatestDecodes) {
       DecodeCheckpoint(latest->bytes, *model, sgd, "tiny", "sgd");
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, SomeState("tiny", "sgd"));
+}
+
+// A directory or FIFO named like a checkpoint is skipped with its reason at
+// resume (a FIFO without blocking), and left in place by the rotation, which
+// warns and goes on.
+TEST(CheckpointDirTest, NonRegularFilesNamedLikeCheckpointsAreSkipped) {
+  const std::string root = MakeTempDir();
+  absl::StatusOr<CheckpointDir> dir = CheckpointDir::Open(root, 1);
+  ASSERT_TRUE(dir.ok());
+  const std::string good = TinyCheckpoint(1);
+  ASSERT_TRUE(dir->Save(100, good).ok());
+  const std::string subdir = absl::StrCat(root, "/checkpoint-000000300.dtc");
+  const std::string fifo = absl::StrCat(root, "/checkpoint-000000200.dtc");
+  ASSERT_TRUE(std::filesystem::create_directory(subdir));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+
+  absl::StatusOr<CheckpointDir::Found> latest = dir->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->path, absl::StrCat(root, "/checkpoint-000000100.dtc"));
+  EXPECT_THAT(latest->skipped,
+              ElementsAre(absl::StrCat(subdir,
+                                       ": a directory, not a regular "
+                                       "file"),
+                          absl::StrCat(fifo, ": a FIFO, not a regular file")));
+
+  // Rotation with keep 1 would delete both: it warns instead.
+  std::vector<std::string> warnings;
+  absl::StatusOr<std::string> saved = dir->Save(400, good, &warnings);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_THAT(warnings,
+              ElementsAre(HasSubstr(absl::StrCat(subdir, " is a directory")),
+                          HasSubstr(absl::StrCat(fifo, " is a FIFO"))));
+  EXPECT_THAT(FilesIn(root), ElementsAre("checkpoint-000000200.dtc",
+                                         "checkpoint-000000300.dtc",
+                                         "checkpoint-000000400.dtc"));
+  latest = dir->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->path, *saved);
+}
+
+// A stray sparse file of 3 GiB named like the newest checkpoint: its header
+// is read, not its 3 GiB. Measured in a child process by its peak RSS.
+TEST(CheckpointDirTest, AHugeStrayFileIsRefusedByItsHeaderAlone) {
+  const std::string root = MakeTempDir();
+  absl::StatusOr<CheckpointDir> dir = CheckpointDir::Open(root, 3);
+  ASSERT_TRUE(dir.ok());
+  const std::string good = TinyCheckpoint(1);
+  const std::string zeros = absl::StrCat(root, "/checkpoint-000000099.dtc");
+  const std::string lying = absl::StrCat(root, "/checkpoint-000000300.dtc");
+  // A valid header whose payload is followed by 3 GiB of holes.
+  WriteRaw(lying, good);
+  for (const std::string& path : {zeros, lying}) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, int64_t{3} << 30), 0);
+    ::close(fd);
+  }
+  struct rusage self;
+  ASSERT_EQ(::getrusage(RUSAGE_SELF, &self), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const absl::StatusOr<CheckpointDir::Found> latest = dir->Latest();
+    // Both are refused.
+    const bool ok =
+        !latest.ok() &&
+        absl::StrContains(latest.status().message(),
+                          "checkpoint-000000300.dtc: header says") &&
+        absl::StrContains(latest.status().message(),
+                          "checkpoint-000000099.dtc: not a dtrain checkpoint");
+    if (!ok) std::fprintf(stderr, "%s\n", latest.status().ToString().c_str());
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  struct rusage children;
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &children), 0);
+  // ru_maxrss is in KiB; the child starts with the parent's pages.
+  EXPECT_LT(children.ru_maxrss, self.ru_maxrss + (256 << 10))
+      << "the child's peak RSS grew by "
+      << (children.ru_maxrss - self.ru_maxrss) / 1024 << " MiB";
 }
 
 }  // namespace

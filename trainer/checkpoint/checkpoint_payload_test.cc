@@ -260,6 +260,26 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
         "step of optimizer group 0 parameter 0 at offset 95 is -1");
   }
   {
+    // A step near 2^63 would overflow at the next optimizer step.
+    OneParamSections s;
+    s.optimizer = Payload()
+                      .U8(2)
+                      .U32(1)
+                      .F64(1)
+                      .F64(0.9)
+                      .F64(1e-6)
+                      .F64(0)
+                      .U8(0)
+                      .U32(1)
+                      .U8(1)
+                      .I64(int64_t{1} << 62)
+                      .Raw(s.w_tensor.bytes())
+                      .Raw(s.w_tensor.bytes());
+    add("Adadelta step 2^62", s,
+        "step of optimizer group 0 parameter 0 at offset 95 is "
+        "4611686018427387904, outside [0, 1099511627776]");
+  }
+  {
     OneParamSections s;
     s.state = Payload().Raw(s.state.bytes().substr(0, 30));
     add("state cut short", s, "sampler state needs");

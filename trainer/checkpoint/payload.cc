@@ -122,6 +122,17 @@ absl::Status WriteTrainingState(const TrainingState& state,
 absl::Status WritePayload(const torch::nn::Module& model,
                           const torch::optim::Optimizer& optimizer,
                           const TrainingState& state, base::ByteWriter& w) {
+  // What a reader would refuse is not written.
+  if (absl::Status valid = CheckTrainingState(state); !valid.ok()) {
+    return w.Error(absl::StrCat("the training state: ", valid.message()));
+  }
+  const OptimizerCodec* codec = CodecFor(optimizer);
+  if (codec != nullptr && !state.optimizer_name.empty() &&
+      state.optimizer_name != codec->name()) {
+    return w.Error(absl::StrCat("the training state's optimizer_name ",
+                                Quoted(state.optimizer_name), " is not ",
+                                codec->name(), ", the optimizer's"));
+  }
   DTRAIN_RETURN_IF_ERROR(
       WriteSection(kModelSection, w, [&] { return WriteModel(model, w); }));
   DTRAIN_RETURN_IF_ERROR(WriteSection(
@@ -241,7 +252,13 @@ absl::Status ReadTrainingState(base::ByteReader& r, TrainingState* state) {
   DTRAIN_RETURN_IF_ERROR(r.String("optimizer_name", &state->optimizer_name));
   DTRAIN_RETURN_IF_ERROR(r.U64("seed", &state->seed));
   DTRAIN_RETURN_IF_ERROR(r.String("config_json", &state->config_json));
-  return r.ExpectEnd("section STAT");
+  DTRAIN_RETURN_IF_ERROR(r.ExpectEnd("section STAT"));
+  // Fields that parse but lie (a step near 2^63, a negative epoch) would
+  // overflow or stop the resumed run later: refused here, as damage.
+  if (absl::Status valid = CheckTrainingState(*state); !valid.ok()) {
+    return Malformed(absl::StrCat("section STAT: ", valid.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -255,7 +272,15 @@ absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out) {
   DTRAIN_RETURN_IF_ERROR(ReadOptimizer(section, &out->optimizer));
   DTRAIN_RETURN_IF_ERROR(ReadSection(r, kStateSection, &section));
   DTRAIN_RETURN_IF_ERROR(ReadTrainingState(section, &out->state));
-  return r.ExpectEnd("the payload");
+  DTRAIN_RETURN_IF_ERROR(r.ExpectEnd("the payload"));
+  // An optimizer_name is what the writer ran, so it names the state's codec.
+  const std::string& named = out->state.optimizer_name;
+  if (!named.empty() && named != out->optimizer.codec->name()) {
+    return Malformed(absl::StrCat("section STAT: optimizer_name ",
+                                  Quoted(named), " but section OPTM holds ",
+                                  out->optimizer.codec->name(), " state"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain::trainer::internal

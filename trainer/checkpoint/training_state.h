@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "data/distributed_sampler.h"
 
 namespace dtrain::trainer {
@@ -29,6 +30,26 @@ struct TrainingState {
     return !(a == b);
   }
 };
+
+// Bounds of a TrainingState's fields, far above any real run and low enough
+// that the trainer's arithmetic on them (step counters, seeds derived from
+// steps, epoch loops) cannot overflow.
+inline constexpr int64_t kMaxCheckpointEpoch = int64_t{1} << 31;
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 40;
+inline constexpr int64_t kMaxCheckpointDatasetSize = int64_t{1} << 40;
+inline constexpr int64_t kMaxCheckpointWorldSize = int64_t{1} << 20;
+inline constexpr size_t kMaxCheckpointNameSize = 1024;
+
+// kInvalidArgument naming the first field outside its bounds, its value and
+// the bound: epoch and sampler.epoch in [0, kMaxCheckpointEpoch] and equal
+// (both writers save the sampler of the epoch they name); global_step in
+// [0, kMaxCheckpointStep]; best_top1 a number in [0, 100];
+// sampler.dataset_size in [0, kMaxCheckpointDatasetSize];
+// sampler.num_replicas in [1, kMaxCheckpointWorldSize]; sampler.start in
+// [0, dataset_size]; sampler.position in [0, the partition of that start
+// per replica]; model_name and optimizer_name at most
+// kMaxCheckpointNameSize bytes.
+absl::Status CheckTrainingState(const TrainingState& state);
 
 }  // namespace dtrain::trainer
 

@@ -14,7 +14,7 @@ namespace dtrain::backend::hierarchical {
 
 absl::StatusOr<std::string> LocalHostKey() {
   absl::StatusOr<std::string> boot =
-      base::ReadFile("/proc/sys/kernel/random/boot_id");
+      base::ReadFile("/proc/sys/kernel/random/boot_id", base::kTextFileLimit);
   struct stat ns = {};
   if (!boot.ok() || ::stat("/proc/self/ns/pid", &ns) != 0) {
     return absl::UnavailableError(
