@@ -233,6 +233,8 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
       where = kMetadata;
     } else if (depth_ >= 2 && !entries.empty()) {
       where = absl::StrCat("tensor '", entries.back().tensor.name, "'");
+    } else if (depth_ == 1 && !key_.empty()) {
+      where = absl::StrCat("entry '", key_, "'");
     }
     error = absl::StrCat(where, ": ", why);
     return false;
