@@ -1,6 +1,7 @@
 #include "models/state_dict/safetensors.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <set>
 #include <utility>
@@ -107,6 +108,187 @@ absl::StatusOr<std::string> EncodeSafetensors(const SafetensorsFile& file) {
   return out;
 }
 
+namespace {
+
+// The header's JSON read straight into entries, no document tree: a tree
+// costs tens of bytes per byte of JSON ("{},{},..."); this keeps the names,
+// shapes and metadata, each bounded by the text it came from. Anything but
+// the format's shape is refused as it arrives.
+class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  using Json = nlohmann::json;
+  struct Entry {
+    TensorEntry tensor;
+    std::vector<uint64_t> offsets;
+    bool has_dtype = false, has_shape = false;
+  };
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  std::string error;  // Why parsing stopped, or empty for the JSON's fault.
+
+  bool null() override { return Scalar(); }
+  bool boolean(bool) override { return Scalar(); }
+  bool number_integer(Json::number_integer_t v) override {
+    if (v < 0 && field_ == Field::kOffsets && skip_ == 0)
+      return Fail("data_offsets are not two integers >= 0");
+    return Number(v, true);
+  }
+  bool number_unsigned(Json::number_unsigned_t v) override {
+    return Number(static_cast<int64_t>(v), v <= INT64_MAX, v);
+  }
+  bool number_float(Json::number_float_t, const Json::string_t&) override {
+    if (skip_ > 0) return true;
+    if (field_ == Field::kShape) return Fail("a dimension is not an integer");
+    if (field_ == Field::kOffsets)
+      return Fail("data_offsets are not two integers >= 0");
+    return Scalar();
+  }
+  bool string(Json::string_t& v) override {
+    if (skip_ > 0 || field_ == Field::kOther) return Scalar();
+    if (depth_ == 2 && in_metadata_) {
+      metadata[key_] = std::move(v);
+      return true;
+    }
+    if (field_ == Field::kDtype) {
+      absl::StatusOr<Dtype> dtype = ParseDtype(v);
+      if (!dtype.ok()) return Fail(dtype.status().message());
+      entries.back().tensor.dtype = *dtype;
+      entries.back().has_dtype = true;
+      field_ = Field::kNone;
+      return true;
+    }
+    return Shape();
+  }
+  bool binary(Json::binary_t&) override { return Scalar(); }
+  bool start_object(std::size_t) override {
+    if (skip_ > 0 || field_ == Field::kOther) return Skip();
+    if (depth_ == 0) return ++depth_;
+    if (depth_ == 1 && in_metadata_) return ++depth_;
+    if (depth_ == 1) {
+      entries.emplace_back();
+      entries.back().tensor.name = key_;
+      return ++depth_;
+    }
+    if (in_metadata_)
+      return Fail(absl::StrCat("entry '", key_, "' is not a string"));
+    return Shape();
+  }
+  bool key(Json::string_t& k) override {
+    if (skip_ > 0) return true;
+    if (depth_ == 1) {
+      if (!names_.insert(k).second)
+        return Fail(absl::StrCat("'", k, "' is named twice"));
+      in_metadata_ = k == kMetadata;
+    } else if (depth_ == 2 && !in_metadata_) {
+      field_ = k == "dtype"          ? Field::kDtype
+               : k == "shape"        ? Field::kShape
+               : k == "data_offsets" ? Field::kOffsets
+                                     : Field::kOther;
+      if (field_ != Field::kOther && !fields_.insert(k).second)
+        return Fail(absl::StrCat("gives ", k, " twice"));
+      return true;
+    } else if (depth_ == 2 && metadata.count(k) != 0) {
+      return Fail(absl::StrCat("gives '", k, "' twice"));
+    }
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    if (skip_ > 0) return Unskip();
+    if (--depth_ == 1) {
+      fields_.clear();
+      in_metadata_ = false;
+    }
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (skip_ > 0 || field_ == Field::kOther) return Skip();
+    if (depth_ == 2 && !in_metadata_ && !in_array_ &&
+        (field_ == Field::kShape || field_ == Field::kOffsets)) {
+      in_array_ = true;
+      if (field_ == Field::kShape) entries.back().has_shape = true;
+      return true;
+    }
+    if (in_metadata_)
+      return Fail(absl::StrCat("entry '", key_, "' is not a string"));
+    return Shape();
+  }
+  bool end_array() override {
+    if (skip_ > 0) return Unskip();
+    in_array_ = false;
+    field_ = Field::kNone;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  enum class Field { kNone, kDtype, kShape, kOffsets, kOther };
+
+  bool Fail(absl::string_view why) {
+    std::string where = "the header";
+    if (in_metadata_) {
+      where = kMetadata;
+    } else if (depth_ >= 2 && !entries.empty()) {
+      where = absl::StrCat("tensor '", entries.back().tensor.name, "'");
+    } else if (depth_ == 1 && !key_.empty()) {
+      where = absl::StrCat("entry '", key_, "'");
+    }
+    error = absl::StrCat(where, ": ", why);
+    return false;
+  }
+  bool Shape() {
+    return Fail(
+        "not a JSON object of tensors (a string dtype, a shape array and two "
+        "data_offsets each) and string __metadata__");
+  }
+  // A value of a field this reader does not know: walked, not kept.
+  bool Skip() {
+    ++skip_;
+    return true;
+  }
+  bool Unskip() {
+    if (--skip_ == 0) field_ = Field::kNone;
+    return true;
+  }
+  bool Scalar() {
+    if (skip_ > 0) return true;
+    if (in_metadata_ && depth_ == 2)
+      return Fail(absl::StrCat("entry '", key_, "' is not a string"));
+    if (field_ == Field::kOther) {
+      field_ = Field::kNone;
+      return true;
+    }
+    if (field_ == Field::kShape) return Fail("a dimension is not an integer");
+    return Shape();
+  }
+  bool Number(int64_t v, bool fits, uint64_t u = 0) {
+    if (skip_ > 0 || !in_array_) return Scalar();
+    if (field_ == Field::kShape) {
+      if (!fits) return Fail("a dimension does not fit 64 bits");
+      entries.back().tensor.shape.push_back(v);
+      return true;
+    }
+    std::vector<uint64_t>& offsets = entries.back().offsets;
+    if (offsets.size() == 2) return Fail("more than two data_offsets");
+    offsets.push_back(fits ? static_cast<uint64_t>(v) : u);
+    return true;
+  }
+
+  int depth_ = 0;
+  int skip_ = 0;
+  bool in_metadata_ = false;
+  bool in_array_ = false;
+  Field field_ = Field::kNone;
+  std::string key_;
+  std::set<std::string> names_;
+  std::set<std::string> fields_;
+};
+
+}  // namespace
+
 absl::StatusOr<SafetensorsFile> DecodeSafetensors(absl::string_view bytes) {
   if (bytes.size() < 8) {
     return Bad(absl::StrCat("a file of ", bytes.size(),
@@ -122,58 +304,26 @@ absl::StatusOr<SafetensorsFile> DecodeSafetensors(absl::string_view bytes) {
   if (text.empty() || text[0] != '{') {
     return Bad("the header does not start with '{'");
   }
-  const nlohmann::json header =
-      nlohmann::json::parse(text.begin(), text.end(), nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    return Bad("the header is not a JSON object");
+  HeaderReader header;
+  if (!nlohmann::json::sax_parse(text.begin(), text.end(), &header)) {
+    return Bad(header.error.empty() ? "the header is not a JSON object"
+                                    : header.error);
   }
   const absl::string_view data = bytes.substr(8 + n);
   SafetensorsFile file;
+  file.metadata = std::move(header.metadata);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // per tensor
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& v = it.value();
-    if (name == kMetadata) {
-      if (!v.is_object()) return Bad("__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) {
-          return Bad(absl::StrCat("__metadata__ entry '", m.key(),
-                                  "' is not a string"));
-        }
-        file.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
+  for (HeaderReader::Entry& e : header.entries) {
+    TensorEntry& t = e.tensor;
+    const std::string& name = t.name;
     const std::string where = absl::StrCat("tensor '", name, "'");
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets") || !v["dtype"].is_string() ||
-        !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2) {
+    if (!e.has_dtype || !e.has_shape || e.offsets.size() != 2) {
       return Bad(absl::StrCat(where,
                               " needs a string dtype, a shape array and two "
                               "data_offsets"));
     }
-    TensorEntry t;
-    t.name = name;
-    absl::StatusOr<Dtype> dtype = ParseDtype(v["dtype"].get<std::string>());
-    if (!dtype.ok()) {
-      return Bad(absl::StrCat(where, ": ", dtype.status().message()));
-    }
-    t.dtype = *dtype;
-    for (const nlohmann::json& d : v["shape"]) {
-      if (!d.is_number_integer()) {
-        return Bad(absl::StrCat(where, ": a dimension is not an integer"));
-      }
-      t.shape.push_back(d.get<int64_t>());
-    }
-    const nlohmann::json& off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      return Bad(
-          absl::StrCat(where, ": data_offsets are not two integers >= 0"));
-    }
-    const uint64_t begin = off[0].get<uint64_t>();
-    const uint64_t end = off[1].get<uint64_t>();
+    const uint64_t begin = e.offsets[0];
+    const uint64_t end = e.offsets[1];
     if (begin > end || end > data.size()) {
       return Bad(absl::StrCat(where, ": data_offsets [", begin, ", ", end,
                               ") are outside the ", data.size(),

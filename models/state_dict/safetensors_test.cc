@@ -5,12 +5,14 @@
 
 #include "models/state_dict/safetensors.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/state_dict/hostile_weights.h"
 
 namespace dtrain::models::state_dict {
 namespace {
@@ -189,6 +191,41 @@ TEST(SafetensorsTest, RandomDamageGivesAnErrorOrAFileNeverACrash) {
   }
   // Every truncation and append is refused; most flips too.
   EXPECT_GT(refused, 20000 * 2 / 3);
+}
+
+TEST(SafetensorsTest, HostileHeadersAreRefusedOrWalkedWithoutATree) {
+  // 20 MB of empty objects took 780 MB as a JSON document tree.
+  std::string objects = "{}";
+  while (objects.size() < 20'000'000) objects += ",{}";
+  const std::string ok_entry =
+      R"("dtype":"F32","shape":[1],"data_offsets":[0,4])";
+  const std::string huge_list = WithHeader("{\"a\":[" + objects + "]}", "");
+  absl::StatusOr<SafetensorsFile> f = DecodeSafetensors(huge_list);
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("not a JSON object of tensors"));
+  // An unknown field's value is walked, not kept.
+  const std::string unknown_field = WithHeader(
+      R"({"a":{)" + ok_entry + R"(,"x":[)" + objects + "]}}", Le32(7));
+  f = DecodeSafetensors(unknown_field);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->tensors[0].data, Le32(7));
+  const std::string twice = WithHeader(
+      R"({"a":{)" + ok_entry + R"(},"a":{)" + ok_entry + "}}", Le32(7));
+  EXPECT_THAT(std::string(DecodeSafetensors(twice).status().message()),
+              HasSubstr("'a' is named twice"));
+  const std::string nested = WithHeader(
+      R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", Le32(7));
+  EXPECT_FALSE(DecodeSafetensors(nested).ok());
+  if (!CanLimitAddressSpace()) {
+    GTEST_SKIP() << "RLIMIT_AS cannot bound AddressSanitizer's shadow memory";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto bounded = [&] {
+    LimitAddressSpace(uint64_t{64} << 20);
+    const bool refused = !DecodeSafetensors(huge_list).ok();
+    std::exit(refused && DecodeSafetensors(unknown_field).ok() ? 0 : 1);
+  };
+  EXPECT_EXIT(bounded(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "models/state_dict/state_dict.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
@@ -105,11 +106,48 @@ absl::StatusOr<std::vector<TensorEntry>> TensorEntries(
       });
 }
 
-at::Tensor EntryTensor(const TensorEntry& e) {
-  at::Tensor t =
-      at::empty(e.shape, at::TensorOptions().dtype(TorchDtype(e.dtype)));
-  if (!e.data.empty()) std::memcpy(t.data_ptr(), e.data.data(), e.data.size());
-  return t;
+using Named = std::vector<std::pair<std::string, at::Tensor>>;
+
+// A tensor over `e`'s bytes, which must outlive it: no copy.
+at::Tensor ViewOfEntry(const TensorEntry& e) {
+  return at::from_blob(const_cast<char*>(e.data.data()), e.shape,
+                       at::TensorOptions().dtype(TorchDtype(e.dtype)));
+}
+
+// A tensor that takes over `e`'s bytes (a heap string, 16-byte aligned, or
+// the inline buffer of a short one: aligned for every dtype's 8 bytes).
+at::Tensor TensorOfEntry(TensorEntry&& e) {
+  auto* owned = new std::string(std::move(e.data));
+  return at::from_blob(
+      owned->data(), e.shape, [owned](void*) { delete owned; },
+      at::TensorOptions().dtype(TorchDtype(e.dtype)));
+}
+
+// A torch.save file's tensors as torch.load makes them: one storage per
+// storage of the file (its bytes copied once), each tensor object a view of
+// its storage, each name a handle to its tensor; names that alias share.
+Named TorchSaveTensors(const TorchSaveFile& file) {
+  std::vector<c10::Storage> storages;
+  storages.reserve(file.storages.size());
+  for (absl::string_view bytes : file.storages) {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes.size(),
+                         c10::GetDefaultCPUAllocator(), /*resizable=*/false);
+    if (!bytes.empty()) std::memcpy(storage.data(), bytes.data(), bytes.size());
+    storages.push_back(std::move(storage));
+  }
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(file.tensors.size());
+  for (const TorchSaveFile::Tensor& t : file.tensors) {
+    at::Tensor view =
+        at::empty({0}, at::TensorOptions().dtype(TorchDtype(t.dtype)));
+    view.set_(storages[t.storage], t.offset, t.size, t.stride);
+    tensors.push_back(std::move(view));
+  }
+  Named out;
+  out.reserve(file.names.size());
+  for (const auto& [name, index] : file.names)
+    out.emplace_back(name, tensors[index]);
+  return out;
 }
 
 }  // namespace
@@ -171,9 +209,13 @@ std::string LoadReport::Summary() const {
   return out;
 }
 
-absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
-                                       torch::nn::Module& module,
-                                       const LoadOptions& options) {
+namespace {
+
+// LoadEntries' work on tensors from a file or entries, copied straight from
+// them into the module (a view's elements included, nothing staged).
+absl::StatusOr<LoadReport> LoadNamed(const Named& entries,
+                                     torch::nn::Module& module,
+                                     const LoadOptions& options) {
   std::vector<bool> used(options.exclude.size(), false);
   auto excluded = [&](const std::string& name) {
     bool any = false;
@@ -183,18 +225,18 @@ absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
     return any;
   };
   LoadReport report;
-  std::map<std::string, const TensorEntry*> in_file;
-  for (const TensorEntry& e : entries) {
-    if (excluded(e.name)) {
-      report.skipped.push_back(e.name);
+  std::map<absl::string_view, const at::Tensor*> in_file;
+  for (const auto& [name, tensor] : entries) {
+    if (excluded(name)) {
+      report.skipped.push_back(name);
     } else {
-      in_file[e.name] = &e;
+      in_file[name] = &tensor;
     }
   }
   // Each of the model's tensors with its entry; what is left in `in_file`
   // afterwards is not in the model.
   const auto state = NamedState(module);
-  std::vector<std::pair<at::Tensor, const TensorEntry*>> matched;
+  std::vector<std::pair<at::Tensor, const at::Tensor*>> matched;
   std::vector<std::string> mismatched, mismatched_names;
   for (const auto& [name, tensor] : state) {
     if (excluded(name)) {
@@ -206,23 +248,22 @@ absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
       report.missing.push_back(name);
       continue;
     }
-    const TensorEntry& e = *it->second;
+    const at::Tensor& e = *it->second;
     matched.emplace_back(tensor, &e);
     report.loaded.push_back(name);
-    const at::ScalarType dtype = TorchDtype(e.dtype);
-    if (dtype != tensor.scalar_type() ||
-        !tensor.sizes().equals(at::IntArrayRef(e.shape))) {
+    const at::ScalarType dtype = e.scalar_type();
+    if (dtype != tensor.scalar_type() || !tensor.sizes().equals(e.sizes())) {
       mismatched_names.push_back(name);
       mismatched.push_back(absl::StrCat(
-          name, " (file ", base::ShapeString(e.shape), " ",
+          name, " (file ", base::ShapeString(e.sizes()), " ",
           base::DtypeName(dtype), ", model ", base::ShapeString(tensor.sizes()),
           " ", base::DtypeName(tensor.scalar_type()), ")"));
     }
     in_file.erase(it);
   }
   // The file's order, not the map's.
-  for (const TensorEntry& e : entries) {
-    if (in_file.count(e.name) != 0) report.unexpected.push_back(e.name);
+  for (const auto& [name, tensor] : entries) {
+    if (in_file.count(name) != 0) report.unexpected.push_back(name);
   }
 
   std::vector<std::string> unknown;
@@ -288,10 +329,27 @@ absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
   DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
       absl::StatusCode::kInternal, "state_dict: ", [&]() -> absl::Status {
         at::NoGradGuard no_grad;
-        for (auto& [tensor, e] : matched) tensor.copy_(EntryTensor(*e));
+        for (auto& [tensor, e] : matched) tensor.copy_(*e);
         return absl::OkStatus();
       }));
   return report;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadReport> LoadEntries(const std::vector<TensorEntry>& entries,
+                                       torch::nn::Module& module,
+                                       const LoadOptions& options) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      Named named,
+      base::GuardTorch(absl::StatusCode::kInternal,
+                       "state_dict: ", [&]() -> absl::StatusOr<Named> {
+                         Named out;
+                         for (const TensorEntry& e : entries)
+                           out.emplace_back(e.name, ViewOfEntry(e));
+                         return out;
+                       }));
+  return LoadNamed(named, module, options);
 }
 
 absl::Status LoadEntries(const std::vector<TensorEntry>& entries,
@@ -317,19 +375,32 @@ absl::Status WriteEntries(const std::vector<TensorEntry>& entries,
   return base::WriteFileAtomically(path, *bytes);
 }
 
-absl::StatusOr<std::vector<TensorEntry>> ReadEntries(const std::string& path) {
+// The file's tensors; memory a small multiple of its size however its
+// names alias (docs/RELIABILITY.md).
+absl::StatusOr<Named> ReadNamed(const std::string& path) {
   if (!IsStateDictPath(path)) return Unsupported(path);
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
                           base::ReadFile(path, base::kWeightsFileLimit));
-  absl::StatusOr<std::vector<TensorEntry>> entries;
   if (IsSafetensorsPath(path)) {
     absl::StatusOr<SafetensorsFile> file = DecodeSafetensors(bytes);
     if (!file.ok()) return WithPath(path, file.status());
-    return std::move(file->tensors);
+    bytes = std::string();  // The entries hold copies.
+    return base::GuardTorch(
+        absl::StatusCode::kInternal, absl::StrCat(path, ": "),
+        [&]() -> absl::StatusOr<Named> {
+          Named out;
+          for (TensorEntry& e : file->tensors) {
+            std::string name = std::move(e.name);
+            out.emplace_back(std::move(name), TensorOfEntry(std::move(e)));
+          }
+          return out;
+        });
   }
-  entries = DecodeTorchSave(bytes);
-  if (!entries.ok()) return WithPath(path, entries.status());
-  return entries;
+  absl::StatusOr<TorchSaveFile> file = ParseTorchSave(bytes);
+  if (!file.ok()) return WithPath(path, file.status());
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat(path, ": "),
+      [&]() -> absl::StatusOr<Named> { return TorchSaveTensors(*file); });
 }
 
 }  // namespace
@@ -344,15 +415,7 @@ absl::Status SaveTensors(
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> LoadTensors(
     const std::string& path) {
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries, ReadEntries(path));
-  return base::GuardTorch(
-      absl::StatusCode::kInternal, absl::StrCat(path, ": "),
-      [&]() -> absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> {
-        std::vector<std::pair<std::string, at::Tensor>> out;
-        for (const TensorEntry& e : entries)
-          out.emplace_back(e.name, EntryTensor(e));
-        return out;
-      });
+  return ReadNamed(path);
 }
 
 absl::Status SaveStateDict(const torch::nn::Module& module,
@@ -367,8 +430,8 @@ absl::Status LoadStateDict(const std::string& path, torch::nn::Module& module) {
 absl::StatusOr<LoadReport> LoadStateDict(const std::string& path,
                                          torch::nn::Module& module,
                                          const LoadOptions& options) {
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<TensorEntry> entries, ReadEntries(path));
-  absl::StatusOr<LoadReport> report = LoadEntries(entries, module, options);
+  DTRAIN_ASSIGN_OR_RETURN(Named tensors, ReadNamed(path));
+  absl::StatusOr<LoadReport> report = LoadNamed(tensors, module, options);
   if (!report.ok()) return WithPath(path, report.status());
   return report;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -23,6 +24,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/registry.h"
+#include "models/state_dict/hostile_weights.h"
+#include "models/state_dict/torch_pickle.h"
+#include "models/state_dict/zip_archive.h"
 
 namespace dtrain::models::state_dict {
 namespace {
@@ -342,6 +346,87 @@ TEST(StateDictTest, NonStrictStillRefusesShapeAndDtypeMismatches) {
   EXPECT_THAT(std::string(r.status().message()),
               HasSubstr("conv1.weight (file [16, 1, 3, 3] float32, model "
                         "[16, 1, 3, 3] float64)"));
+}
+
+// Names that share a storage load as views of it, as torch.load makes them:
+// the storage is read once, however many names it has.
+
+TEST(StateDictTest, ViewsOfOneStorageLoadIntoTheModel) {
+  // Linear(4, 3)'s weight and bias as views of one storage of 16 floats:
+  // the weight transposed (strides 1, 4), the bias at offset 12.
+  std::string storage(16 * 4, '\0');
+  for (int i = 0; i < 16; ++i) {
+    const float v = static_cast<float>(i);
+    std::memcpy(storage.data() + 4 * i, &v, 4);
+  }
+  PickledTensor weight;
+  weight.storage_key = "0";
+  weight.storage_numel = 16;
+  weight.size = {3, 4};
+  weight.stride = {1, 3};
+  PickledTensor bias = weight;
+  bias.offset = 12;
+  bias.size = {3};
+  bias.stride = {1};
+  const std::string path = TempPath("views.pt");
+  ASSERT_TRUE(base::WriteFileAtomically(
+                  path, *WriteZip({{"archive/data.pkl",
+                                    WriteStateDictPickle(
+                                        {{"weight", weight}, {"bias", bias}})},
+                                   {"archive/data/0", storage}}))
+                  .ok());
+  torch::nn::Linear linear(4, 3);
+  ASSERT_TRUE(LoadStateDict(path, *linear).ok());
+  const at::Tensor all = at::arange(16, at::kFloat);
+  EXPECT_TRUE(at::equal(linear->weight,
+                        all.as_strided({3, 4}, {1, 3}, 0).contiguous()));
+  EXPECT_TRUE(at::equal(linear->bias, at::arange(12, 15, at::kFloat)));
+}
+
+TEST(StateDictTest, NamesSharingAStorageShareItInMemory) {
+  for (bool memoized : {false, true}) {
+    const std::string path = TempPath("shared.pt");
+    ASSERT_TRUE(base::WriteFileAtomically(
+                    path, SharedStorageArchive(3000, 1 << 20, memoized))
+                    .ok());
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> tensors =
+        LoadTensors(path);
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    ASSERT_EQ(tensors->size(), 3000u);
+    const at::Tensor& first = (*tensors)[0].second;
+    EXPECT_EQ(first.numel(), 1 << 18);
+    EXPECT_EQ(first[1999].item<float>(), 999);
+    for (const auto& [name, tensor] : *tensors) {
+      EXPECT_TRUE(tensor.storage().is_alias_of(first.storage())) << name;
+      EXPECT_EQ(tensor.data_ptr(), first.data_ptr()) << name;
+    }
+  }
+}
+
+TEST(StateDictTest, LoadingNamesSharingAStorageStaysInABoundedAddressSpace) {
+  if (!CanLimitAddressSpace()) {
+    GTEST_SKIP() << "RLIMIT_AS cannot bound AddressSanitizer's shadow "
+                    "memory; aliasing is checked above";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = TempPath("shared_bounded.pt");
+  ASSERT_TRUE(base::WriteFileAtomically(
+                  path, SharedStorageArchive(3000, 1 << 20, false))
+                  .ok());
+  // A copy per name took 3 GB (7 GB in model_logits); one storage, 1 MB.
+  auto load = [&path] {
+    std::shared_ptr<Model> model = Make("convnet", 1);
+    LimitAddressSpace(uint64_t{256} << 20);
+    LoadOptions relaxed;
+    relaxed.strict = false;
+    absl::StatusOr<LoadReport> report = LoadStateDict(path, *model, relaxed);
+    auto tensors = LoadTensors(path);
+    std::exit(report.ok() && report->unexpected.size() == 3000 &&
+                      tensors.ok() && tensors->size() == 3000
+                  ? 0
+                  : 1);
+  };
+  EXPECT_EXIT(load(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -46,13 +47,24 @@ struct Value {
   };
   explicit Value(Kind k) : kind(k) {}
   Kind kind;
+  bool placed = false;     // Inside another container: no longer changes.
+  int depth = 0;           // Containers: levels below.
   int64_t i = 0;           // kBool, kInt.
   std::string s;           // kStr; kGlobal as "module.name".
   std::vector<Ref> items;  // kTuple, kList; kDict: key, value, key, ...
-  PickledTensor tensor;    // kStorage (key, dtype, numel); kTensor.
-  int depth = 0;           // Containers: levels below.
-  bool placed = false;     // Inside another container: no longer changes.
+  // kStorage (key, dtype, numel); kTensor. Apart: most values are no tensor.
+  std::unique_ptr<PickledTensor> tensor;
 };
+
+// What the budget charges, approximately the heap bytes each costs: a value
+// (with its shared_ptr's control block and the allocator's overhead), a slot
+// of the stack or a container, a mark, a memo entry, and the tensor the
+// loader makes of each tensor object (LibTorch's TensorImpl and its sizes).
+constexpr uint64_t kValueCost = sizeof(Value) + 32;
+constexpr uint64_t kSlotCost = sizeof(Ref);
+constexpr uint64_t kMarkCost = sizeof(size_t);
+constexpr uint64_t kMemoCost = 64;
+constexpr uint64_t kTensorCost = sizeof(PickledTensor) + 512;
 
 absl::string_view KindName(Value::Kind k) {
   switch (k) {
@@ -84,10 +96,49 @@ absl::string_view KindName(Value::Kind k) {
 
 Ref Make(Value::Kind k) { return std::make_shared<Value>(k); }
 
+// Values no opcode changes, shared: the cheapest opcodes make nothing new.
+const Ref& Shared(Value::Kind k, bool truth = false) {
+  static const auto* const shared = [] {
+    auto* v = new std::vector<Ref>{
+        Make(Value::Kind::kNone), Make(Value::Kind::kBool),
+        Make(Value::Kind::kBool), Make(Value::Kind::kFloat),
+        Make(Value::Kind::kTuple)};
+    (*v)[2]->i = 1;
+    return v;
+  }();
+  switch (k) {
+    case Value::Kind::kBool:
+      return (*shared)[truth ? 2 : 1];
+    case Value::Kind::kFloat:
+      return (*shared)[3];
+    case Value::Kind::kTuple:
+      return (*shared)[4];
+    default:
+      return (*shared)[0];
+  }
+}
+
 class Machine {
  public:
-  explicit Machine(absl::string_view pickle)
-      : r_(pickle, 0, "malformed pickle: ") {}
+  // `input_size`: the bytes the budget is proportional to (0: the pickle's).
+  Machine(absl::string_view pickle, size_t input_size)
+      : r_(pickle, 0, "malformed pickle: "),
+        basis_(input_size != 0 ? input_size : pickle.size()),
+        limit_(kPickleBytesPerInputByte * basis_ + kPickleBudgetSlack) {}
+
+  // Adds `bytes` to what the pickle costs; kResourceExhausted past the
+  // budget, naming `what` took it there.
+  absl::Status Charge(uint64_t bytes, absl::string_view what) {
+    used_ += bytes;
+    if (used_ <= limit_) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pickle at byte ", op_offset_, ": ", what,
+        " takes the memory its objects need past the limit of ", limit_,
+        " bytes (", kPickleBytesPerInputByte, " per byte of the ", basis_,
+        "-byte input, plus ", kPickleBudgetSlack,
+        "); a state_dict's pickle needs a fraction of that: the file is "
+        "damaged or hostile"));
+  }
 
   absl::StatusOr<Ref> Run() {
     while (true) {
@@ -132,6 +183,7 @@ class Machine {
         return r_.U64("frame length", &ignored);
       }
       case '(':
+        DTRAIN_RETURN_IF_ERROR(Charge(kMarkCost, "a MARK"));
         marks_.push_back(stack_.size());
         return absl::OkStatus();
       case '0':
@@ -143,13 +195,10 @@ class Machine {
         return Push(top);
       }
       case 'N':
-        return Push(Make(Value::Kind::kNone));
+        return Push(Shared(Value::Kind::kNone));
       case 0x88:
-      case 0x89: {
-        Ref v = Make(Value::Kind::kBool);
-        v->i = op == 0x88;
-        return Push(v);
-      }
+      case 0x89:
+        return Push(Shared(Value::Kind::kBool, op == 0x88));
       case 'J': {
         uint32_t v = 0;
         DTRAIN_RETURN_IF_ERROR(r_.U32("BININT", &v));
@@ -170,14 +219,14 @@ class Machine {
       case 'G': {
         uint64_t ignored = 0;  // A float's value is never needed.
         DTRAIN_RETURN_IF_ERROR(r_.U64("BINFLOAT", &ignored));
-        return Push(Make(Value::Kind::kFloat));
+        return Push(Shared(Value::Kind::kFloat));
       }
       case 0x8c:
       case 'X':
       case 0x8d:
         return String(op == 0x8c ? 1 : op == 'X' ? 4 : 8);
       case ')':
-        return Push(Make(Value::Kind::kTuple));
+        return Push(Shared(Value::Kind::kTuple));
       case 't': {
         DTRAIN_ASSIGN_OR_RETURN(std::vector<Ref> items, PopMark());
         return PushContainer(Value::Kind::kTuple, std::move(items));
@@ -191,8 +240,10 @@ class Machine {
         }
         return PushContainer(Value::Kind::kTuple, std::move(items));
       }
-      case ']':
-        return Push(Make(Value::Kind::kList));
+      case ']': {
+        DTRAIN_ASSIGN_OR_RETURN(Ref list, New(Value::Kind::kList, "a list"));
+        return Push(list);
+      }
       case 'l': {
         DTRAIN_ASSIGN_OR_RETURN(std::vector<Ref> items, PopMark());
         return PushContainer(Value::Kind::kList, std::move(items));
@@ -205,8 +256,10 @@ class Machine {
         DTRAIN_ASSIGN_OR_RETURN(std::vector<Ref> items, PopMark());
         return AddTo(Value::Kind::kList, std::move(items));
       }
-      case '}':
-        return Push(Make(Value::Kind::kDict));
+      case '}': {
+        DTRAIN_ASSIGN_OR_RETURN(Ref dict, New(Value::Kind::kDict, "a dict"));
+        return Push(dict);
+      }
       case 'd': {
         DTRAIN_ASSIGN_OR_RETURN(std::vector<Ref> items, PopMark());
         if (items.size() % 2 != 0) return Fault("DICT with an odd item count");
@@ -231,8 +284,9 @@ class Machine {
         if (name->kind != Value::Kind::kStr ||
             module->kind != Value::Kind::kStr)
           return Fault("STACK_GLOBAL of non-strings");
-        Ref g = Make(Value::Kind::kGlobal);
+        DTRAIN_ASSIGN_OR_RETURN(Ref g, New(Value::Kind::kGlobal, "a global"));
         g->s = absl::StrCat(module->s, ".", name->s);
+        DTRAIN_RETURN_IF_ERROR(Charge(g->s.size(), "a global's name"));
         return Push(g);
       }
       case 'R':
@@ -253,6 +307,8 @@ class Machine {
           DTRAIN_RETURN_IF_ERROR(r_.U32("LONG_BINPUT index", &index));
         }
         DTRAIN_ASSIGN_OR_RETURN(Ref top, Top());
+        if (!memo_.contains(index))
+          DTRAIN_RETURN_IF_ERROR(Charge(kMemoCost, "a memo entry"));
         memo_[index] = top;
         return absl::OkStatus();
       }
@@ -277,12 +333,18 @@ class Machine {
     }
   }
 
+  // A value no one else holds yet, charged.
+  absl::StatusOr<Ref> New(Value::Kind k, absl::string_view what) {
+    DTRAIN_RETURN_IF_ERROR(Charge(kValueCost, what));
+    return Make(k);
+  }
   absl::Status Push(Ref v) {
+    DTRAIN_RETURN_IF_ERROR(Charge(kSlotCost, "a stack entry"));
     stack_.push_back(std::move(v));
     return absl::OkStatus();
   }
   absl::Status PushInt(int64_t v) {
-    Ref r = Make(Value::Kind::kInt);
+    DTRAIN_ASSIGN_OR_RETURN(Ref r, New(Value::Kind::kInt, "an integer"));
     r->i = v;
     return Push(r);
   }
@@ -307,14 +369,18 @@ class Machine {
   // Records that `child` is now inside `parent`, checking the depth bound.
   absl::Status Place(Value& parent, Value& child) {
     if (&parent == &child) return Refuse("a container inside itself");
-    child.placed = true;
+    // Only lists and dicts change; the others may be shared (Shared()).
+    if (child.kind == Value::Kind::kList || child.kind == Value::Kind::kDict)
+      child.placed = true;
     if (child.depth + 1 > parent.depth) parent.depth = child.depth + 1;
     if (parent.depth > kMaxDepth)
       return Refuse(absl::StrCat("nesting deeper than ", kMaxDepth));
     return absl::OkStatus();
   }
   absl::Status PushContainer(Value::Kind kind, std::vector<Ref> items) {
-    Ref c = Make(kind);
+    DTRAIN_RETURN_IF_ERROR(
+        Charge(kSlotCost * items.size(), "a container's elements"));
+    DTRAIN_ASSIGN_OR_RETURN(Ref c, New(kind, "a container"));
     for (const Ref& item : items) DTRAIN_RETURN_IF_ERROR(Place(*c, *item));
     c->items = std::move(items);
     return Push(c);
@@ -327,6 +393,8 @@ class Machine {
                                 ", not a ", KindName(kind)));
     if (target->placed)
       return Refuse("a container changed after it was placed in another");
+    DTRAIN_RETURN_IF_ERROR(
+        Charge(kSlotCost * items.size(), "a container's elements"));
     for (const Ref& item : items) DTRAIN_RETURN_IF_ERROR(Place(*target, *item));
     for (Ref& item : items) target->items.push_back(std::move(item));
     return absl::OkStatus();
@@ -358,7 +426,8 @@ class Machine {
     }
     absl::string_view bytes;
     DTRAIN_RETURN_IF_ERROR(r_.Raw(length, "string", &bytes));
-    Ref v = Make(Value::Kind::kStr);
+    DTRAIN_RETURN_IF_ERROR(Charge(bytes.size(), "a string's bytes"));
+    DTRAIN_ASSIGN_OR_RETURN(Ref v, New(Value::Kind::kStr, "a string"));
     v->s = std::string(bytes);
     return Push(v);
   }
@@ -375,8 +444,9 @@ class Machine {
         part.push_back(static_cast<char>(c));
       }
     }
-    Ref g = Make(Value::Kind::kGlobal);
+    DTRAIN_ASSIGN_OR_RETURN(Ref g, New(Value::Kind::kGlobal, "a global"));
     g->s = absl::StrCat(parts[0], ".", parts[1]);
+    DTRAIN_RETURN_IF_ERROR(Charge(g->s.size(), "a global's name"));
     return Push(g);
   }
 
@@ -396,11 +466,14 @@ class Machine {
     absl::string_view type = f[1]->s;
     if (!absl::ConsumePrefix(&type, "torch."))
       return Refuse(absl::StrCat("storage type ", f[1]->s));
-    Ref s = Make(Value::Kind::kStorage);
-    DTRAIN_ASSIGN_OR_RETURN(s->tensor.dtype, DtypeOfStorageClass(type));
-    s->tensor.storage_key = f[2]->s;
-    s->tensor.storage_numel = f[4]->i;
-    if (s->tensor.storage_numel < 0)
+    DTRAIN_RETURN_IF_ERROR(
+        Charge(kTensorCost + f[2]->s.size(), "a storage reference"));
+    DTRAIN_ASSIGN_OR_RETURN(Ref s, New(Value::Kind::kStorage, "a storage"));
+    s->tensor = std::make_unique<PickledTensor>();
+    DTRAIN_ASSIGN_OR_RETURN(s->tensor->dtype, DtypeOfStorageClass(type));
+    s->tensor->storage_key = f[2]->s;
+    s->tensor->storage_numel = f[4]->i;
+    if (s->tensor->storage_numel < 0)
       return Fault(
           absl::StrCat("storage ", f[2]->s, " of ", f[4]->i, " elements"));
     return Push(s);
@@ -417,7 +490,9 @@ class Machine {
     const auto& a = args->items;
     if (name == "collections.OrderedDict") {
       if (!a.empty()) return Refuse("OrderedDict built from arguments");
-      return Push(Make(Value::Kind::kDict));
+      DTRAIN_ASSIGN_OR_RETURN(Ref dict,
+                              New(Value::Kind::kDict, "an OrderedDict"));
+      return Push(dict);
     }
     if (name == "torch._utils._rebuild_parameter" ||
         name == "torch._utils._rebuild_parameter_with_state") {
@@ -438,9 +513,14 @@ class Machine {
       return Refuse(
           "_rebuild_tensor_v2 without (storage, offset, size, stride, ...)");
     }
-    Ref t = Make(Value::Kind::kTensor);
-    PickledTensor& p = t->tensor;
-    p = a[0]->tensor;
+    // Each tensor object costs a tensor where it is loaded, and its sizes.
+    DTRAIN_RETURN_IF_ERROR(Charge(kTensorCost +
+                                      a[0]->tensor->storage_key.size() +
+                                      16 * (a[2]->items.size() + 1),
+                                  "a tensor"));
+    DTRAIN_ASSIGN_OR_RETURN(Ref t, New(Value::Kind::kTensor, "a tensor"));
+    t->tensor = std::make_unique<PickledTensor>(*a[0]->tensor);
+    PickledTensor& p = *t->tensor;
     p.offset = a[1]->i;
     for (int which = 0; which < 2; ++which) {
       std::vector<int64_t>& out = which == 0 ? p.size : p.stride;
@@ -483,6 +563,9 @@ class Machine {
   }
 
   base::ByteReader r_;
+  const uint64_t basis_;
+  const uint64_t limit_;
+  uint64_t used_ = 0;
   size_t op_offset_ = 0;
   std::vector<Ref> stack_;
   std::vector<size_t> marks_;
@@ -546,15 +629,15 @@ absl::StatusOr<Dtype> DtypeOfStorageClass(absl::string_view name) {
                                                  absl::StrJoin(known, ", ")));
 }
 
-absl::StatusOr<size_t> SkipPickle(absl::string_view bytes) {
-  Machine machine(bytes);
+absl::StatusOr<size_t> SkipPickle(absl::string_view bytes, size_t input_size) {
+  Machine machine(bytes, input_size);
   DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
   return machine.end();
 }
 
 absl::StatusOr<std::vector<std::string>> ReadStringListPickle(
-    absl::string_view bytes, size_t* end) {
-  Machine machine(bytes);
+    absl::string_view bytes, size_t* end, size_t input_size) {
+  Machine machine(bytes, input_size);
   DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
   *end = machine.end();
   std::vector<std::string> out;
@@ -564,21 +647,26 @@ absl::StatusOr<std::vector<std::string>> ReadStringListPickle(
   for (const Ref& item : top->items) {
     if (item->kind != Value::Kind::kStr)
       return absl::DataLossError("malformed pickle: a key that is no string");
+    DTRAIN_RETURN_IF_ERROR(machine.Charge(kValueCost, "a key's copy"));
     out.push_back(item->s);
   }
   return out;
 }
 
-absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle,
-                                                     size_t* end) {
-  Machine machine(pickle);
+absl::StatusOr<StateDictPickle> ReadStateDictPickle(absl::string_view pickle,
+                                                    size_t* end,
+                                                    size_t input_size) {
+  Machine machine(pickle, input_size);
   DTRAIN_ASSIGN_OR_RETURN(Ref top, machine.Run());
   if (end != nullptr) *end = machine.end();
   if (top->kind != Value::Kind::kDict)
     return absl::InvalidArgumentError(
         absl::StrCat("the file holds a ", KindName(top->kind),
                      ", not a state_dict (a dict of names to tensors)"));
-  PickledStateDict out;
+  StateDictPickle out;
+  // Each tensor object once, however many names it has.
+  absl::flat_hash_map<const Value*, size_t> index;
+  absl::flat_hash_set<absl::string_view> names;
   for (size_t i = 0; i + 1 < top->items.size(); i += 2) {
     const Value& key = *top->items[i];
     const Value& value = *top->items[i + 1];
@@ -591,7 +679,14 @@ absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle,
           KindName(value.kind),
           ", not a tensor: it is not a state_dict (for a checkpoint dict, "
           "save its model's state_dict alone)"));
-    out.emplace_back(key.s, value.tensor);
+    if (!names.insert(key.s).second)
+      return absl::DataLossError(absl::StrCat(key.s, ": named twice"));
+    // The copies below, and the loader's name and tensor handle for each.
+    DTRAIN_RETURN_IF_ERROR(
+        machine.Charge(key.s.size() + kValueCost, "a name's copy"));
+    auto [it, added] = index.try_emplace(&value, out.tensors.size());
+    if (added) out.tensors.push_back(*value.tensor);
+    out.names.emplace_back(key.s, it->second);
   }
   return out;
 }

@@ -13,6 +13,14 @@
 // read is bounds-checked. Faults are kDataLoss (damaged) or kInvalidArgument
 // (a valid pickle that is not a state_dict), with the byte offset.
 //
+// Memory is bounded by the input: every object, stack, mark and memo entry,
+// container element and string byte the machine makes (and each tensor and
+// name it hands on) is charged against a budget of kPickleBytesPerInputByte
+// times the input's size plus kPickleBudgetSlack; past it the pickle is
+// refused (kResourceExhausted naming the limit and what exceeded it), so
+// megabytes of one-byte opcodes cannot take gigabytes as Python's pickle
+// would. A tensor object named several times (memoized) is one tensor.
+//
 // Thread safety: pure functions.
 #ifndef DTRAIN_MODELS_STATE_DICT_TORCH_PICKLE_H_
 #define DTRAIN_MODELS_STATE_DICT_TORCH_PICKLE_H_
@@ -40,20 +48,37 @@ struct PickledTensor {
 
 using PickledStateDict = std::vector<std::pair<std::string, PickledTensor>>;
 
-// The top-level dict's entries in pickle order. Its `_metadata` (module
-// versions) is read and dropped. Reading stops at the pickle's STOP; `end`,
-// when given, receives the offset after it (the legacy format holds several
-// pickles back to back, and its storages' persistent ids carry a sixth
-// field, None).
-absl::StatusOr<PickledStateDict> ReadStateDictPickle(absl::string_view pickle,
-                                                     size_t* end = nullptr);
+// What a state_dict pickle holds: each tensor object once (a name bound to a
+// memoized tensor, or a parameter wrapping one, shares its index), and the
+// dict's names in pickle order with their tensor's index.
+struct StateDictPickle {
+  std::vector<PickledTensor> tensors;
+  std::vector<std::pair<std::string, size_t>> names;
+};
+
+// The budget: approximate bytes of memory per byte of input, and the
+// allowance every pickle gets (the input is what the caller passes as
+// `input_size`, or the pickle's bytes).
+inline constexpr uint64_t kPickleBytesPerInputByte = 16;
+inline constexpr uint64_t kPickleBudgetSlack = uint64_t{1} << 20;
+
+// The top-level dict's entries in pickle order; a name given twice is
+// kDataLoss. Its `_metadata` (module versions) is read and dropped. Reading
+// stops at the pickle's STOP; `end`, when given, receives the offset after it
+// (the legacy format holds several pickles back to back, and its storages'
+// persistent ids carry a sixth field, None). `input_size`: the size of the
+// file the pickle is part of, the basis of the budget (0: the pickle's).
+absl::StatusOr<StateDictPickle> ReadStateDictPickle(absl::string_view pickle,
+                                                    size_t* end = nullptr,
+                                                    size_t input_size = 0);
 
 // For the legacy format's other pickles: the length of a pickle of plain
 // values (None, bools, ints, floats, strings, tuples, lists, dicts), and a
-// pickled list of strings.
-absl::StatusOr<size_t> SkipPickle(absl::string_view bytes);
+// pickled list of strings; budgets as above.
+absl::StatusOr<size_t> SkipPickle(absl::string_view bytes,
+                                  size_t input_size = 0);
 absl::StatusOr<std::vector<std::string>> ReadStringListPickle(
-    absl::string_view bytes, size_t* end);
+    absl::string_view bytes, size_t* end, size_t input_size = 0);
 
 // A protocol-2 pickle of an OrderedDict, as torch.save writes a state_dict
 // (without `_metadata`, which load_state_dict does not need).

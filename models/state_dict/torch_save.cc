@@ -37,7 +37,7 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
 }
 
 // Copies the (bounds-checked) strided view `t` of `storage` out row-major.
-std::string Gather(const PickledTensor& t, absl::string_view storage,
+std::string Gather(const TorchSaveFile::Tensor& t, absl::string_view storage,
                    int64_t numel) {
   const size_t element = DtypeSize(t.dtype);
   std::string out(numel * element, '\0');
@@ -103,15 +103,20 @@ namespace {
 
 using Storages = absl::flat_hash_map<std::string, absl::string_view>;
 
-// The tensors of `state`, each checked against and copied out of its storage.
-absl::StatusOr<std::vector<TensorEntry>> Materialize(
-    const PickledStateDict& state, const Storages& storages) {
-  std::vector<TensorEntry> out;
-  out.reserve(state.size());
-  absl::flat_hash_set<absl::string_view> names;
-  for (const auto& [name, t] : state) {
-    if (!names.insert(name).second)
-      return absl::DataLossError(absl::StrCat(name, ": named twice"));
+// The pickle's tensors checked against their storages, each storage listed
+// once however many tensors use it.
+absl::StatusOr<TorchSaveFile> Resolve(const StateDictPickle& state,
+                                      const Storages& storages) {
+  TorchSaveFile out;
+  absl::flat_hash_map<absl::string_view, size_t> storage_index;
+  std::vector<std::string> first_user;  // Per tensor: a name, for errors.
+  first_user.resize(state.tensors.size());
+  for (auto it = state.names.rbegin(); it != state.names.rend(); ++it)
+    first_user[it->second] = it->first;
+  out.tensors.reserve(state.tensors.size());
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const PickledTensor& t = state.tensors[i];
+    const std::string& name = first_user[i];
     auto it = storages.find(t.storage_key);
     if (it == storages.end())
       return absl::DataLossError(absl::StrCat(
@@ -129,8 +134,12 @@ absl::StatusOr<std::vector<TensorEntry>> Materialize(
           absl::StrCat(name,
                        ": a view of more elements than its storage holds (an "
                        "expanded tensor; save a contiguous copy)"));
-    out.push_back({name, t.dtype, t.size, Gather(t, it->second, numel)});
+    auto [at, added] =
+        storage_index.try_emplace(it->first, out.storages.size());
+    if (added) out.storages.push_back(it->second);
+    out.tensors.push_back({at->second, t.dtype, t.offset, t.size, t.stride});
   }
+  out.names = state.names;
   return out;
 }
 
@@ -142,23 +151,24 @@ constexpr absl::string_view kLegacyMagic(
     "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);
 constexpr absl::string_view kLegacyVersion("\x80\x02M\xe9\x03.", 6);
 
-absl::StatusOr<std::vector<TensorEntry>> DecodeLegacy(absl::string_view bytes) {
+absl::StatusOr<TorchSaveFile> ParseLegacy(absl::string_view bytes) {
+  const size_t file_size = bytes.size();
   bytes.remove_prefix(kLegacyMagic.size());
   if (!absl::ConsumePrefix(&bytes, kLegacyVersion))
     return absl::InvalidArgumentError(
         "a legacy torch.save file of an unknown protocol version (1001 is "
         "read)");
-  DTRAIN_ASSIGN_OR_RETURN(size_t info, SkipPickle(bytes));
+  DTRAIN_ASSIGN_OR_RETURN(size_t info, SkipPickle(bytes, file_size));
   bytes.remove_prefix(info);
   size_t end = 0;
-  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state,
-                          ReadStateDictPickle(bytes, &end));
+  DTRAIN_ASSIGN_OR_RETURN(StateDictPickle state,
+                          ReadStateDictPickle(bytes, &end, file_size));
   bytes.remove_prefix(end);
   DTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                          ReadStringListPickle(bytes, &end));
+                          ReadStringListPickle(bytes, &end, file_size));
   bytes.remove_prefix(end);
   absl::flat_hash_map<absl::string_view, Dtype> dtypes;
-  for (const auto& [name, t] : state) dtypes[t.storage_key] = t.dtype;
+  for (const PickledTensor& t : state.tensors) dtypes[t.storage_key] = t.dtype;
   Storages storages;
   base::ByteReader r(bytes, 0, "malformed legacy torch.save storages: ");
   for (const std::string& key : keys) {
@@ -176,14 +186,13 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeLegacy(absl::string_view bytes) {
     DTRAIN_RETURN_IF_ERROR(r.Raw(numel * element, "storage", &data));
     storages[key] = data;
   }
-  return Materialize(state, storages);
+  return Resolve(state, storages);
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
-    absl::string_view bytes) {
-  if (absl::StartsWith(bytes, kLegacyMagic)) return DecodeLegacy(bytes);
+absl::StatusOr<TorchSaveFile> ParseTorchSave(absl::string_view bytes) {
+  if (absl::StartsWith(bytes, kLegacyMagic)) return ParseLegacy(bytes);
   absl::StatusOr<std::vector<ZipEntry>> zip = ReadZip(bytes);
   if (!zip.ok()) {
     if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
@@ -219,8 +228,34 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
           "byte order '", e.data, "': only little-endian files are read"));
     if (absl::ConsumePrefix(&name, "data/")) storages[name] = e.data;
   }
-  DTRAIN_ASSIGN_OR_RETURN(PickledStateDict state, ReadStateDictPickle(pickle));
-  return Materialize(state, storages);
+  DTRAIN_ASSIGN_OR_RETURN(
+      StateDictPickle state,
+      ReadStateDictPickle(pickle, /*end=*/nullptr, bytes.size()));
+  return Resolve(state, storages);
+}
+
+absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
+    absl::string_view bytes) {
+  DTRAIN_ASSIGN_OR_RETURN(TorchSaveFile file, ParseTorchSave(bytes));
+  const uint64_t limit = 2 * static_cast<uint64_t>(bytes.size()) + (1 << 20);
+  uint64_t copied = 0;
+  std::vector<TensorEntry> out;
+  out.reserve(file.names.size());
+  for (const auto& [name, index] : file.names) {
+    const TorchSaveFile::Tensor& t = file.tensors[index];
+    const int64_t numel = Elements(t.size);  // Checked by ParseTorchSave.
+    copied += static_cast<uint64_t>(numel) * DtypeSize(t.dtype);
+    if (copied > limit)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          name,
+          ": copying each name's view of its storage out takes more "
+          "than ",
+          limit, " bytes (twice the file's ", bytes.size(),
+          " + 1 MiB): its names share storages; read it with ParseTorchSave"));
+    out.push_back(
+        {name, t.dtype, t.size, Gather(t, file.storages[t.storage], numel)});
+  }
+  return out;
 }
 
 }  // namespace dtrain::models::state_dict

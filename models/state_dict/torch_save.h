@@ -18,6 +18,7 @@
 #define DTRAIN_MODELS_STATE_DICT_TORCH_SAVE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,8 +36,31 @@ inline constexpr absl::string_view kTorchSaveFolder = "archive";
 absl::StatusOr<std::string> EncodeTorchSave(
     const std::vector<TensorEntry>& tensors);
 
+// A file's tensors as PyTorch's torch.load sees them: each storage once, each
+// tensor object once as a view of its storage (offset, sizes and strides in
+// elements, checked to lie inside it), and the dict's names in order, each
+// with its tensor's index: names sharing a storage (tied weights, views, or a
+// hostile file's thousand names for one storage) share its bytes. Nothing is
+// copied; storages view the caller's bytes. Memory is bounded by the input
+// (torch_pickle.h's budget), however the names alias.
+struct TorchSaveFile {
+  struct Tensor {
+    size_t storage = 0;  // Index into `storages`.
+    Dtype dtype = Dtype::kF32;
+    int64_t offset = 0;
+    std::vector<int64_t> size;
+    std::vector<int64_t> stride;
+  };
+  std::vector<absl::string_view> storages;
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, size_t>> names;
+};
+absl::StatusOr<TorchSaveFile> ParseTorchSave(absl::string_view bytes);
+
 // The state_dict's tensors in the dict's order, gathered row-major from
-// their storages (views of one storage each get their own copy).
+// their storages: views of one storage each get their own copy, so this
+// refuses (kResourceExhausted) to copy out more than twice the file's bytes
+// plus 1 MiB. For tests and small tools; loaders take ParseTorchSave's views.
 absl::StatusOr<std::vector<TensorEntry>> DecodeTorchSave(
     absl::string_view bytes);
 

@@ -7,15 +7,19 @@
 
 #include "models/state_dict/torch_save.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/crc32.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/state_dict/hostile_weights.h"
 #include "models/state_dict/torch_pickle.h"
 #include "models/state_dict/zip_archive.h"
 
@@ -306,6 +310,111 @@ TEST(TorchSaveTest, PickleDamageNeverCrashes) {
     }
     (void)DecodeTorchSave(Archive(p, {{"0", Sample()[0].data}}));
   }
+}
+
+// Hostile files: memory stays a small multiple of the file however its
+// names alias and whatever its pickle's opcodes.
+
+TEST(TorchSaveTest, NamesSharingAStorageViewItOnce) {
+  for (bool memoized : {false, true}) {
+    const std::string bytes = SharedStorageArchive(3000, 1 << 20, memoized);
+    absl::StatusOr<TorchSaveFile> file = ParseTorchSave(bytes);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_EQ(file->storages.size(), 1u);
+    EXPECT_EQ(file->storages[0].size(), 1u << 20);
+    // The storage is a view of the file's bytes, not a copy.
+    EXPECT_GE(file->storages[0].data(), bytes.data());
+    EXPECT_LE(file->storages[0].data() + file->storages[0].size(),
+              bytes.data() + bytes.size());
+    EXPECT_EQ(file->tensors.size(), memoized ? 1u : 3000u);
+    for (const TorchSaveFile::Tensor& t : file->tensors) {
+      EXPECT_EQ(t.storage, 0u);
+      EXPECT_THAT(t.size, ElementsAre(1 << 18));
+    }
+    ASSERT_EQ(file->names.size(), 3000u);
+    EXPECT_EQ(file->names[2999].first, "w2999");
+    EXPECT_EQ(file->names[2999].second, memoized ? 0u : 2999u);
+    // Copying each name's view out would take 3 GB: refused.
+    absl::StatusOr<std::vector<TensorEntry>> copies = DecodeTorchSave(bytes);
+    EXPECT_EQ(copies.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(copies.status().message(), HasSubstr("share storages"));
+  }
+}
+
+TEST(TorchSaveTest, MegabytesOfOneByteOpcodesAreRefusedNamingTheLimit) {
+  // Each makes an object or a memo or stack entry per byte or two; Python's
+  // pickle would spend hundreds of bytes per input byte on them.
+  for (const char* opcodes : {"]", "}", "]\x94", "K\x01", "(", "N2"}) {
+    // 2 MB (the attack had 9.2 MB; the child below reads that) keeps the
+    // test quick under ASan.
+    const std::string bytes = RepeatedOpcodeArchive(opcodes, 2'000'000);
+    absl::StatusOr<std::vector<TensorEntry>> sd = DecodeTorchSave(bytes);
+    ASSERT_FALSE(sd.ok()) << opcodes;
+    if (std::string(opcodes) == "(" || std::string(opcodes) == "N2") {
+      // 8 and 16 bytes a byte, under the budget: the error is the pickle's.
+      EXPECT_EQ(sd.status().code(), absl::StatusCode::kDataLoss) << opcodes;
+      continue;
+    }
+    EXPECT_EQ(sd.status().code(), absl::StatusCode::kResourceExhausted)
+        << opcodes << ": " << sd.status();
+    EXPECT_THAT(
+        sd.status().message(),
+        HasSubstr(absl::StrCat(
+            "past the limit of ", 16 * bytes.size() + (1 << 20),
+            " bytes (16 per byte of the ", bytes.size(), "-byte input")));
+  }
+}
+
+TEST(TorchSaveTest, ABigStorageKeyUsedByManyTensorsIsRefused) {
+  // One 60 kB key, memoized, in 3000 rebuilt tensors: each would copy it.
+  PickledTensor t;
+  t.storage_key = std::string(60000, 'k');
+  t.storage_numel = 1;
+  t.size = {1};
+  t.stride = {1};
+  std::string pickle = WriteStateDictPickle({{"w", t}});
+  // Rebuild the tensor from its memoized pieces 3000 times: the rebuild
+  // call's arguments are the tuple before the last REDUCE.
+  const size_t call = pickle.find("ctorch._utils\n_rebuild_tensor_v2\n");
+  const size_t reduce = pickle.rfind("tR");
+  ASSERT_NE(call, std::string::npos);
+  std::string body = pickle.substr(0, reduce + 1);  // Through the args' t.
+  body += "q\x02";                                  // Memo 2: the args.
+  body.insert(call + 33, "q\x01");                  // Memo 1: the callable.
+  body += "R";
+  for (int i = 1; i < 3000; ++i)
+    body += absl::StrCat("X", std::string("\x05\x00\x00\x00", 4),
+                         absl::StrFormat("w%04d", i), "h\x01h\x02R");
+  body += "u.";
+  absl::StatusOr<std::vector<TensorEntry>> sd =
+      DecodeTorchSave(Archive(body, {{t.storage_key, "1234"}}));
+  EXPECT_EQ(sd.status().code(), absl::StatusCode::kResourceExhausted)
+      << sd.status();
+}
+
+TEST(TorchSaveTest, ReadingHostileFilesStaysInABoundedAddressSpace) {
+  if (!CanLimitAddressSpace()) {
+    GTEST_SKIP() << "RLIMIT_AS cannot bound AddressSanitizer's shadow "
+                    "memory; the budgets' errors are checked above";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // Before the budget, the lists took 1.9 GB; shared names 3 GB of copies.
+  auto lists = [] {
+    const std::string bytes = RepeatedOpcodeArchive("]", 9'200'000);
+    LimitAddressSpace(uint64_t{400} << 20);
+    std::exit(DecodeTorchSave(bytes).status().code() ==
+                      absl::StatusCode::kResourceExhausted
+                  ? 0
+                  : 1);
+  };
+  EXPECT_EXIT(lists(), ::testing::ExitedWithCode(0), "");
+  auto shared = [] {
+    const std::string bytes = SharedStorageArchive(3000, 1 << 20, false);
+    LimitAddressSpace(uint64_t{200} << 20);
+    absl::StatusOr<TorchSaveFile> file = ParseTorchSave(bytes);
+    std::exit(file.ok() && file->storages.size() == 1 ? 0 : 1);
+  };
+  EXPECT_EXIT(shared(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

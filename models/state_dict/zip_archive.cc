@@ -1,7 +1,10 @@
 #include "models/state_dict/zip_archive.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -145,6 +148,11 @@ absl::StatusOr<std::vector<ZipEntry>> ReadZip(absl::string_view archive) {
   std::vector<ZipEntry> out;
   out.reserve(d.entries);
   absl::flat_hash_set<std::string> names;
+  // Each entry's [local header, end of data), to check they are disjoint.
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  std::vector<uint32_t> crcs;
+  spans.reserve(d.entries);
+  crcs.reserve(d.entries);
   for (uint64_t i = 0; i < d.entries; ++i) {
     uint32_t sig = 0, crc = 0, compressed = 0, size = 0, external = 0,
              offset = 0;
@@ -204,10 +212,27 @@ absl::StatusOr<std::vector<ZipEntry>> ReadZip(absl::string_view archive) {
       return Fault(absl::StrCat(c.name,
                                 ": the local header names another "
                                 "entry"));
-    absl::string_view data = archive.substr(start, c.size);
-    if (base::Crc32(data) != c.crc)
-      return Fault(absl::StrCat(c.name, ": CRC-32 mismatch (damaged data)"));
-    out.push_back({std::move(c.name), data});
+    spans.emplace_back(c.local_offset, start + c.size);
+    crcs.push_back(c.crc);
+    out.push_back({std::move(c.name), archive.substr(start, c.size)});
+  }
+  // Entries that overlap would let one file's bytes count many times (each
+  // entry's CRC, each storage a loader copies); no zip writer makes them.
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return spans[a] < spans[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (spans[order[i]].first < spans[order[i - 1]].second)
+      return Fault(absl::StrCat(
+          out[order[i]].name, " (at offset ", spans[order[i]].first,
+          ") overlaps ", out[order[i - 1]].name, " (bytes ",
+          spans[order[i - 1]].first, " to ", spans[order[i - 1]].second, ")"));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (base::Crc32(out[i].data) != crcs[i])
+      return Fault(
+          absl::StrCat(out[i].name, ": CRC-32 mismatch (damaged data)"));
   }
   return out;
 }

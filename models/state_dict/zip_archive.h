@@ -7,7 +7,8 @@
 // Reading checks before it trusts: the end-of-central-directory record is
 // looked for only where the format puts it, every offset and size against
 // the archive, each entry's local header against its central one, names
-// unique, and every entry's CRC-32. Faults are kDataLoss naming the entry;
+// unique, entries disjoint (no byte is two entries'), and every entry's
+// CRC-32. Faults are kDataLoss naming the entry;
 // nothing reads out of bounds. Entries are views into the caller's bytes.
 //
 // Thread safety: pure functions.

@@ -24,6 +24,26 @@ header = json.dumps({"__metadata__": {"format": "pt"},
                      "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
 header += b" " * (-len(header) % 8)
 open(f"{sys.argv[1]}/seed.safetensors", "wb").write(
-    struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, -2.0))
+    struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, -2.0))# The budgets' cases: an unknown field walked, names sharing one storage
+# (memoized, as Python pickles tied weights), a run of one-byte opcodes.
+header = json.dumps({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1],
+                           "x": [{}, [1, {}]]}}).encode()
+open(f"{sys.argv[1]}/unknown_field.safetensors", "wb").write(
+    struct.pack("<Q", len(header)) + header + b"\x07")
+import zipfile
+def pt(name, pickle, storages):
+    with zipfile.ZipFile(f"{sys.argv[1]}/{name}", "w") as z:
+        z.writestr("archive/data.pkl", pickle)
+        for key, data in storages.items():
+            z.writestr(f"archive/data/{key}", data)
+        z.writestr("archive/version", "3\n")
+def s(text):
+    return b"X" + struct.pack("<I", len(text)) + text.encode()
+tensor = (b"ctorch._utils\n_rebuild_tensor_v2\n((" + s("storage") +
+          b"ctorch\nFloatStorage\n" + s("0") + s("cpu") + b"K\x04tQK\x00K\x02\x85K\x01\x85"
+          b"\x89ccollections\nOrderedDict\n)RtR")
+pt("shared.pt", b"\x80\x02ccollections\nOrderedDict\n)R(" + s("a") + tensor + b"q\x01" +
+   s("b") + b"h\x01" + s("c") + tensor + b"u.", {"0": b"\0" * 16})
+pt("lists.pt", b"\x80\x02" + b"]" * 4096 + b".", {})
 PY
 exec "$out/weights_fuzzer" -timeout=10 "$@" "$out/weights-corpus"
