@@ -42,9 +42,8 @@ int64_t CgroupMemoryLimit() {
   std::istringstream lines(ReadSmallFile("/proc/self/cgroup"));
   for (std::string line; std::getline(lines, line);) {
     if (!absl::StartsWith(line, "0::")) continue;
-    const int64_t v2 = internal::ParseCgroupMemoryLimit(
-        ReadSmallFile(absl::StrCat("/sys/fs/cgroup", line.substr(3),
-                                   "/memory.max")));
+    const int64_t v2 = internal::ParseCgroupMemoryLimit(ReadSmallFile(
+        absl::StrCat("/sys/fs/cgroup", line.substr(3), "/memory.max")));
     if (v2 > 0) return v2;
   }
   return internal::ParseCgroupMemoryLimit(
@@ -69,7 +68,8 @@ Machine ReadMachine() {
   if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
     m.cores = std::max(1, CPU_COUNT(&set));
   } else {
-    m.cores = std::max<int>(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+    m.cores =
+        std::max<int>(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
   }
 
   const long pages = ::sysconf(_SC_PHYS_PAGES);
@@ -130,9 +130,7 @@ Limit LocalProcessLimit() {
   return threads.max <= processes.max ? threads : processes;
 }
 
-Limit MemoryLimit() {
-  return {TheMachine().memory, TheMachine().memory_why};
-}
+Limit MemoryLimit() { return {TheMachine().memory, TheMachine().memory_why}; }
 
 Limit WorldSizeLimit() {
   return {kMaxWorldSize, "a fixed cap on the ranks of one job"};
@@ -159,9 +157,8 @@ absl::Status CheckFiniteSize(absl::string_view name, double value,
   const Limit memory = MemoryLimit();
   const double max = std::floor(static_cast<double>(memory.max) / unit_bytes);
   if (value <= max) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, "=", value, ": at most ", max, " ", unit, " (",
-                   memory.why, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, "=", value, ": at most ", max, " ", unit, " (", memory.why, ")"));
 }
 
 namespace internal {

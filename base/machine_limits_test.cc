@@ -64,17 +64,17 @@ TEST(MachineLimitsTest, FiniteSizeRejectsNanInfHugeAndNonPositive) {
   EXPECT_TRUE(CheckFiniteSize("--bucket_cap_mb", 25, 1 << 20, "MiB").ok());
   for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(),
                      -std::numeric_limits<double>::infinity(), 0.0, -1.0}) {
-    const absl::Status s = CheckFiniteSize("--bucket_cap_mb", bad, 1 << 20,
-                                           "MiB");
+    const absl::Status s =
+        CheckFiniteSize("--bucket_cap_mb", bad, 1 << 20, "MiB");
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(s.message(), HasSubstr("finite number > 0")) << bad;
   }
   const absl::Status huge =
       CheckFiniteSize("--bucket_cap_mb", 1e300, 1 << 20, "MiB");
   EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(huge.message(), AllOf(HasSubstr("--bucket_cap_mb=1e+300"),
-                                    HasSubstr("at most"), HasSubstr("MiB"),
-                                    HasSubstr("memory")));
+  EXPECT_THAT(huge.message(),
+              AllOf(HasSubstr("--bucket_cap_mb=1e+300"), HasSubstr("at most"),
+                    HasSubstr("MiB"), HasSubstr("memory")));
 }
 
 TEST(MachineLimitsTest, FixedCaps) {

@@ -121,12 +121,12 @@ absl::Status Validate(const TrainOptions& o) {
     bytes *= sizeof(float);
     const base::Limit memory = base::MemoryLimit();
     if (bytes > static_cast<double>(memory.max)) {
-      return Invalid("synthetic_train_size",
-                     absl::StrCat(o.synthetic_train_size, " + ",
-                                  o.synthetic_val_size, " examples of ",
-                                  absl::StrJoin(o.synthetic_shape, "x"),
-                                  " floats need ", bytes / (1 << 20),
-                                  " MiB, more than ", memory.why));
+      return Invalid(
+          "synthetic_train_size",
+          absl::StrCat(o.synthetic_train_size, " + ", o.synthetic_val_size,
+                       " examples of ", absl::StrJoin(o.synthetic_shape, "x"),
+                       " floats need ", bytes / (1 << 20), " MiB, more than ",
+                       memory.why));
     }
   }
   if (!o.batch_size || *o.batch_size < 1)
@@ -226,8 +226,8 @@ absl::Status Validate(const TrainOptions& o) {
                                 "--device=cuda"));
   }
   // Checked as a double, before the trainer converts it to bytes.
-  DTRAIN_RETURN_IF_ERROR(
-      base::CheckFiniteSize("--bucket_cap_mb", o.bucket_cap_mb, 1 << 20, "MiB"));
+  DTRAIN_RETURN_IF_ERROR(base::CheckFiniteSize(
+      "--bucket_cap_mb", o.bucket_cap_mb, 1 << 20, "MiB"));
   if (o.sync_batchnorm && !o.sync_gradients)
     return Invalid("sync_batchnorm",
                    "communicates batch statistics; --sync_gradients=false "

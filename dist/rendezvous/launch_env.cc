@@ -246,9 +246,10 @@ absl::Status Validate(const Settings& s) {
                  s.world_size.what);
   }
   // Ranks on this node are processes here (not bounded by this task's
-  // cores: a launcher may bind each rank to one).
+  // cores: a launcher may bind each rank to one). An inferred local world
+  // size is the world size, which may span many nodes.
   const base::Limit processes = base::ProcessLimit();
-  if (s.local_world_size.value > processes.max) {
+  if (!s.local_inferred && s.local_world_size.value > processes.max) {
     return error(s.local_world_size.what, ": at most ", processes.max,
                  " processes run on this machine (", processes.why, ")");
   }

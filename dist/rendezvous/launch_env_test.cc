@@ -351,18 +351,29 @@ TEST(DiscoverLaunchEnvTest, LocalWorldSizeBeyondTheProcessLimitIsRefused) {
     GTEST_SKIP() << "this machine runs " << processes.max << " processes";
   }
   const std::string local = std::to_string(processes.max + 1);
-  absl::StatusOr<LaunchEnv> got = DiscoverLaunchEnv(
-      {{"RANK", "0"},
-       {"WORLD_SIZE", std::to_string(base::kMaxWorldSize)},
-       {"LOCAL_RANK", "0"},
-       {"LOCAL_WORLD_SIZE", local}},
-      Args());
+  absl::StatusOr<LaunchEnv> got =
+      DiscoverLaunchEnv({{"RANK", "0"},
+                         {"WORLD_SIZE", std::to_string(base::kMaxWorldSize)},
+                         {"LOCAL_RANK", "0"},
+                         {"LOCAL_WORLD_SIZE", local}},
+                        Args());
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(got.status().message(),
-            absl::StrCat("LOCAL_WORLD_SIZE=", local, ": at most ",
-                         processes.max, " processes run on this machine (",
-                         processes.why, ")"));
+  EXPECT_EQ(
+      got.status().message(),
+      absl::StrCat("LOCAL_WORLD_SIZE=", local, ": at most ", processes.max,
+                   " processes run on this machine (", processes.why, ")"));
+}
+
+// Without a local world size the world size stands in for it, and may span
+// many nodes: it is not held to this machine's processes.
+TEST(DiscoverLaunchEnvTest, InferredLocalWorldSizeIsNotHeldToTheMachine) {
+  absl::StatusOr<LaunchEnv> got = DiscoverLaunchEnv(
+      {{"RANK", "0"}, {"WORLD_SIZE", std::to_string(base::kMaxWorldSize)}},
+      Args());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->local_inferred);
+  EXPECT_EQ(got->world_size, base::kMaxWorldSize);
 }
 
 const EnvMap kTwoRanks = {{"RANK", "0"}, {"WORLD_SIZE", "2"}};
