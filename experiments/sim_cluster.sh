@@ -32,7 +32,8 @@ Options:
   --hosts=N              simulated hosts (default 2)
   --rates=R1,R2,...      link rates in tc's units: bit, kbit, mbit, gbit, tbit (default 1gbit,10gbit);
                          the sweep runs once per rate
-  --ranks_per_host=L     ranks per host, becomes scaling's --world_sizes (N times each; default 1)
+  --ranks_per_host=L     ranks per host, becomes scaling's --world_sizes (N times each; default 1);
+                         N x L at most 16x this machine's cores, where every host runs
   --delay=TIME           one-way delay added at each host's egress (e.g. 100us, 1ms), with netem;
                          exits with an error where the kernel has no netem
   --output_dir=DIR       default sim_cluster_results (relative to where bazel run started)
