@@ -67,6 +67,7 @@
 #include "absl/time/time.h"
 #include "base/compute_threads.h"
 #include "base/duration_flag.h"
+#include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "bench/sweep.h"
@@ -163,6 +164,19 @@ absl::StatusOr<Config> ConfigFromFlags() {
       SweepSizes(min_bytes, max_bytes, absl::GetFlag(FLAGS_step_factor)));
   DTRAIN_ASSIGN_OR_RETURN(
       c.slot_bytes, ParseBytes("slot_bytes", absl::GetFlag(FLAGS_slot_bytes)));
+  // Every process holds its largest message and its slot in host memory
+  // (issue #29: --max_bytes=512G was taken at its word).
+  const double host_bytes =
+      static_cast<double>(c.processes) *
+      (static_cast<double>(max_bytes) + static_cast<double>(c.slot_bytes));
+  const base::Limit memory = base::MemoryLimit();
+  if (host_bytes > static_cast<double>(memory.max)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_bytes=", absl::GetFlag(FLAGS_max_bytes),
+        " and --slot_bytes=", absl::GetFlag(FLAGS_slot_bytes), " for ",
+        c.processes, " processes need ", host_bytes / (1 << 20),
+        " MiB of host memory, more than ", memory.why));
+  }
   c.repeats = absl::GetFlag(FLAGS_repeats);
   c.target_seconds = absl::GetFlag(FLAGS_target_ms) / 1e3;
   c.min_iters = absl::GetFlag(FLAGS_min_iters);

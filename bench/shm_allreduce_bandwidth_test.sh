@@ -17,6 +17,12 @@ grep -q -- '--min_bytes=3' "$tmp/flag.err" || fail "bad --min_bytes not named: $
 rc=$?
 [[ $rc -eq 2 ]] || fail "unknown backend: exit $rc, want 2"
 grep -q "'tcp'" "$tmp/flag.err" || fail "unknown backend not named: $(cat "$tmp/flag.err")"
+# Issue #29: messages larger than the host's memory are refused before any process starts.
+timeout 60 "$driver" --max_bytes=1024G --processes=4 >/dev/null 2>"$tmp/flag.err"
+rc=$?
+[[ $rc -eq 2 ]] || fail "--max_bytes=1024G: exit $rc, want 2: $(cat "$tmp/flag.err")"
+grep -q -- "--max_bytes=1024G and --slot_bytes=4M for 4 processes need .* MiB of host memory, more than" \
+  "$tmp/flag.err" || fail "--max_bytes=1024G: unclear message: $(cat "$tmp/flag.err")"
 
 for n in 2 4; do
   "$driver" --processes=$n --min_bytes=4 --max_bytes=1K --step_factor=16 --repeats=1 \

@@ -37,6 +37,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/duration_flag.h"
+#include "base/machine_limits.h"
 #include "base/open_file_limit.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
@@ -265,6 +266,13 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<int64_t>> sizes =
       Numbers(absl::GetFlag(FLAGS_world_sizes), "world_sizes");
   if (!sizes.ok()) return fail(sizes.status());
+  // Checked as int64, before they are narrowed to int.
+  for (int64_t n : *sizes) {
+    if (absl::Status s =
+            base::CheckAtMost("--world_sizes", n, base::WorldSizeLimit());
+        !s.ok())
+      return fail(s);
+  }
   o.world_sizes.assign(sizes->begin(), sizes->end());
   absl::StatusOr<std::vector<int64_t>> batches =
       Numbers(absl::GetFlag(FLAGS_batch_sizes), "batch_sizes");

@@ -32,7 +32,8 @@ Options:
   --hosts=N              simulated hosts (default 2)
   --rates=R1,R2,...      link rates in tc's units: bit, kbit, mbit, gbit, tbit (default 1gbit,10gbit);
                          the sweep runs once per rate
-  --ranks_per_host=L     ranks per host, becomes scaling's --world_sizes (N times each; default 1)
+  --ranks_per_host=L     ranks per host, becomes scaling's --world_sizes (N times each; default 1);
+                         N x L at most 16x this machine's cores, where every host runs
   --delay=TIME           one-way delay added at each host's egress (e.g. 100us, 1ms), with netem;
                          exits with an error where the kernel has no netem
   --output_dir=DIR       default sim_cluster_results (relative to where bazel run started)
@@ -110,14 +111,21 @@ for r in "${rate_list[@]}"; do
 done
 IFS=, read -ra rph_list <<<"$ranks_per_host"
 world_sizes=()
+# Every host's ranks run on this machine: at most 16x its cores in all, base/machine_limits.h's bound
+# (and no overflow in the product).
+cores=$(nproc)
+max_ranks=$((16 * cores))
 for n in "${rph_list[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || usage_error "--ranks_per_host: '$n' is not a positive number"
+  (( ${#n} <= 6 && n * hosts <= max_ranks )) || usage_error "--ranks_per_host=$n: $hosts hosts x $n" \
+    "ranks run on this machine: at most $max_ranks in all (16x this machine's $cores cores)"
   world_sizes+=($((n * hosts)))
 done
 [[ ${#world_sizes[@]} -gt 0 ]] || usage_error "--ranks_per_host: empty"
 [[ -z $delay || $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] \
   || usage_error "--delay: '$delay' is not a time like 100us or 1ms"
-[[ $link_check =~ ^[0-9]+$ ]] || usage_error "--link_check: '$link_check' is not a whole number of seconds"
+[[ $link_check =~ ^[0-9]+$ && ${#link_check} -le 4 && $link_check -le 3600 ]] \
+  || usage_error "--link_check: '$link_check' is not a whole number of seconds in 0..3600"
 [[ -n $output_dir ]] || usage_error "--output_dir: empty"
 for f in "${sweep_flags[@]}"; do
   case $f in

@@ -29,6 +29,13 @@ if command -v setpriv >/dev/null; then
   grep -q 'must run as root' "$tmp/nonroot.out" || fail "not root: no clear message: $(cat "$tmp/nonroot.out")"
 fi
 
+# Issue #29: more ranks than this machine runs are refused before anything starts (as any user).
+"$sim" --hosts=2 --ranks_per_host=100000 --scaling=/bin/true >"$tmp/many.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "--ranks_per_host=100000: exit $rc, want 2: $(cat "$tmp/many.out")"
+grep -q -- "--ranks_per_host=100000: 2 hosts x 100000 ranks run on this machine: at most" "$tmp/many.out" ||
+  fail "--ranks_per_host=100000: unclear message: $(cat "$tmp/many.out")"
+
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network and PID namespaces"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 command -v tc >/dev/null || skip "tc (iproute2) is not installed"

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/machine_limits.h"
+#include "base/status_macros.h"
 
 namespace dtrain::experiments {
 namespace {
@@ -12,6 +14,9 @@ namespace {
 absl::Status Invalid(absl::string_view flag, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
 }
+
+// Each repeat runs every configuration again; the plan holds them all.
+constexpr int kMaxRepeats = 1000;
 
 }  // namespace
 
@@ -50,13 +55,33 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   }
   for (int64_t b : o.batch_sizes) {
     if (b < 1) return Invalid("batch_sizes", absl::StrCat(b, " is not >= 1"));
+    DTRAIN_RETURN_IF_ERROR(
+        base::CheckAtMost("--batch_sizes", b, base::BatchSizeLimit()));
   }
   if (o.repeats < 1) return Invalid("repeats", "must be >= 1");
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost(
+      "--repeats", o.repeats,
+      {kMaxRepeats, "a fixed cap: each repeat reruns every configuration"}));
   if (o.epochs < 1) return Invalid("epochs", "must be >= 1");
   if (o.models.empty()) return Invalid("models", "empty");
   if (o.backends.empty()) return Invalid("backends", "empty");
   if (o.nnodes < 1) {
     return Invalid("nnodes", absl::StrCat(o.nnodes, " is not >= 1"));
+  }
+  DTRAIN_RETURN_IF_ERROR(
+      base::CheckAtMost("--nnodes", o.nnodes, base::WorldSizeLimit()));
+  // Every run starts its share of the processes on this machine.
+  const base::Limit processes = base::LocalProcessLimit();
+  for (int n : o.world_sizes) {
+    DTRAIN_RETURN_IF_ERROR(
+        base::CheckAtMost("--world_sizes", n, base::WorldSizeLimit()));
+    const int64_t per_node = (int64_t{n} + o.nnodes - 1) / o.nnodes;
+    if (per_node > processes.max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--world_sizes=", n, ": ", per_node, " processes per node (over ",
+          o.nnodes, o.nnodes == 1 ? " node" : " nodes", "): at most ",
+          processes.max, " (", processes.why, ")"));
+    }
   }
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     return Invalid("node_rank",
@@ -125,6 +150,14 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
                              " processes"));
           }
           batch = o.global_batch / n;
+          if (batch > base::kMaxBatchSize) {
+            return Invalid(
+                "global_batch",
+                absl::StrCat(o.global_batch, " over ", n, " processes is ",
+                             batch, " per process: at most ",
+                             base::kMaxBatchSize, " (",
+                             base::BatchSizeLimit().why, ")"));
+          }
         } else if (o.batch_sizes.empty()) {
           batch = DefaultBatchSize(n);
         } else {

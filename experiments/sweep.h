@@ -131,7 +131,9 @@ struct SweepPlan {
 // sizes below 1, a batch list whose length is neither 1 nor that of the
 // world sizes, a global batch not divisible by a world size, repeats < 1,
 // nnodes < 1, node_rank outside [0, nnodes), nnodes > 1 without
-// master_addr, ports beyond 65535.
+// master_addr, ports beyond 65535; and beyond base/machine_limits.h's
+// bounds: more processes per node than base::LocalProcessLimit(), world sizes
+// or nnodes above 2^20, a batch per process above 2^20, repeats above 1000.
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options);
 
 }  // namespace dtrain::experiments

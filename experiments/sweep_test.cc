@@ -1,9 +1,12 @@
 #include "experiments/sweep.h"
 
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/machine_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -386,6 +389,50 @@ TEST(SweepTest, BadOptionsNameTheFlag) {
     ASSERT_FALSE(plan.ok()) << c.flag;
     EXPECT_THAT(plan.status().message(), HasSubstr(c.flag));
   }
+}
+
+// Issue #29: process counts, batches, nodes and repeats beyond what this
+// machine (or any job) runs are refused naming the flag, the bound and why.
+TEST(SweepTest, KnobsBeyondTheMachineAreRefused) {
+  const base::Limit processes = base::LocalProcessLimit();
+  const int too_many = static_cast<int>(processes.max + 1);
+  struct Case {
+    std::function<void(SweepOptions&)> mutate;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[&](SweepOptions& o) {
+         o.world_sizes = {1, too_many};
+       },
+       absl::StrCat("--world_sizes=", too_many, ": ", too_many,
+                    " processes per node (over 1 node): at most ",
+                    processes.max, " (", processes.why, ")")},
+      {[](SweepOptions& o) { o.world_sizes = {2000000}; },
+       "--world_sizes=2000000: at most 1048576"},
+      {[](SweepOptions& o) { o.nnodes = 2000000000; },
+       "--nnodes=2000000000: at most 1048576"},
+      {[](SweepOptions& o) { o.batch_sizes = {int64_t{1} << 40}; },
+       "--batch_sizes=1099511627776: at most 1048576"},
+      {[](SweepOptions& o) {
+         o.world_sizes = {1};
+         o.global_batch = int64_t{1} << 40;
+       },
+       "--global_batch: 1099511627776 over 1 processes is 1099511627776 per "
+       "process: at most 1048576"},
+      {[](SweepOptions& o) { o.repeats = 2000000000; },
+       "--repeats=2000000000: at most 1000"},
+  };
+  for (const Case& c : cases) {
+    SweepOptions o;
+    c.mutate(o);
+    absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+    ASSERT_FALSE(plan.ok()) << c.message;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(plan.status().message(), HasSubstr(c.message));
+  }
+  SweepOptions most;
+  most.world_sizes = {static_cast<int>(processes.max)};
+  EXPECT_TRUE(PlanSweep(most).ok()) << PlanSweep(most).status();
 }
 
 }  // namespace

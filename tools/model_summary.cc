@@ -10,6 +10,7 @@
 // stderr for a bad flag value or an input the model cannot take, 2 for stray
 // arguments.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "models/registry.h"
 #include "models/summary.h"
@@ -44,6 +46,9 @@ ABSL_FLAG(bool, list, false, "List the known models and exit.");
 namespace {
 
 namespace models = dtrain::models;
+
+// ImageNet-21k has 21,841 classes.
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   std::vector<int64_t> shape;
@@ -76,6 +81,24 @@ absl::Status Run() {
   if (!absl::GetFlag(FLAGS_input_shape).empty()) {
     DTRAIN_ASSIGN_OR_RETURN(shape,
                             ParseShape(absl::GetFlag(FLAGS_input_shape)));
+  }
+  // The summary runs one forward pass on a float input of this size (its
+  // activations are larger still); the classifier has a row per class.
+  const int64_t batch = absl::GetFlag(FLAGS_batch_size);
+  DTRAIN_RETURN_IF_ERROR(dtrain::base::CheckAtMost(
+      "--batch_size", batch, dtrain::base::BatchSizeLimit()));
+  DTRAIN_RETURN_IF_ERROR(dtrain::base::CheckAtMost(
+      "--num_classes", absl::GetFlag(FLAGS_num_classes),
+      {kMaxClasses, "a fixed cap on the classes of a classifier"}));
+  double input_bytes =
+      sizeof(float) * static_cast<double>(std::max<int64_t>(batch, 1));
+  for (int64_t d : shape) input_bytes *= static_cast<double>(d);
+  const dtrain::base::Limit memory = dtrain::base::MemoryLimit();
+  if (input_bytes > static_cast<double>(memory.max)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size=", batch, " x --input_shape=", absl::StrJoin(shape, ","),
+        ": the input alone takes ", input_bytes / (1 << 20), " MiB, more than ",
+        memory.why));
   }
   models::ModelConfig config;
   if (absl::GetFlag(FLAGS_num_classes) != -1) {

@@ -80,6 +80,13 @@ expect_error "convnet with 3 channels of 30x28" 1 \
   --model=convnet --input_shape=3,30,28
 expect_error "stem on convnet" 1 "convnet has no small_input_stem option" --model=convnet --small_input_stem
 expect_error "batch 0" 1 "batch size must be positive, got 0" --model=convnet --batch_size=0
+# Issue #29: sizes beyond memory are refused before the forward pass allocates them.
+expect_error "huge batch" 1 "--batch_size=4611686018427387904: at most 1048576" --model=convnet \
+  --batch_size=4611686018427387904
+expect_error "huge input" 1 "--batch_size=1048576 x --input_shape=3,100000,100000: the input alone" \
+  --model=resnet18 --batch_size=1048576 --input_shape=3,100000,100000
+expect_error "huge classifier" 1 "--num_classes=4611686018427387904: at most 1048576" \
+  --model=resnet18 --num_classes=4611686018427387904
 expect_error "unknown flag" 1 "Unknown command line flag 'modle'" --modle=convnet
 expect_error "stray argument" 2 "unexpected argument 'resnet18'" resnet18
 

@@ -99,4 +99,19 @@ grep -q "udp://x:1" "$tmp/bad.err" || fail "bad url not quoted: $(cat "$tmp/bad.
 RANK=abc WORLD_SIZE=2 "$probe" >/dev/null 2>"$tmp/bad.err" && fail "RANK=abc accepted"
 grep -q "RANK" "$tmp/bad.err" || fail "RANK=abc not named: $(cat "$tmp/bad.err")"
 
+# 8. Issue #29: a huge world size, and the timeout still holds: WORLD_SIZE=1000000 with --timeout=5s
+# took 28 to 43 s (every rank's key sent per wait, then checked one by one). A bound of 10x the
+# timeout, for a noisy machine.
+port=$(free_port)
+WORLD_SIZE=1000000 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  timeout 10 "$probe" --timeout=1s --bind_host=127.0.0.1 >/dev/null 2>"$tmp/huge.err"
+rc=$?
+(( rc != 0 && rc != 124 )) || fail "huge world: exit $rc (124: past 10x the timeout): $(cat "$tmp/huge.err")"
+grep -q "(timeout 1s): 1/1000000 ranks joined; missing: rank 1, " "$tmp/huge.err" ||
+  fail "huge world: unclear message: $(cat "$tmp/huge.err")"
+# Above the cap on a job's ranks: refused before any store starts.
+WORLD_SIZE=2000000 RANK=0 "$probe" >/dev/null 2>"$tmp/huge.err" && fail "WORLD_SIZE=2000000 accepted"
+grep -q "WORLD_SIZE=2000000: at most 1048576" "$tmp/huge.err" ||
+  fail "WORLD_SIZE=2000000: unclear message: $(cat "$tmp/huge.err")"
+
 finish

@@ -20,7 +20,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/machine_limits.h"
 #include "data/distributed_sampler.h"
 
 ABSL_FLAG(int64_t, size, -1, "Number of examples in the dataset (required).");
@@ -48,6 +50,24 @@ int main(int argc, char** argv) {
                  "sampler_indices: --size=N (the dataset size, >= 0) is "
                  "required\n");
     return 2;
+  }
+  // The permutation (int64), the rank's indices and their JSON: about 32
+  // bytes per example, all in memory. More replicas than any job has would
+  // pad the dataset to a multiple of them.
+  const dtrain::base::Limit memory = dtrain::base::MemoryLimit();
+  for (const absl::Status& s :
+       {dtrain::base::CheckAtMost(
+            "--size", absl::GetFlag(FLAGS_size),
+            {memory.max / 32,
+             absl::StrCat("about 32 bytes per example in ", memory.why)}),
+        dtrain::base::CheckAtMost("--num_replicas",
+                                  absl::GetFlag(FLAGS_num_replicas),
+                                  dtrain::base::WorldSizeLimit())}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "sampler_indices: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
   }
   dtrain::data::DistributedSamplerOptions options;
   options.num_replicas = absl::GetFlag(FLAGS_num_replicas);

@@ -44,5 +44,9 @@ refuse 1 'num_replicas must be >= 1' --size=10 --num_replicas=0
 refuse 2 '--size=N' --num_replicas=2
 refuse 2 "unexpected argument 'extra'" --size=4 extra
 refuse 1 'Unknown command line flag' --size=4 --world_size=2
+# Issue #29: sizes beyond memory and replica counts beyond any job, refused before allocating.
+refuse 2 '--size=9223372036854775807: at most' --size=9223372036854775807
+refuse 2 '--num_replicas=4611686018427387904: at most 1048576' --size=4 \
+  --num_replicas=4611686018427387904
 
 finish

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "base/user_path.h"
 #include "models/model_catalog.h"
@@ -113,11 +114,30 @@ absl::Status Validate(const TrainOptions& o) {
       return Invalid("synthetic_train_size", "both splits need >= 1 example");
     if (o.synthetic_classes < 1)
       return Invalid("synthetic_classes", "needs >= 1 class");
+    // Both splits are made in memory as float32, up front.
+    double bytes = static_cast<double>(o.synthetic_train_size) +
+                   static_cast<double>(o.synthetic_val_size);
+    for (int64_t d : o.synthetic_shape) bytes *= static_cast<double>(d);
+    bytes *= sizeof(float);
+    const base::Limit memory = base::MemoryLimit();
+    if (bytes > static_cast<double>(memory.max)) {
+      return Invalid(
+          "synthetic_train_size",
+          absl::StrCat(o.synthetic_train_size, " + ", o.synthetic_val_size,
+                       " examples of ", absl::StrJoin(o.synthetic_shape, "x"),
+                       " floats need ", bytes / (1 << 20), " MiB, more than ",
+                       memory.why));
+    }
   }
   if (!o.batch_size || *o.batch_size < 1)
     return Invalid("batch_size", "must be >= 1 (per process)");
+  DTRAIN_RETURN_IF_ERROR(
+      base::CheckAtMost("--batch_size", *o.batch_size, base::BatchSizeLimit()));
   if (o.workers < 0)
     return Invalid("workers", absl::StrCat(o.workers, " is not >= 0"));
+  // Each worker is a thread: beyond the bound thread creation fails.
+  DTRAIN_RETURN_IF_ERROR(
+      base::CheckAtMost("--workers", o.workers, base::ThreadLimit()));
   if (!o.epochs || *o.epochs < 1) return Invalid("epochs", "must be >= 1");
   if (o.max_steps < 0)
     return Invalid("max_steps", absl::StrCat(o.max_steps, " is not >= 0"));
@@ -153,6 +173,10 @@ absl::Status Validate(const TrainOptions& o) {
   }
   if (o.accumulate_steps < 1)
     return Invalid("accumulate_steps", "must be >= 1");
+  // Keeps the effective global batch (batch x steps x world size) an int64.
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost(
+      "--accumulate_steps", o.accumulate_steps,
+      {base::kMaxBatchSize, "a fixed cap on the micro-batches of one step"}));
   if (o.amp != "off" && o.amp != "bf16" && o.amp != "fp16") {
     return Invalid("amp", absl::StrCat("unknown precision '", o.amp,
                                        "'; known: off, bf16, fp16"));
@@ -201,14 +225,17 @@ absl::Status Validate(const TrainOptions& o) {
                                 " backend reduces CPU tensors; use nccl with "
                                 "--device=cuda"));
   }
-  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
-    return Invalid("bucket_cap_mb", "must be a finite number > 0");
+  // Checked as a double, before the trainer converts it to bytes.
+  DTRAIN_RETURN_IF_ERROR(base::CheckFiniteSize(
+      "--bucket_cap_mb", o.bucket_cap_mb, 1 << 20, "MiB"));
   if (o.sync_batchnorm && !o.sync_gradients)
     return Invalid("sync_batchnorm",
                    "communicates batch statistics; --sync_gradients=false "
                    "measures training without communication");
   if (o.intra_op_threads < 1)
     return Invalid("intra_op_threads", "must be >= 1");
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost(
+      "--intra_op_threads", o.intra_op_threads, base::ThreadLimit()));
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{
                                        "init_state_dict", &o.init_state_dict},
                                    {"save_state_dict", &o.save_state_dict}}) {

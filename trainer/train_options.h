@@ -194,7 +194,10 @@ struct TrainOptions {
 absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions options);
 
 // Checks resolved options; kInvalidArgument naming the first bad field and
-// its value. Does not touch files or the network.
+// its value. Does not touch files or the network. Thread, size and batch
+// knobs are held to base/machine_limits.h's bounds (workers and
+// intra_op_threads to ThreadLimit, bucket_cap_mb and the synthetic dataset to
+// the memory, batch_size and accumulate_steps to 2^20).
 absl::Status Validate(const TrainOptions& options);
 
 // Whether this rank can write its outputs, before anything takes time: rank

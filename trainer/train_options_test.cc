@@ -1,9 +1,13 @@
 #include "trainer/train_options.h"
 
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/machine_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -122,6 +126,63 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.flag;
     EXPECT_THAT(s.message(), HasSubstr(c.flag));
   }
+}
+
+// Issue #29: thread, size and batch knobs beyond what the machine holds are
+// refused naming the flag, the value, the bound and why, before anything
+// starts (100,000 workers aborted on std::system_error, 100,000 intra-op
+// threads hung, --bucket_cap_mb=1e300 overflowed its conversion).
+TEST(TrainOptionsTest, KnobsBeyondTheMachineAreRefused) {
+  const base::Limit threads = base::ThreadLimit();
+  struct Case {
+    std::function<void(TrainOptions&)> mutate;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](TrainOptions& o) { o.workers = 100000; },
+       absl::StrCat("--workers=100000: at most ", threads.max, " (",
+                    threads.why, ")")},
+      {[](TrainOptions& o) { o.intra_op_threads = 100000; },
+       absl::StrCat("--intra_op_threads=100000: at most ", threads.max, " (",
+                    threads.why, ")")},
+      {[](TrainOptions& o) { o.batch_size = int64_t{1} << 40; },
+       "--batch_size=1099511627776: at most 1048576"},
+      {[](TrainOptions& o) { o.accumulate_steps = int64_t{1} << 62; },
+       "--accumulate_steps=4611686018427387904: at most"},
+      {[](TrainOptions& o) { o.bucket_cap_mb = 1e300; },
+       "--bucket_cap_mb=1e+300: at most"},
+      {[](TrainOptions& o) { o.bucket_cap_mb = std::nan(""); },
+       "--bucket_cap_mb=nan: must be a finite number > 0"},
+      {[](TrainOptions& o) {
+         o.bucket_cap_mb = std::numeric_limits<double>::infinity();
+       },
+       "--bucket_cap_mb=inf: must be a finite number > 0"},
+      {[](TrainOptions& o) {
+         o.dataset = "synthetic";
+         o.synthetic_train_size = int64_t{1} << 40;
+       },
+       "--synthetic_train_size: 1099511627776 + 512 examples of 1x28x28"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());
+    ASSERT_TRUE(o.ok());
+    c.mutate(*o);
+    const absl::Status s = Validate(*o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+}
+
+// The bounds are generous: what a user oversubscribing the cores asks for
+// passes.
+TEST(TrainOptionsTest, OversubscriptionWithinTheBoundsPasses) {
+  absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());
+  ASSERT_TRUE(o.ok());
+  o->workers = static_cast<int>(base::ThreadLimit().max);
+  o->intra_op_threads = static_cast<int>(base::ThreadLimit().max);
+  o->batch_size = 4096;
+  o->bucket_cap_mb = 64;
+  EXPECT_TRUE(Validate(*o).ok()) << Validate(*o);
 }
 
 TEST(TrainOptionsTest, UnknownModelListsTheKnownOnes) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/machine_limits.h"
 #include "base/posix_io.h"
 #include "base/process_liveness.h"
 #include "base/status_macros.h"
@@ -273,9 +274,22 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nproc_per_node=", o.nproc_per_node, " must be at least 1"));
   }
+  // Each rank is a process on this machine: 1,000 of them ran it out of
+  // memory (issue #29).
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost("--nproc_per_node", o.nproc_per_node,
+                                           base::LocalProcessLimit()));
   if (o.nnodes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nnodes=", o.nnodes, " must be at least 1"));
+  }
+  const base::Limit world = base::WorldSizeLimit();
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost("--nnodes", o.nnodes, world));
+  // As int64: the product of two ints may not fit an int.
+  const int64_t world_size = int64_t{o.nproc_per_node} * o.nnodes;
+  if (world_size > world.max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nproc_per_node=", o.nproc_per_node, " x --nnodes=", o.nnodes, " = ",
+        world_size, " ranks: at most ", world.max, " (", world.why, ")"));
   }
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     return absl::InvalidArgumentError(

@@ -75,7 +75,9 @@ struct LaunchResult {
   int master_port = 0;
 };
 
-// Checks the options: kInvalidArgument naming the bad one.
+// Checks the options: kInvalidArgument naming the bad one, also for
+// nproc_per_node above base::LocalProcessLimit() (16x the cores, within
+// pid_max and RLIMIT_NPROC) and a world size above base::kMaxWorldSize.
 absl::Status ValidateLaunchOptions(const LaunchOptions& options);
 
 // Runs the group to the end. Progress lines ("[launch] ...") go to `log`, a

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/machine_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -324,6 +325,35 @@ TEST(LauncherTest, BadOptionsAreNamed) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message));
   }
+}
+
+// Issue #29: --nproc_per_node=1000 started 1,000 ranks until the launcher was
+// OOM-killed. Now Run refuses it before starting any, naming the bound.
+TEST(LauncherTest, MoreRanksThanTheMachineRunsAreRefused) {
+  const base::Limit limit = base::LocalProcessLimit();
+  LaunchOptions o = Shell(1, "true");
+  o.nproc_per_node = static_cast<int>(limit.max + 1);
+  std::ostringstream log;
+  absl::StatusOr<LaunchResult> r = launch::Run(o, log);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("--nproc_per_node=", limit.max + 1, ": at most ",
+                         limit.max, " (", limit.why, ")"));
+  EXPECT_EQ(log.str(), "");  // Nothing started.
+  o.nproc_per_node = static_cast<int>(limit.max);
+  EXPECT_TRUE(ValidateLaunchOptions(o).ok());
+}
+
+TEST(LauncherTest, WorldSizesBeyondTheCapAreRefusedWithoutOverflow) {
+  LaunchOptions o = Shell(2, "true");
+  o.nnodes = 2147483647;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(o).message()),
+              HasSubstr("--nnodes=2147483647: at most 1048576"));
+  o.nnodes = 1 << 20;
+  EXPECT_THAT(std::string(ValidateLaunchOptions(o).message()),
+              HasSubstr("--nproc_per_node=2 x --nnodes=1048576 = 2097152 "
+                        "ranks: at most 1048576"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/atomic_file.h"
+#include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/slurm_nodelist.h"
 
@@ -227,6 +228,12 @@ absl::Status Validate(const Settings& s) {
     return absl::InvalidArgumentError(absl::StrCat(parts...));
   };
   if (s.world_size.value < 1) return error(s.world_size.what, " is below 1");
+  // Bounds the per-rank work of the rendezvous and the backends.
+  const base::Limit world = base::WorldSizeLimit();
+  if (s.world_size.value > world.max) {
+    return error(s.world_size.what, ": at most ", world.max, " (", world.why,
+                 ")");
+  }
   if (s.rank.value < 0) return error(s.rank.what, " is negative");
   if (s.rank.value >= s.world_size.value) {
     return error(s.rank.what, " is not less than ", s.world_size.what);
@@ -237,6 +244,14 @@ absl::Status Validate(const Settings& s) {
   if (s.local_world_size.value > s.world_size.value) {
     return error(s.local_world_size.what, " is greater than ",
                  s.world_size.what);
+  }
+  // Ranks on this node are processes here (not bounded by this task's
+  // cores: a launcher may bind each rank to one). An inferred local world
+  // size is the world size, which may span many nodes.
+  const base::Limit processes = base::ProcessLimit();
+  if (!s.local_inferred && s.local_world_size.value > processes.max) {
+    return error(s.local_world_size.what, ": at most ", processes.max,
+                 " processes run on this machine (", processes.why, ")");
   }
   if (s.local_rank.value < 0) return error(s.local_rank.what, " is negative");
   if (s.local_rank.value >= s.local_world_size.value) {

@@ -137,8 +137,10 @@ struct LaunchEnv {
 // world size (names the missing variable), one of a pair given in `args` with
 // nothing to supply the other (names the flag to pass: "explicit
 // local_rank=1 needs local_world_size too: pass --local_world_size ..."),
-// world_size < 1, rank outside
-// [0, world_size), local_world_size < 1 or > world_size, local_rank outside
+// world_size < 1 or above base::kMaxWorldSize (2^20), rank outside
+// [0, world_size), local_world_size < 1 or > world_size or (when a flag or
+// launcher gave it) above the processes this machine runs
+// (base::ProcessLimit), local_rank outside
 // [0, local_world_size), a port outside 1..65535, an empty MASTER_ADDR, a bad
 // Slurm node or tasks-per-node list.
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,

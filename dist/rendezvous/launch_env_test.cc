@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/machine_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -343,6 +344,38 @@ TEST_P(DiscoverLaunchEnvErrorTest, IsInvalidArgumentNamingTheVariable) {
   EXPECT_THAT(std::string(got.status().message()), HasSubstr(GetParam().why));
 }
 
+// Issue #29: more ranks on this node than processes can run here.
+TEST(DiscoverLaunchEnvTest, LocalWorldSizeBeyondTheProcessLimitIsRefused) {
+  const base::Limit processes = base::ProcessLimit();
+  if (processes.max >= base::kMaxWorldSize) {
+    GTEST_SKIP() << "this machine runs " << processes.max << " processes";
+  }
+  const std::string local = std::to_string(processes.max + 1);
+  absl::StatusOr<LaunchEnv> got =
+      DiscoverLaunchEnv({{"RANK", "0"},
+                         {"WORLD_SIZE", std::to_string(base::kMaxWorldSize)},
+                         {"LOCAL_RANK", "0"},
+                         {"LOCAL_WORLD_SIZE", local}},
+                        Args());
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      got.status().message(),
+      absl::StrCat("LOCAL_WORLD_SIZE=", local, ": at most ", processes.max,
+                   " processes run on this machine (", processes.why, ")"));
+}
+
+// Without a local world size the world size stands in for it, and may span
+// many nodes: it is not held to this machine's processes.
+TEST(DiscoverLaunchEnvTest, InferredLocalWorldSizeIsNotHeldToTheMachine) {
+  absl::StatusOr<LaunchEnv> got = DiscoverLaunchEnv(
+      {{"RANK", "0"}, {"WORLD_SIZE", std::to_string(base::kMaxWorldSize)}},
+      Args());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->local_inferred);
+  EXPECT_EQ(got->world_size, base::kMaxWorldSize);
+}
+
 const EnvMap kTwoRanks = {{"RANK", "0"}, {"WORLD_SIZE", "2"}};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -389,6 +422,26 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"RANK", "0"}, {"WORLD_SIZE", "0"}},
                    Args(),
                    "WORLD_SIZE=0 is below 1"},
+        // Issue #29: a world size no job has, refused before the
+        // rendezvous does per-rank work for it.
+        BadEnvCase{"WorldSizeAboveTheCap",
+                   {{"RANK", "0"}, {"WORLD_SIZE", "2000000000"}},
+                   Args(),
+                   "WORLD_SIZE=2000000000: at most 1048576 (a fixed cap on "
+                   "the ranks of one job)"},
+        BadEnvCase{"OpenMpiWorldSizeAboveTheCap",
+                   {{"OMPI_COMM_WORLD_RANK", "0"},
+                    {"OMPI_COMM_WORLD_SIZE", "1048577"}},
+                   Args(),
+                   "OMPI_COMM_WORLD_SIZE=1048577: at most 1048576"},
+        BadEnvCase{"SlurmWorldSizeAboveTheCap",
+                   {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1048577"}},
+                   Args(),
+                   "SLURM_NTASKS=1048577: at most 1048576"},
+        BadEnvCase{"ExplicitWorldSizeAboveTheCap",
+                   {},
+                   Args().Rank(0).WorldSize(1048577),
+                   "explicit world_size=1048577: at most 1048576"},
         BadEnvCase{
             "LocalRankEqualsLocalWorldSize",
             With(kTwoRanks, {{"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}),

@@ -9,7 +9,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "base/name_list.h"
 
 namespace dtrain::rendezvous {
 namespace {
@@ -23,6 +22,18 @@ constexpr char kErrorKey[] = "rdzv/error";
 // store go with its process before they read why.
 constexpr char kErrorSeenKey[] = "rdzv/error_seen";
 constexpr absl::Duration kLinger = absl::Seconds(3);
+// Counters of the ranks that claimed their rank, and of those that also
+// agreed on the world size; the last of the latter sets kCompleteKey. Waiting
+// on one key costs the same whatever the world size (waiting on every rank's
+// key sent a million keys per slice for WORLD_SIZE=1000000, issue #29).
+constexpr char kClaimedKey[] = "rdzv/claimed";
+constexpr char kJoinedKey[] = "rdzv/joined";
+constexpr char kCompleteKey[] = "rdzv/complete";
+// After a timeout: missing ranks named, store calls per chunk of claims
+// when they are all there, and how long finding them may take at most.
+constexpr size_t kMissingShown = 16;
+constexpr int kClaimChunk = 1024;
+constexpr absl::Duration kMissingSearch = absl::Seconds(1);
 
 std::string RankKey(int rank) { return absl::StrCat("rdzv/rank/", rank); }
 
@@ -43,21 +54,64 @@ std::string FormatSeconds(absl::Duration d) {
 
 // Whether every rank of the world size fixed in `store` has joined it.
 bool RendezvousComplete(store::Store& store) {
-  absl::StatusOr<bool> fixed = store.Check({"rdzv/world_size"});
-  if (!fixed.ok() || !*fixed) return false;
-  absl::StatusOr<std::string> agreed =
-      store.Get("rdzv/world_size", absl::Seconds(1));
-  int size = 0;
-  if (!agreed.ok() ||
-      !absl::SimpleAtoi(
-          absl::string_view(*agreed).substr(0, agreed->find('\t')), &size) ||
-      size < 1) {
-    return false;
-  }
+  absl::StatusOr<bool> complete = store.Check({kCompleteKey});
+  return complete.ok() && *complete;
+}
+
+// Appends the ranks in [lo, hi) whose claim is missing, in order, until
+// `missing` holds `shown`: one Check for a range whose claims are all there,
+// halves otherwise, so the store calls grow with the ranks named, not with
+// the world size. False when it stopped at `until` or on a store error.
+bool FindMissing(store::Store& store, int lo, int hi, size_t shown,
+                 absl::Time until, std::vector<int>* missing) {
+  if (missing->size() >= shown) return true;
+  if (absl::Now() >= until) return false;
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(RankKey(r));
+  for (int r = lo; r < hi; ++r) keys.push_back(RankKey(r));
   absl::StatusOr<bool> all = store.Check(keys);
-  return all.ok() && *all;
+  if (!all.ok()) return false;
+  if (*all) return true;
+  if (hi - lo == 1) {
+    missing->push_back(lo);
+    return true;
+  }
+  const int mid = lo + (hi - lo) / 2;
+  return FindMissing(store, lo, mid, shown, until, missing) &&
+         FindMissing(store, mid, hi, shown, until, missing);
+}
+
+// "3/4 ranks joined; missing: rank 2", naming at most kMissingShown ranks
+// and taking at most kMissingSearch.
+std::string DescribeMissing(store::Store& store, int world_size) {
+  absl::StatusOr<int64_t> joined = store.Add(kJoinedKey, 0);
+  std::vector<int> found;
+  const absl::Time until = absl::Now() + kMissingSearch;
+  bool searched = true;
+  for (int lo = 0; lo < world_size && found.size() < kMissingShown;
+       lo += kClaimChunk) {
+    const int hi = std::min(world_size, lo + kClaimChunk);
+    if (!FindMissing(store, lo, hi, kMissingShown, until, &found)) {
+      searched = false;
+      break;
+    }
+  }
+  std::vector<std::string> names;
+  for (int r : found) names.push_back(absl::StrCat("rank ", r));
+  const int64_t missing =
+      joined.ok() ? std::max<int64_t>(world_size - *joined, names.size())
+                  : static_cast<int64_t>(names.size());
+  std::string out =
+      absl::StrCat(world_size - missing, "/", world_size,
+                   " ranks joined; missing: ", absl::StrJoin(names, ", "));
+  if (missing > static_cast<int64_t>(names.size())) {
+    absl::StrAppend(&out, names.empty() ? "" : " and ",
+                    missing - static_cast<int64_t>(names.size()),
+                    names.empty() ? " ranks" : " more");
+  }
+  if (!searched && names.size() < kMissingShown) {
+    absl::StrAppend(&out, " (not all ranks checked)");
+  }
+  return out;
 }
 
 }  // namespace
@@ -113,11 +167,8 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
     (void)store.CompareSet(kErrorKey, "", std::string(status.message()));
     (void)store.Add(kErrorSeenKey, 1);  // Failing counts as having seen it.
     if (self.rank != 0) return status;
-    int present = 0;
-    for (int r = 0; r < options.world_size; ++r) {
-      absl::StatusOr<bool> claimed = store.Check({RankKey(r)});
-      present += claimed.ok() && *claimed;
-    }
+    absl::StatusOr<int64_t> claimed = store.Add(kClaimedKey, 0);
+    const int64_t present = claimed.ok() ? *claimed : 0;
     const absl::Time until = absl::Now() + kLinger;
     while (absl::Now() < until) {
       absl::StatusOr<int64_t> seen = store.Add(kErrorSeenKey, 0);
@@ -149,6 +200,8 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
         "; two processes were given the same rank, or this store belongs to "
         "another job (at the same address)")));
   }
+  if (absl::StatusOr<int64_t> n = store.Add(kClaimedKey, 1); !n.ok())
+    return Prefixed(who, n.status());
   // The first rank to arrive fixes the world size; the others must agree.
   // The value names who fixed it: "<size>\t<rank (host, pid)>".
   absl::StatusOr<std::string> agreed =
@@ -163,13 +216,19 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
         self.world_size, ", ", fixed.second, " says ", fixed.first)));
   }
 
-  std::vector<std::string> keys;
-  for (int r = 0; r < options.world_size; ++r) keys.push_back(RankKey(r));
+  absl::StatusOr<int64_t> joined = store.Add(kJoinedKey, 1);
+  if (!joined.ok()) return Prefixed(who, joined.status());
+  if (*joined == self.world_size) {
+    if (absl::Status s = store.Set(kCompleteKey, "1"); !s.ok())
+      return Prefixed(who, s);
+  }
+  const std::vector<std::string> complete = {kCompleteKey};
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options.timeout;
   while (true) {
     const absl::Duration slice = std::min(kSlice, deadline - absl::Now());
-    absl::Status s = store.Wait(keys, std::max(slice, absl::ZeroDuration()));
+    absl::Status s =
+        store.Wait(complete, std::max(slice, absl::ZeroDuration()));
     if (s.ok()) break;
     if (s.code() != absl::StatusCode::kDeadlineExceeded)
       return Prefixed(who, s);
@@ -183,17 +242,11 @@ absl::StatusOr<std::vector<PeerInfo>> Rendezvous(
           ": another rank failed: ", message.ok() ? *message : "(unknown)"));
     }
     if (absl::Now() >= deadline) {
-      std::vector<std::string> missing;
-      for (int r = 0; r < options.world_size; ++r) {
-        absl::StatusOr<bool> present = store.Check({RankKey(r)});
-        if (present.ok() && !*present)
-          missing.push_back(absl::StrCat("rank ", r));
-      }
-      const int joined = options.world_size - static_cast<int>(missing.size());
-      const std::string listed = base::JoinFirst(missing, 16);
-      return absl::DeadlineExceededError(absl::StrCat(
-          who, " timed out after ", FormatSeconds(absl::Now() - start), ": ",
-          joined, "/", options.world_size, " ranks joined; missing: ", listed));
+      const absl::Duration waited = absl::Now() - start;
+      return absl::DeadlineExceededError(
+          absl::StrCat(who, " timed out after ", FormatSeconds(waited),
+                       " (timeout ", absl::FormatDuration(options.timeout),
+                       "): ", DescribeMissing(store, options.world_size)));
     }
   }
 

@@ -6,6 +6,11 @@
 //   [rank 0] rendezvous at tcp://10.0.0.1:29500 timed out after 30s: 3/4 ranks
 //   joined; missing: rank 2
 //
+// The store work of a wait does not grow with the world size, so the timeout
+// holds for any: ranks count themselves in and the last one sets one key that
+// the others wait on. After a timeout the message names at most 16 missing
+// ranks, looked for during at most 1 s.
+//
 // Call order: every rank calls Rendezvous once per store namespace. To
 // rendezvous again over the same store (a restart), use a fresh PrefixStore
 // (e.g. one per restart generation). Thread-safe as the store is: ranks may be

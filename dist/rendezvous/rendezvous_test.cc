@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "dist/store/hash_store.h"
 #include "dist/store/tcp_store.h"
 #include "gmock/gmock.h"
@@ -83,6 +84,105 @@ TEST(RendezvousTest, TimeoutNamesMissingRanks) {
   EXPECT_THAT(results[0].status().message(),
               HasSubstr("3/4 ranks joined; missing: rank 2"));
   EXPECT_THAT(results[0].status().message(), HasSubstr("timed out after"));
+}
+
+// Counts the calls to a HashStore and the keys they name.
+class CountingStore : public Store {
+ public:
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    Count(1);
+    return store_.Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout) override {
+    Count(1);
+    return store_.Get(key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
+    Count(1);
+    return store_.Add(key, delta);
+  }
+  absl::StatusOr<std::string> CompareSet(absl::string_view key,
+                                         absl::string_view expected,
+                                         absl::string_view desired) override {
+    Count(1);
+    return store_.CompareSet(key, expected, desired);
+  }
+  absl::StatusOr<bool> Check(absl::Span<const std::string> keys) override {
+    Count(keys.size());
+    return store_.Check(keys);
+  }
+  absl::Status Wait(absl::Span<const std::string> keys,
+                    absl::Duration timeout) override {
+    Count(keys.size());
+    return store_.Wait(keys, timeout);
+  }
+  absl::StatusOr<bool> Delete(absl::string_view key) override {
+    Count(1);
+    return store_.Delete(key);
+  }
+  absl::StatusOr<int64_t> NumKeys() override { return store_.NumKeys(); }
+  std::string Describe() const override { return store_.Describe(); }
+
+  int64_t calls() const { return calls_.load(); }
+  int64_t keys() const { return keys_.load(); }
+
+ private:
+  void Count(size_t keys) {
+    ++calls_;
+    keys_ += static_cast<int64_t>(keys);
+  }
+  HashStore store_;
+  std::atomic<int64_t> calls_{0};
+  std::atomic<int64_t> keys_{0};
+};
+
+// Issue #29: WORLD_SIZE=1000000 with --timeout=5s failed after 42.9 s: the
+// wait sent every rank's key each 100 ms slice, and the timeout message
+// checked each rank's key with a call of its own, after the deadline. The
+// work is now bounded whatever the world size, and the error names the
+// timeout and the first missing ranks.
+TEST(RendezvousTest, TimeoutHoldsForAHugeWorldSize) {
+  constexpr int kWorld = 1000000;
+  const absl::Duration timeout = absl::Milliseconds(300);
+  CountingStore store;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<PeerInfo>> r =
+      Rendezvous(store, Options(0, kWorld, timeout));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(r.status().message(), HasSubstr("(timeout 300ms)"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("1/1000000 ranks joined; missing: rank 1, rank 2, "));
+  EXPECT_THAT(r.status().message(), HasSubstr("rank 16 and 999983 more"));
+  // Keys named in all calls: a few chunks' worth, not one per rank per
+  // slice. (Before: more than 3 million.)
+  EXPECT_LT(store.keys(), 100000) << store.calls() << " calls";
+  // Generous (10x the timeout): the machine is shared and noisy.
+  EXPECT_LT(took, 10 * timeout);
+}
+
+// The missing ranks are found however they are spread over the chunks of
+// claims checked at once. The other ranks' claims are written as Rendezvous
+// writes them (its keys), so that 2,100 ranks need no 2,100 threads.
+TEST(RendezvousTest, TimeoutNamesMissingRanksInAnyChunk) {
+  HashStore store;
+  constexpr int kWorld = 2100;
+  for (int r = 1; r < kWorld; ++r) {
+    if (r == 1500 || r == kWorld - 1) continue;
+    PeerInfo p{r, kWorld, 0, "testhost", 1000 + r};
+    ASSERT_TRUE(store.Set(absl::StrCat("rdzv/rank/", r), p.Encode()).ok());
+    ASSERT_TRUE(store.Add("rdzv/claimed", 1).ok());
+    ASSERT_TRUE(store.Add("rdzv/joined", 1).ok());
+  }
+  absl::StatusOr<std::vector<PeerInfo>> r =
+      Rendezvous(store, Options(0, kWorld, absl::Milliseconds(200)));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("2098/2100 ranks joined; missing: rank 1500, rank "
+                        "2099"));
 }
 
 TEST(RendezvousTest, DuplicateRankFailsOnBothClaimants) {

@@ -101,4 +101,14 @@ grep -q "cannot listen on 127.0.0.1:$port: Address already in use; is another jo
 stop_processes "$holder"
 pids=()
 
+# 7. Issue #29: --nproc_per_node=1000 started 1,000 ranks until the launcher was OOM-killed. It is
+# refused at once, naming the bound, and nothing starts.
+timeout 20 "$launch" --nproc_per_node=100000 -- /bin/sh -c "touch $tmp/started.\$RANK" \
+  2>"$tmp/many.err"
+rc=$?
+[[ $rc -eq 2 ]] || fail "nproc_per_node=100000: exit $rc, want 2: $(cat "$tmp/many.err")"
+grep -q -- "--nproc_per_node=100000: at most [0-9]* (" "$tmp/many.err" ||
+  fail "nproc_per_node=100000: unclear message: $(cat "$tmp/many.err")"
+compgen -G "$tmp/started.*" >/dev/null && fail "nproc_per_node=100000: ranks started"
+
 finish
