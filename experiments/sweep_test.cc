@@ -400,10 +400,11 @@ TEST(SweepTest, KnobsBeyondTheMachineAreRefused) {
     std::function<void(SweepOptions&)> mutate;
     std::string message;
   };
+  const auto over_the_machine = [too_many](SweepOptions& o) {
+    o.world_sizes = {1, too_many};
+  };
   const Case cases[] = {
-      {[&](SweepOptions& o) {
-         o.world_sizes = {1, too_many};
-       },
+      {over_the_machine,
        absl::StrCat("--world_sizes=", too_many, ": ", too_many,
                     " processes per node (over 1 node): at most ",
                     processes.max, " (", processes.why, ")")},
