@@ -132,7 +132,10 @@ Named TorchSaveTensors(const TorchSaveFile& file) {
   for (absl::string_view bytes : file.storages) {
     c10::Storage storage(c10::Storage::use_byte_size_t(), bytes.size(),
                          c10::GetDefaultCPUAllocator(), /*resizable=*/false);
-    if (!bytes.empty()) std::memcpy(storage.data(), bytes.data(), bytes.size());
+    // DataPtr::get() is the writable pointer in every LibTorch the project
+    // builds against (Storage::data() is const since 2.1).
+    if (!bytes.empty())
+      std::memcpy(storage.data_ptr().get(), bytes.data(), bytes.size());
     storages.push_back(std::move(storage));
   }
   std::vector<at::Tensor> tensors;
