@@ -4,7 +4,7 @@
 # Debian 13 with the CUDA stack this way on its Debian 12 machine). Needs root, debootstrap and unshare.
 #
 # Usage: tools/debian_root.sh [--suite trixie] [--setup "--cuda --cudnn-standin"] [--cache DIR] -- CMD...
-#   --suite   the Debian release of the root (default trixie)
+#   --suite   the Debian release of the root (default trixie; bookworm, trixie, forky or sid)
 #   --setup   arguments for tools/setup.sh inside the root (default --cuda --cudnn-standin)
 #   --cache   where roots, downloaded packages and Bazel's caches are kept between runs
 #             (default /var/cache/dtrain)
@@ -106,11 +106,21 @@ if [[ ! -f $stamp_file || "$(cat "$stamp_file")" != "$stamp" ]]; then
   # system headers.
   rm -rf "${home:?}/.cache"
   # debootstrap mounts /proc and /sys in the root: in a namespace of its own they cannot outlive it.
+  # A debootstrap older than the suite (Debian 12's knows no forky) bootstraps it with sid's script,
+  # which testing shares.
+  script=()
+  [[ -e /usr/share/debootstrap/scripts/$suite ]] || script=(/usr/share/debootstrap/scripts/sid)
   unshare --mount --propagation private \
-    debootstrap --variant=minbase --cache-dir="$archives" "$suite" "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
+    debootstrap --variant=minbase --cache-dir="$archives" "$suite" "$root" "$mirror" "${script[@]}" \
+      >"$cache/debootstrap.log" 2>&1 ||
     { tail -20 "$cache/debootstrap.log" >&2; echo "debian_root.sh: debootstrap failed (log: $cache/debootstrap.log)" >&2; exit 1; }
   # Keep downloaded packages for the next rebuild (Debian's apt keeps them unless told otherwise).
   rm -f "$root/etc/apt/apt.conf.d/docker-clean"
+  # Testing's Release files are valid for a week; a mirror that lags (as this workplace's does) would
+  # make every apt-get update in a test root fail. Test roots only: setup.sh never does this.
+  if [[ $suite == forky || $suite == sid ]]; then
+    echo 'Acquire::Check-Valid-Until "false";' >"$root/etc/apt/apt.conf.d/99dtrain-valid-until"
+  fi
   unshare --mount --pid --fork --kill-child --propagation private \
     bash -euc 'mount_root; in_root /src/tools/setup.sh $0' "$setup_args"
   echo "$stamp" >"$stamp_file"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's package archive, everything the project needs to build, test and run its main
-# job, on Debian 12 (bookworm: LibTorch 1.13, CPU) or Debian 13 (trixie: LibTorch 2.6, CPU or CUDA).
+# job, on Debian 12 (bookworm: LibTorch 1.13, CPU), Debian 13 (trixie: LibTorch 2.6, CPU or CUDA) or
+# Debian testing and unstable (forky and sid: LibTorch 2.14, CPU).
 # Idempotent: installs only what is missing and says what it installs. Works as root or via sudo.
 #
 # Usage: tools/setup.sh [--cuda [--cudnn-standin]] [--dry-run | --list]
@@ -41,7 +42,7 @@ readonly COMMON_PACKAGES=(
   # The real launchers the tests run `train` under: Open MPI's mpirun and a one-host Slurm cluster.
   openmpi-bin slurm-wlm
 )
-# Only in Debian 13's archive (the Debian 12 tests of these files skip, saying so).
+# Only in Debian 13's archive and later (the Debian 12 tests of these files skip, saying so).
 readonly TRIXIE_PACKAGES=(python3-safetensors)
 # Debian 13 with --cuda: NCCL and the CUDA toolkit (nvcc, headers, libcudart) besides the CUDA builds
 # of LibTorch, Gloo and PyTorch chosen above.
@@ -78,7 +79,7 @@ if [[ $list -eq 1 ]]; then
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup.sh: this script needs Debian 12 or 13 (apt-get and dpkg)." >&2
+  echo "setup.sh: this script needs Debian 12, 13 or testing (apt-get and dpkg)." >&2
   echo "setup.sh: install these packages (or their equivalents) by hand: ${COMMON_PACKAGES[*]}" >&2
   exit 1
 fi
@@ -102,18 +103,29 @@ case "$version_id" in
     fi
     release="Debian 13 (trixie): LibTorch 2.6, $flavour"
     ;;
+  "")
+    # Testing and unstable carry no VERSION_ID; both name the next release (unstable as
+    # "forky/sid" in PRETTY_NAME).
+    if [[ $codename == forky ]]; then
+      version_id=testing
+      release="Debian testing/unstable (forky): LibTorch 2.14, CPU"
+    else
+      pretty=$( (. "$os_release" 2>/dev/null && echo "${PRETTY_NAME:-}") || true)
+      die "found '${pretty:-an unknown system}': supported are Debian 12 (bookworm), Debian 13 (trixie) and Debian testing (forky)."
+    fi
+    ;;
   *)
     pretty=$( (. "$os_release" 2>/dev/null && echo "${PRETTY_NAME:-}") || true)
-    die "found '${pretty:-an unknown system}': supported are Debian 12 (bookworm) and Debian 13 (trixie)."
+    die "found '${pretty:-an unknown system}': supported are Debian 12 (bookworm), Debian 13 (trixie) and Debian testing (forky)."
     ;;
 esac
 log "found $release"
 if [[ $cuda -eq 1 && $version_id != 13 ]]; then
-  die "--cuda needs Debian 13: Debian 12's archive has no CUDA build of LibTorch (docs/PLATFORMS.md)."
+  die "--cuda needs Debian 13: Debian 12's and testing's archives have no CUDA build of LibTorch (docs/PLATFORMS.md)."
 fi
 
 wanted=("${COMMON_PACKAGES[@]}")
-[[ $version_id == 13 ]] && wanted+=("${TRIXIE_PACKAGES[@]}")
+[[ $version_id == 13 || $version_id == testing ]] && wanted+=("${TRIXIE_PACKAGES[@]}")
 [[ $cuda -eq 1 ]] && wanted+=("${CUDA_PACKAGES[@]}")
 missing=()
 for entry in "${wanted[@]}"; do

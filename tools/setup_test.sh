@@ -30,19 +30,26 @@ empty=$tmp/empty
 mkdir "$empty"
 out=$(PATH="$empty" /bin/bash "$setup" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "no apt: want exit 1, got $rc"
-[[ "$out" == *"needs Debian 12 or 13 (apt-get and dpkg)"* ]] || fail "no apt: unclear message: $out"
+[[ "$out" == *"needs Debian 12, 13 or testing (apt-get and dpkg)"* ]] || fail "no apt: unclear message: $out"
 [[ "$out" == *"libtorch-dev"* ]] || fail "no apt: package list missing: $out"
 
 # Other releases, as /etc/os-release would describe them.
 release() { printf 'PRETTY_NAME="%s"\nVERSION_ID="%s"\nVERSION_CODENAME=%s\n' "$1" "$2" "$3" >"$tmp/os-release"; }
 release "Debian GNU/Linux 11 (bullseye)" 11 bullseye
 out=$(SETUP_OS_RELEASE=$tmp/os-release "$setup" --dry-run 2>&1); rc=$?
-[[ $rc -eq 1 && "$out" == *"Debian GNU/Linux 11 (bullseye)"*"supported are Debian 12 (bookworm) and Debian 13 (trixie)"* ]] ||
+[[ $rc -eq 1 && "$out" == *"Debian GNU/Linux 11 (bullseye)"*"supported are Debian 12 (bookworm), Debian 13 (trixie) and Debian testing (forky)"* ]] ||
   fail "Debian 11: want exit 1 naming the release and the supported ones, got $rc: $out"
 release "Debian GNU/Linux 12 (bookworm)" 12 bookworm
 out=$(SETUP_OS_RELEASE=$tmp/os-release "$setup" --cuda --dry-run 2>&1); rc=$?
 [[ $rc -eq 1 && "$out" == *"found Debian 12 (bookworm)"*"--cuda needs Debian 13"* ]] ||
   fail "--cuda on Debian 12: want exit 1 and the reason, got $rc: $out"
+# Testing and unstable have no VERSION_ID: recognised by their codename, CPU only.
+release "Debian GNU/Linux forky/sid" "" forky
+out=$(SETUP_OS_RELEASE=$tmp/os-release "$setup" --dry-run 2>&1) || true
+[[ "$out" == *"found Debian testing/unstable (forky): LibTorch 2.14, CPU"* ]] ||
+  fail "forky: want it recognised, got: $out"
+out=$(SETUP_OS_RELEASE=$tmp/os-release "$setup" --cuda --dry-run 2>&1); rc=$?
+[[ $rc -eq 1 && "$out" == *"--cuda needs Debian 13"* ]] || fail "--cuda on forky: want exit 1, got $rc: $out"
 
 # This test only builds on a machine that setup.sh prepared, so a dry run must find nothing missing,
 # and name the release it runs on.
