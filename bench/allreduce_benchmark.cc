@@ -23,6 +23,7 @@
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
+#include "third_party/gloo_compat.h"
 
 namespace dtrain::backend {
 namespace {
@@ -82,10 +83,10 @@ void BM_RawGlooAllReduce(benchmark::State& state) {
   const int count = static_cast<int>(std::max<int64_t>(bytes / 4, 1));
   auto context = std::make_shared<gloo::rendezvous::Context>(
       state.thread_index(), state.threads());
-  GlooStore store(bench::RunStore(state));
+  auto store = std::make_shared<GlooStore>(bench::RunStore(state));
   auto device = gloo::transport::tcp::CreateDevice(
       gloo::transport::tcp::attr("127.0.0.1"));
-  context->connectFullMesh(store, device);
+  gloo_compat::ConnectFullMesh(*context, store, device);
   at::Tensor t = at::ones({count}, at::kFloat);
   if (AlgorithmArg(state.range(1)) == GlooAlgorithm::kRing) {
     for (auto _ : state) {

@@ -10,13 +10,14 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gtest/gtest.h"
+#include "third_party/gloo_compat.h"
 
 namespace {
 
 TEST(GlooSmokeTest, TwoRanksAllReduceOverLoopbackTcp) {
   constexpr int kWorldSize = 2;
   constexpr int kCount = 5;
-  gloo::rendezvous::HashStore store;
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::vector<float>> data(kWorldSize, std::vector<float>(kCount));
   // Contexts outlive both ranks' allreduce so that neither closes its pair
   // while the other still flushes the last step.
@@ -29,7 +30,7 @@ TEST(GlooSmokeTest, TwoRanksAllReduceOverLoopbackTcp) {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto& context = contexts[rank];
       context = std::make_shared<gloo::rendezvous::Context>(rank, kWorldSize);
-      context->connectFullMesh(store, device);
+      dtrain::gloo_compat::ConnectFullMesh(*context, store, device);
       gloo::AllreduceRing<float> allreduce(context, {data[rank].data()},
                                            kCount);
       allreduce.run();

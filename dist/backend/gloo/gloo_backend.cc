@@ -35,6 +35,7 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
+#include "third_party/gloo_compat.h"
 
 namespace dtrain::backend {
 namespace {
@@ -514,8 +515,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
         std::shared_ptr<store::Store> namespaced,
         internal::BackendNamespace(options.store, kName, options.rank));
     std::shared_ptr<store::Store> store = std::move(namespaced);
-    GlooStore gloo_store(store);
-    context->connectFullMesh(gloo_store, device);
+    gloo_compat::ConnectFullMesh(*context, std::make_shared<GlooStore>(store),
+                                 device);
     // Publish the address of our end of each connection, so that a peer's error
     // message ("closed by peer [10.0.0.3]:41234") can be turned into a rank.
     for (int p = 0; p < options.world_size; ++p) {

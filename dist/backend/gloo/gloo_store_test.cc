@@ -18,6 +18,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "third_party/gloo_compat.h"
 
 namespace dtrain::backend {
 namespace {
@@ -41,12 +42,13 @@ void AllReduceThroughStores(
   for (int rank = 0; rank < world_size; ++rank) {
     ranks.emplace_back([&, rank] {
       try {
-        GlooStore store(std::make_shared<PrefixStore>("gloo", make_store()));
+        auto store = std::make_shared<GlooStore>(
+            std::make_shared<PrefixStore>("gloo", make_store()));
         auto device = gloo::transport::tcp::CreateDevice(
             gloo::transport::tcp::attr("127.0.0.1"));
         contexts[rank] =
             std::make_shared<gloo::rendezvous::Context>(rank, world_size);
-        contexts[rank]->connectFullMesh(store, device);
+        gloo_compat::ConnectFullMesh(*contexts[rank], store, device);
         float value = rank + 1.0f;
         gloo::AllreduceRing<float> allreduce(contexts[rank], {&value}, 1);
         allreduce.run();
