@@ -1,9 +1,10 @@
 """Repository rule that wraps Debian's Abseil shared libraries as @local_config_absl//:absl.
 
 Debian ships Abseil as many shared objects whose set changes between releases (Debian 12 has
-20220623, Debian 13 has 20240722, which split out absl_string_view among others), so the list of
-libraries to link is taken from what is installed: every library in _LIBRARIES must exist, those in
-_LIBRARIES_SINCE_2023 are linked where they exist.
+20220623, Debian 13 has 20240722, which split out absl_string_view among others, testing has
+20260526, which dropped the ones C++17 made redundant), so the list of libraries to link is taken
+from what is installed: every library in _LIBRARIES must exist, those in _LIBRARIES_SINCE_2023 and
+_LIBRARIES_UNTIL_2026 are linked where they exist.
 """
 
 load("//third_party:compiler_libdir.bzl", "compiler_libdir")
@@ -32,7 +33,6 @@ _LIBRARIES = [
     "raw_hash_set",
     "hash",
     "city",
-    "low_level_hash",
     "hashtablez_sampler",
     "exponential_biased",
     "str_format_internal",
@@ -55,8 +55,6 @@ _LIBRARIES = [
     "spinlock_wait",
     "raw_logging_internal",
     "log_severity",
-    "bad_optional_access",
-    "bad_variant_access",
 ]
 
 # Split out of the libraries above in later Abseil releases (absl_string_view holds
@@ -66,6 +64,14 @@ _LIBRARIES_SINCE_2023 = [
     "kernel_timeout_internal",
 ]
 
+# Gone from later Abseil releases (std::optional and std::variant replaced absl's, and the hash
+# moved into absl_hash).
+_LIBRARIES_UNTIL_2026 = [
+    "low_level_hash",
+    "bad_optional_access",
+    "bad_variant_access",
+]
+
 def _absl_configure_impl(rctx):
     libdir = compiler_libdir(rctx, "libabsl_base.so")
     if not libdir:
@@ -73,11 +79,11 @@ def _absl_configure_impl(rctx):
              "(Debian's libabsl-dev).\n")
     missing = [lib for lib in _LIBRARIES if not rctx.path("%s/libabsl_%s.so" % (libdir, lib)).exists]
     if missing:
-        fail("\nAbseil in %s lacks %s: Debian 12's or 13's libabsl-dev is expected.\n" %
+        fail("\nAbseil in %s lacks %s: Debian 12's, 13's or testing's libabsl-dev is expected.\n" %
              (libdir, ", ".join(["libabsl_%s.so" % lib for lib in missing])))
     present = _LIBRARIES + [
         lib
-        for lib in _LIBRARIES_SINCE_2023
+        for lib in _LIBRARIES_SINCE_2023 + _LIBRARIES_UNTIL_2026
         if rctx.path("%s/libabsl_%s.so" % (libdir, lib)).exists
     ]
 
