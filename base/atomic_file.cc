@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/posix_io.h"
+#include "base/status_macros.h"
 
 namespace dtrain::base {
 namespace {
@@ -141,9 +142,8 @@ absl::StatusOr<std::string> ReadOpenedFile(const std::string& path,
 
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      const FileLimit& limit) {
-  absl::StatusOr<OpenedFile> file = OpenForReading(path, limit);
-  if (!file.ok()) return file.status();
-  return ReadOpenedFile(path, *file, limit);
+  DTRAIN_ASSIGN_OR_RETURN(OpenedFile file, OpenForReading(path, limit));
+  return ReadOpenedFile(path, file, limit);
 }
 
 }  // namespace dtrain::base
