@@ -17,10 +17,16 @@ constexpr absl::Duration kRedrawInterval = absl::Milliseconds(100);
 
 // "12,345" for throughput that reads at a glance.
 std::string Thousands(double value) {
-  std::string digits = absl::StrCat(static_cast<int64_t>(std::llround(value)));
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3)
-    digits.insert(i, ",");
-  return digits;
+  const int64_t n = std::llround(value);
+  const std::string digits = absl::StrCat(n < 0 ? -n : n);
+  // Built forwards, not with insert(): GCC 12's C++20 string trips -Wrestrict
+  // on insert (PR 105651).
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 }  // namespace

@@ -364,7 +364,11 @@ TEST(StateDictTest, ViewsOfOneStorageLoadIntoTheModel) {
   weight.storage_numel = 16;
   weight.size = {3, 4};
   weight.stride = {1, 3};
-  PickledTensor bias = weight;
+  // Built afresh, not as a copy of weight with size and stride reassigned:
+  // GCC 14 misreads that assignment under C++20 (-Warray-bounds).
+  PickledTensor bias;
+  bias.storage_key = "0";
+  bias.storage_numel = 16;
   bias.offset = 12;
   bias.size = {3};
   bias.stride = {1};

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "dist/backend/collective.h"
 #include "third_party/cuda_config.h"
 
 #if DTRAIN_HAVE_NCCL
@@ -20,7 +21,6 @@
 #include "base/cuda_device.h"
 #include "base/process_liveness.h"
 #include "base/status_macros.h"
-#include "dist/backend/collective.h"
 #include "dist/backend/nccl/peers.h"
 #include "dist/backend/nccl/watchdog.h"
 #include "dist/backend/work.h"
@@ -43,9 +43,14 @@ bool NcclAvailable(std::string* reason) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options) {
+  // Bad arguments are named as such whatever the build has.
+  const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
+  if (absl::Status s = internal::CheckMembership(
+          who, options.store.get(), options.rank, options.world_size);
+      !s.ok())
+    return s;
   return absl::FailedPreconditionError(absl::StrCat(
-      "[rank ", options.rank, "] nccl: this binary was built without NCCL (",
-      DTRAIN_NCCL_MISSING_REASON,
+      who, ": this binary was built without NCCL (", DTRAIN_NCCL_MISSING_REASON,
       "); rebuild with CUDA_HOME (and NCCL_HOME) pointing at a CUDA "
       "installation with NCCL"));
 }
@@ -244,24 +249,24 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(
-        *what, WorkKind::kCollective, {tensor}, [=](std::vector<at::Tensor>&) {
-          return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
-                               tensor.numel(), NcclType(tensor.scalar_type()),
-                               NcclOp(op), comm_, stream_);
-        });
+    auto all_reduce = [=, this](std::vector<at::Tensor>&) {
+      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           NcclType(tensor.scalar_type()), NcclOp(op), comm_,
+                           stream_);
+    };
+    return Launch(*what, WorkKind::kCollective, {tensor}, all_reduce);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
     absl::StatusOr<internal::Description> what =
         internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    return Launch(
-        *what, WorkKind::kCollective, {tensor}, [=](std::vector<at::Tensor>&) {
-          return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
-                               tensor.numel(), NcclType(tensor.scalar_type()),
-                               root, comm_, stream_);
-        });
+    auto broadcast = [=, this](std::vector<at::Tensor>&) {
+      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           NcclType(tensor.scalar_type()), root, comm_,
+                           stream_);
+    };
+    return Launch(*what, WorkKind::kCollective, {tensor}, broadcast);
   }
 
   std::shared_ptr<Work> AllGather(std::vector<at::Tensor> outputs,
@@ -273,7 +278,7 @@ class NcclBackend : public Backend {
     keep.push_back(input);
     return Launch(
         *what, WorkKind::kCollective, std::move(keep),
-        [=](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging) {
           const size_t bytes = input.numel() * input.element_size();
           if (bytes == 0) return ncclSuccess;
           // Scratch from the caching allocator, kept alive (with the outputs)
@@ -306,7 +311,7 @@ class NcclBackend : public Backend {
     keep.push_back(output);
     return Launch(
         *what, WorkKind::kCollective, std::move(keep),
-        [=](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging) {
           const size_t bytes = output.numel() * output.element_size();
           if (bytes == 0) return ncclSuccess;
           at::Tensor flat =
@@ -329,7 +334,7 @@ class NcclBackend : public Backend {
   std::shared_ptr<Work> Barrier() override {
     return Launch(
         internal::Description{"barrier", ""}, WorkKind::kBarrier, {},
-        [=](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging) {
           // Its value does not matter: empty, so no kernel fills it.
           at::Tensor one = at::empty(
               {1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));

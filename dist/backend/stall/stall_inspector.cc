@@ -172,7 +172,6 @@ struct StallInspector::State {
       return absl::StrJoin(named, "; ");
     }
     std::vector<std::string> behind;
-    int joined = 0;
     const absl::Time now = absl::Now();
     for (int r = 0; r < options.size; ++r) {
       if (r == options.rank) continue;
@@ -186,10 +185,7 @@ struct StallInspector::State {
                        : absl::StrCat(" (", value.status().message(), ")")));
         continue;
       }
-      if (theirs.seq >= mine.seq) {
-        ++joined;
-        continue;
-      }
+      if (theirs.seq >= mine.seq) continue;  // Joined.
       behind.push_back(absl::StrCat(
           "rank ", r, " has not joined ", Name(mine), ": ",
           theirs.seq == 0
