@@ -1,7 +1,8 @@
 // The differences between the LibTorch versions the project builds against
-// (1.13 on Debian 12, 2.x on Debian 13), in one place. Each entry is chosen
-// from what the installed headers declare, not from version numbers, so a
-// LibTorch that is neither still builds if its API matches one of the two.
+// (1.13 on Debian 12, 2.6 on Debian 13, 2.14 on Debian testing), in one place.
+// Each entry is chosen from what the installed headers declare, not from
+// version numbers, so a LibTorch that is none of these still builds if its
+// API matches one of them.
 //
 // Everything here is a header-only, stateless function: thread-safe wherever
 // the LibTorch call it wraps is.
@@ -15,6 +16,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace dtrain::torch_compat {
 
@@ -39,6 +41,23 @@ Key OptimizerStateKeyOf(const at::Tensor& param) {
     static_assert(std::is_same_v<Key, void*>,
                   "unknown optimizer state key type in this LibTorch");
     return impl;
+  }
+}
+
+// LibTorch 2.14's Optimizer constructor (add_param_group) merges a group's
+// own options with the defaults only for the optimizers LibTorch ships (SGD,
+// Adam, ...); for any other, ours included, it keeps the defaults and drops
+// the group's options. Call from a derived optimizer's constructor with the
+// groups it was given: each group gets its own options back, as LibTorch 1.13
+// to 2.6 kept them (there this changes nothing).
+inline void KeepGroupOptions(
+    const std::vector<torch::optim::OptimizerParamGroup>& given,
+    std::vector<torch::optim::OptimizerParamGroup>& added) {
+  for (size_t i = 0; i < given.size() && i < added.size(); ++i) {
+    if (given[i].has_options()) {
+      const torch::optim::OptimizerOptions& options = given[i].options();
+      added[i].set_options(options.clone());
+    }
   }
 }
 

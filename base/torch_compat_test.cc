@@ -4,6 +4,9 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <memory>
+#include <vector>
+
 namespace dtrain::torch_compat {
 namespace {
 
@@ -27,6 +30,30 @@ TEST(TorchCompatTest, DistinctParametersHaveDistinctKeys) {
   EXPECT_NE(OptimizerStateKeyOf(a), OptimizerStateKeyOf(b));
   at::Tensor same = a;  // another handle to the same TensorImpl
   EXPECT_EQ(OptimizerStateKeyOf(a), OptimizerStateKeyOf(same));
+}
+
+// A group's own options survive, as LibTorch 1.13-2.6 kept them for every
+// optimizer; a group given without options keeps what it was given.
+TEST(TorchCompatTest, KeepGroupOptionsRestoresEachGroupsOwnOptions) {
+  using torch::optim::OptimizerParamGroup;
+  using torch::optim::SGDOptions;
+  std::vector<OptimizerParamGroup> given;
+  given.emplace_back(std::vector<at::Tensor>{torch::zeros({2})},
+                     std::make_unique<SGDOptions>(SGDOptions(0.5)));
+  given.emplace_back(std::vector<at::Tensor>{torch::zeros({2})});
+  // What LibTorch 2.14's constructor leaves for an optimizer it does not
+  // know: the defaults everywhere.
+  std::vector<OptimizerParamGroup> added;
+  for (const OptimizerParamGroup& g : given) {
+    added.emplace_back(g.params(),
+                       std::make_unique<SGDOptions>(SGDOptions(0.1)));
+  }
+  KeepGroupOptions(given, added);
+  EXPECT_EQ(added[0].options().get_lr(), 0.5);
+  EXPECT_EQ(added[1].options().get_lr(), 0.1);
+  // A copy, not the given object.
+  given[0].options().set_lr(0.7);
+  EXPECT_EQ(added[0].options().get_lr(), 0.5);
 }
 
 }  // namespace

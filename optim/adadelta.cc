@@ -120,8 +120,9 @@ bool operator==(const AdadeltaParamState& a, const AdadeltaParamState& b) {
 
 Adadelta::Adadelta(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                    AdadeltaOptions defaults)
-    : Optimizer(std::move(param_groups),
-                std::make_unique<AdadeltaOptions>(defaults)) {
+    // A copy: the groups' own options are restored from param_groups below.
+    : Optimizer(param_groups, std::make_unique<AdadeltaOptions>(defaults)) {
+  torch_compat::KeepGroupOptions(param_groups, param_groups_);
   ThrowIfError(Validate(defaults));
   ThrowIfError(ValidateGroups(param_groups_));
 }
