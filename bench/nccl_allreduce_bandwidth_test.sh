@@ -4,7 +4,7 @@
 # table; bad flags exit 2. Where GPUs are usable, a short sweep must be correct at every size and end
 # with the JSON line; that part skips here, saying so.
 set -uo pipefail
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 driver=$1
 start_test nccl_allreduce_bandwidth

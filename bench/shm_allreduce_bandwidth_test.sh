@@ -4,7 +4,7 @@
 # the JSON line; a rank killed mid-run makes the driver exit 1 within seconds, with the dead rank named
 # by the driver and by the ranks that saw it go. Timings from these runs mean nothing.
 set -uo pipefail
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 driver=$1
 start_test shm_allreduce_bandwidth

@@ -6,7 +6,7 @@
 set -uo pipefail
 
 make_folder=$(realpath -s "$1")  # absolute: some runs below start elsewhere
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test make_image_folder
 
 # Images (not README.txt) under DIR/SPLIT/class_K.

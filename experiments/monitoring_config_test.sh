@@ -13,7 +13,7 @@
 set -uo pipefail
 
 # The library: from the runfiles under Bazel, from this checkout when run by hand.
-source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/dtrain}/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/${TEST_WORKSPACE}}/tools/testing/shell_test_lib.sh"
 
 files=("$@")
 if [[ ${#files[@]} -eq 0 ]]; then

@@ -37,7 +37,7 @@ train_dashboard=${6:-}
 [[ -z $template || -f $template ]] || template=$template/prometheus.yml
 
 # The library: from the runfiles under Bazel, from this checkout when run by hand.
-source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/dtrain}/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR:-$(dirname "$0")/..}${TEST_SRCDIR:+/${TEST_WORKSPACE}}/tools/testing/shell_test_lib.sh"
 
 for tool in prometheus prometheus-pushgateway promtool; do
   command -v "$tool" >/dev/null 2>&1 ||

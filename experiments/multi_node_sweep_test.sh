@@ -6,7 +6,7 @@
 set -uo pipefail
 
 scaling=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 # The cleanup's SIGTERM reaches `timeout`, which passes it on to scaling; a scaling that dies takes
 # its run's launcher with it (and the launcher its ranks).

@@ -9,7 +9,7 @@ launch=$1
 script=$2
 scaling=$3
 py=/usr/bin/python3
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 "$py" -c 'import torch' >/dev/null 2>&1 || skip "$py cannot import torch (apt-get install python3-torch)"
 

@@ -148,9 +148,14 @@ std::string Runfile(const char* argv0, const std::string& relative) {
   std::vector<std::string> roots;
   if (const char* dir = std::getenv("RUNFILES_DIR")) roots.push_back(dir);
   roots.push_back(absl::StrCat(argv0, ".runfiles"));
+  // The workspace's folder there: "dtrain" under Bazel 4, "_main" under
+  // Bazel 7.
   for (const std::string& root : roots) {
-    const std::string path = absl::StrCat(root, "/dtrain/", relative);
-    if (Exists(path)) return path;
+    for (const char* workspace : {"dtrain", "_main"}) {
+      const std::string path =
+          absl::StrCat(root, "/", workspace, "/", relative);
+      if (Exists(path)) return path;
+    }
   }
   // bazel run starts in the runfiles tree.
   if (Exists(relative)) {

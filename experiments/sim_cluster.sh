@@ -140,17 +140,22 @@ done
 [[ $output_dir == /* ]] || output_dir="${BUILD_WORKING_DIRECTORY:-$PWD}/$output_dir"
 
 # The scaling binary and the runfiles it finds train, launch and pytorch_reference.py in.
+# The workspace's folder in a runfiles tree is "dtrain" under Bazel 4 and "_main" under Bazel 7.
 runfiles=""
+workspace=dtrain
 for root in "${RUNFILES_DIR:-}" "${TEST_SRCDIR:-}" "$0.runfiles" "$(dirname "$PWD")"; do
-  if [[ -n $root && -x $root/dtrain/experiments/scaling ]]; then
-    runfiles=$(cd "$root" && pwd)
-    break
-  fi
+  for ws in dtrain _main; do
+    if [[ -n $root && -x $root/$ws/experiments/scaling ]]; then
+      runfiles=$(cd "$root" && pwd)
+      workspace=$ws
+      break 2
+    fi
+  done
 done
 if [[ -z $scaling ]]; then
   [[ -n $runfiles ]] \
     || die "cannot find the scaling binary: run through 'bazel run //experiments:sim_cluster', or give --scaling"
-  scaling=$runfiles/dtrain/experiments/scaling
+  scaling=$runfiles/$workspace/experiments/scaling
 fi
 [[ -x $scaling ]] || die "--scaling: '$scaling' is not an executable"
 scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")

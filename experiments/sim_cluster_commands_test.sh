@@ -11,7 +11,7 @@
 set -uo pipefail
 
 sim=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test sim_cluster_commands
 
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network and PID namespaces"

@@ -12,7 +12,7 @@
 set -uo pipefail
 
 sim=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test sim_cluster
 
 # Not root: the command says so (a copy of it, run as nobody, who may not read the runfiles).
@@ -134,8 +134,13 @@ has_train() { ip netns pids "$1" | xargs -r -I{} cat /proc/{}/comm 2>/dev/null |
 interrupt() {
   local name=$1 want=$2 prefix driver inside=() p left
   shift 2
-  timeout 200 "$sim" --hosts=2 --rates=1gbit --link_check=0 --output_dir="$tmp/$name" -- "${sweep[@]}" \
-    --train_limit=60000 --max_steps=100000 >"$tmp/$name.out" 2>&1 &
+  # A background job starts with SIGINT ignored; coreutils 9.10's timeout passes that on (9.1's did
+  # not). The sweep gets SIGINT's default back, as from a terminal.
+  (
+    trap - INT QUIT
+    exec timeout 200 "$sim" --hosts=2 --rates=1gbit --link_check=0 --output_dir="$tmp/$name" -- \
+      "${sweep[@]}" --train_limit=60000 --max_steps=100000
+  ) >"$tmp/$name.out" 2>&1 &
   pids+=($!)
   local run=$!
   wait_for_text "$tmp/$name.out" 'links shaped' 60 || {

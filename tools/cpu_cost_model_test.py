@@ -11,7 +11,7 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.join(os.environ.get("TEST_SRCDIR", ""), "dtrain", "tools")
+HERE = os.path.join(os.environ.get("TEST_SRCDIR", ""), os.environ.get("TEST_WORKSPACE", "dtrain"), "tools")
 if not os.path.isdir(HERE):
     HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

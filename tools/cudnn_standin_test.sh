@@ -4,7 +4,7 @@
 # exactly what the user imports, under the same version, load in its place, and abort naming the
 # function when one is called.
 set -uo pipefail
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 standin=$1
 start_test cudnn_standin

@@ -6,7 +6,7 @@
 # visible the test skips, saying so: run tools/gpu_check.sh itself there.
 set -uo pipefail
 # shellcheck source=tools/testing/shell_test_lib.sh
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 check=$1
 train=$2

@@ -8,7 +8,7 @@ set -uo pipefail
 
 logits=$(realpath -s "$1")  # absolute: some runs below start elsewhere
 train=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test model_logits
 
 work=$tmp/work

@@ -3,7 +3,7 @@
 # errors for bad flags (non-zero exit, a message that says what to fix).
 set -euo pipefail
 bin="$1"
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 # expect_ok NAME EXPECTED_LAST_LINE PATTERN... -- ARGS...: exit 0, last line and each (grep -E) pattern.
 expect_ok() {

@@ -4,7 +4,7 @@
 set -uo pipefail
 
 probe=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test probe
 
 # start NAME ENV... -- ARGS...: runs the probe in the background with a hard time limit.

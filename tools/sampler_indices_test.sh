@@ -5,7 +5,7 @@
 set -uo pipefail
 
 tool=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test sampler_indices
 
 # expect ARRAY ARGS...: the tool prints exactly ARRAY and exits 0.

@@ -5,7 +5,7 @@
 set -uo pipefail
 
 setup="$TEST_SRCDIR/$TEST_WORKSPACE/tools/setup.sh"
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test setup_test
 
 out=$("$setup" --bogus 2>&1); rc=$?
@@ -55,6 +55,7 @@ out=$(SETUP_OS_RELEASE=$tmp/os-release "$setup" --cuda --dry-run 2>&1); rc=$?
 # and name the release it runs on.
 out=$("$setup" --dry-run 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "dry run on a prepared machine: want exit 0, got $rc: $out"
-[[ "$out" == *"found Debian 1"[23]" ("*"required packages are installed"* ]] || fail "dry run: unexpected output: $out"
+[[ "$out" == *"found Debian "@(1[23]" ("|"testing/unstable (")*"required packages are installed"* ]] \
+  || fail "dry run: unexpected output: $out"
 
 finish

@@ -9,7 +9,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test fault
 
 now() { date +%s.%N; }

@@ -9,7 +9,7 @@ set -uo pipefail
 
 train=$1
 make_folder=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test finetune
 
 python=/usr/bin/python3

@@ -8,7 +8,7 @@ set -uo pipefail
 train=$1
 launch=$2
 make_folder=$3
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test imagefolder
 
 "$make_folder" "$tmp/pets" 4 16 4 || fail "make_image_folder failed"

@@ -10,7 +10,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 command -v mpirun >/dev/null \
   || skip "mpirun is not installed (Debian's openmpi-bin; tools/setup.sh installs it)"
 start_test mpi

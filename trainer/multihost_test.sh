@@ -13,7 +13,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 [[ $(id -u) -eq 0 ]] || skip "needs root to create network and PID namespaces"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
@@ -59,8 +59,9 @@ two_hosts() {
   for node in 0 1; do
     ns=$a; ifname="va$$"
     [[ $node -eq 1 ]] && ns=$b && ifname="vb$$"
-    ip netns exec "$ns" unshare --pid --fork --kill-child --mount-proc \
-      env GLOO_SOCKET_IFNAME="$ifname" timeout 120 "$launch" --nnodes=2 \
+    # timeout outside the namespace: coreutils 9.10's exits 125 as a PID namespace's first process.
+    timeout -k 5 120 ip netns exec "$ns" unshare --pid --fork --kill-child --mount-proc \
+      env GLOO_SOCKET_IFNAME="$ifname" "$launch" --nnodes=2 \
       --node_rank=$node --nproc_per_node=2 --master_addr=10.213.0.1 --master_port="$port" -- \
       "$train" "${args[@]}" "$@" --shm="$shm" --metrics_json="$tmp/multi_${name}_$node.json" \
       >"$tmp/node${node}_$name.out" 2>&1 &
@@ -68,9 +69,9 @@ two_hosts() {
   done
 }
 two_hosts true true 29572
-wait_all || fail "--shm=true: a node failed: $(tail -5 "$tmp/node0_true.out" "$tmp/node1_true.out")"
+wait_all || fail "--shm=true: a node failed: $(tail -n 5 "$tmp/node0_true.out" "$tmp/node1_true.out")"
 two_hosts false false 29573
-wait_all || fail "--shm=false: a node failed: $(tail -5 "$tmp/node0_false.out" "$tmp/node1_false.out")"
+wait_all || fail "--shm=false: a node failed: $(tail -n 5 "$tmp/node0_false.out" "$tmp/node1_false.out")"
 
 # The kill: rank 3 is the train process in host b's network namespace whose environment says RANK=3.
 rank_pid() {

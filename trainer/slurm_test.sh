@@ -12,7 +12,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 # The daemons live in sbin, which a test's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
 for tool in srun sinfo scancel squeue slurmctld slurmd munged; do

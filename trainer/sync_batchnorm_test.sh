@@ -8,7 +8,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test sync_batchnorm
 
 common=(--model=resnet18 --small_input_stem --dataset=synthetic --synthetic_shape=3,16,16

@@ -11,7 +11,7 @@ set -uo pipefail
 train=$1
 launch=$2
 torchrun_py=$3
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test torchrun
 
 python=/usr/bin/python3

@@ -7,7 +7,7 @@
 set -uo pipefail
 
 train=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test train_limits
 
 # refuse RC MESSAGE [ENV=VALUE...] -- FLAGS...: train exits RC within 60 s and says MESSAGE.

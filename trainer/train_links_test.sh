@@ -3,7 +3,7 @@
 # library found, and where that LibTorch is a CUDA build (Debian 13 with tools/setup.sh --cuda), its
 # CUDA library, the CUDA runtime and NCCL as well, with one CUDA runtime in the process.
 set -uo pipefail
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 
 train=$1
 start_test train_links

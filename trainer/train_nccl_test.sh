@@ -7,7 +7,7 @@
 set -uo pipefail
 
 train=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test train_nccl
 
 # One epoch of 6 steps (384 examples, 2 ranks of batch 32), then validation.
@@ -64,7 +64,7 @@ for r in 0 1; do
     >"$tmp/explicit$r.out" 2>"$tmp/explicit$r.err" &
   pids+=($!)
 done
-wait_all || fail "explicit: a rank failed: $(tail -5 "$tmp/explicit0.err" "$tmp/explicit1.err")"
+wait_all || fail "explicit: a rank failed: $(tail -n 5 "$tmp/explicit0.err" "$tmp/explicit1.err")"
 if [[ -f $tmp/explicit0.json && -f $tmp/spawn.json ]]; then
   want=$(json "$tmp/spawn.json" 'repr(m["epochs"][-1]["val_loss"])')
   got=$(json "$tmp/explicit0.json" 'repr(m["epochs"][-1]["val_loss"])')

@@ -7,7 +7,7 @@ set -uo pipefail
 
 train=$1
 launch=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test train
 
 # A small but real run: 1,024 Fashion-MNIST examples, 2 ranks of batch 64, 300 test examples.
@@ -57,7 +57,7 @@ for r in 0 1; do
     "${small[@]}" --max_steps=2 --skip_validation >"$tmp/tcp$r.out" 2>"$tmp/tcp$r.err" &
   pids+=($!)
 done
-wait_all || fail "tcp://: a rank failed: $(tail -5 "$tmp/tcp0.err" "$tmp/tcp1.err")"
+wait_all || fail "tcp://: a rank failed: $(tail -n 5 "$tmp/tcp0.err" "$tmp/tcp1.err")"
 
 # 4. Stopped at step 5 and resumed, a run ends exactly where an uninterrupted one does.
 run() {  # run NAME ARGS...

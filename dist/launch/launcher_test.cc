@@ -226,10 +226,16 @@ TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {
 // several nodes get none of the launcher's making.
 TEST(LauncherTest, OneNodeWithoutATokenGetsARandomOne) {
   const std::string dir = TmpDir();
-  const std::string script =
-      absl::StrCat("echo \"$DTRAIN_STORE_TOKEN\" > ", dir,
-                   "/token.$RANK.$DTRAIN_RESTART_COUNT; ",
-                   "[ \"$DTRAIN_RESTART_COUNT\" -ge 1 ] || exit 5");
+  // Each rank writes its token whole (a rank stopped mid-write leaves no
+  // file); in the first attempt both ranks fail, rank 1 only once rank 0 has
+  // written, so the launcher cannot stop rank 0 before it did.
+  const std::string file =
+      absl::StrCat(dir, "/token.$RANK.$DTRAIN_RESTART_COUNT");
+  const std::string script = absl::StrCat(
+      "echo \"$DTRAIN_STORE_TOKEN\" > ", file, ".tmp && mv ", file, ".tmp ",
+      file, "; [ \"$DTRAIN_RESTART_COUNT\" -ge 1 ] && exit 0; ",
+      "[ \"$RANK\" = 1 ] && while [ ! -e ", dir,
+      "/token.0.0 ]; do sleep 0.01; done; exit 5");
   ::unsetenv("DTRAIN_STORE_TOKEN");
   ::unsetenv("DTRAIN_STORE_TOKEN_FILE");
   LaunchOptions o = Shell(2, script);
@@ -240,6 +246,8 @@ TEST(LauncherTest, OneNodeWithoutATokenGetsARandomOne) {
   // (Rank 1 of the first attempt may be stopped before it writes.)
   for (const char* other : {"/token.0.1", "/token.1.1"})
     EXPECT_EQ(Slurp(absl::StrCat(dir, other)), first) << other;
+  for (const char* f : {"/token.0.0", "/token.0.1", "/token.1.0", "/token.1.1"})
+    ::unlink(absl::StrCat(dir, f).c_str());
   ASSERT_EQ(MustRun(o).exit_code, 0);
   EXPECT_NE(Slurp(absl::StrCat(dir, "/token.0.0")), first);
 

@@ -3,7 +3,7 @@
 # comments count), so that it can be read at one sitting.
 set -uo pipefail
 
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test line_count
 
 example=$1

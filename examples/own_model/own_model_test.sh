@@ -11,7 +11,7 @@ own=$1
 registered=$2
 summary=$3
 launch=$4
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test own_model
 
 # "step N loss X" lines rank 0 printed, as "N X" per line.

@@ -11,7 +11,7 @@ set -uo pipefail
 logits=$1
 train=$2
 interop=$3
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test pytorch_interop
 
 python=/usr/bin/python3

@@ -6,7 +6,7 @@ set -uo pipefail
 
 launch=$1
 probe=$2
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test launch
 
 # 1. SIGTERM to the launcher reaches every rank; the launcher exits 128+15.

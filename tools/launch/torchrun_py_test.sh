@@ -6,7 +6,7 @@
 set -uo pipefail
 
 torchrun_py=$1
-source "${TEST_SRCDIR}/dtrain/tools/testing/shell_test_lib.sh"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test torchrun_py
 
 [[ $(head -1 "$torchrun_py") == "#!/usr/bin/python3" ]] ||
