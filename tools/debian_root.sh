@@ -11,7 +11,7 @@
 #
 # The root is built on first use and rebuilt when the package list tools/setup.sh gives for these
 # options, or tools/cudnn_standin.sh, changes; downloaded packages survive a rebuild, Bazel's caches do
-# not (they may hold objects built against the old root's headers). One run at a time uses a cache.
+# not (they may hold objects built against the old root's headers). One run at a time uses a root.
 # CMD runs as root in /src (this tree, mounted read-write) in private mount and PID namespaces: every
 # mount and every process it starts, Bazel's server included, is gone when it returns, also when it is
 # interrupted. Exits with CMD's status.
@@ -66,10 +66,11 @@ stamp=$(printf '%s\n' "$suite $setup_args" "$packages" | cat - "$src/tools/cudnn
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 mkdir -p "$cache" "$archives/partial" "$home"
-# One user of the cache at a time (a CI run, or a developer's, on the same machine).
-exec 9>"$cache/.lock"
+# One user of a root at a time (a CI run, or a developer's, on the same machine); roots of other
+# releases or flavours are independent (apt locks the shared package folder itself).
+exec 9>"$root.lock"
 if ! flock -n 9; then
-  echo "debian_root.sh: waiting for another run using $cache" >&2
+  echo "debian_root.sh: waiting for another run using $root" >&2
   flock 9
 fi
 
