@@ -15,8 +15,8 @@ set -euo pipefail
 
 # "a|b" is satisfied by either package; the first is installed, or, with --cuda, the last.
 readonly COMMON_PACKAGES=(
-  # Build system and toolchain.
-  bazel-bootstrap g++ clang-format
+  # Build systems and toolchain: Bazel, and CMake with Ninja for the CMake build (docs/CMAKE.md).
+  bazel-bootstrap g++ clang-format cmake ninja-build
   # Libraries wrapped in third_party/. LibTorch and Gloo come as a CPU or a CUDA build.
   "libtorch-dev|libtorch-cuda-dev" "libgloo-dev|libgloo-cuda-dev" libabsl-dev libgtest-dev libgmock-dev
   libbenchmark-dev prometheus-cpp-dev zlib1g-dev nlohmann-json3-dev

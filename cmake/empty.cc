@@ -1,0 +1,2 @@
+// A binary made only of alwayslink libraries still needs one source file for
+// CMake.

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Configuring without an optional library (Google Benchmark, prometheus-cpp: as if not installed)
+# succeeds, leaves out exactly the targets that need it, and says so once per library, naming them;
+# without LibTorch it stops with advice. Configure only (seconds). Run by ctest (CMake build only).
+# Usage: missing_deps_test.sh SOURCE_DIR PREFIX_PATH CMAKE, PREFIX_PATH with : for ;
+set -uo pipefail
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
+start_test missing_deps
+src=$1
+prefix_path=${2//:/;}
+cmake=$3
+
+"$cmake" -S "$src" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix_path" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON \
+  >"$tmp/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || fail "configuring without Benchmark and prometheus-cpp: exit $rc: $(tail -20 "$tmp/out")"
+# CMake wraps warnings: join the lines first.
+text=$(tr '\n' ' ' <"$tmp/out" | tr -s ' ')
+grep -q 'Google Benchmark not found: no benchmarks in bench/. Left out ([0-9]*): .*bench_data_benchmark' \
+  <<<"$text" || fail "no warning naming Google Benchmark and bench_data_benchmark: $text"
+grep -q 'prometheus-cpp not found: .* Left out ([0-9]*): .*trainer_live_metrics' <<<"$text" \
+  || fail "no warning naming prometheus-cpp and trainer_live_metrics: $text"
+[[ $(grep -c 'not found:' "$tmp/out") -eq 2 ]] || fail "want exactly two missing libraries: $text"
+targets=$(grep -oE '^build [^:]+' "$tmp/b/build.ninja" "$tmp/b/Makefile" 2>/dev/null; \
+          "$cmake" --build "$tmp/b" --target help 2>/dev/null)
+grep -q 'dtrain_bench_data_benchmark' <<<"$targets" && fail "bench_data_benchmark was not left out"
+grep -q 'dtrain_dist_ddp' <<<"$targets" || fail "dtrain_dist_ddp (needs neither) was left out"
+grep -q 'dtrain_base_crc32_test' <<<"$targets" || fail "base/crc32_test (needs neither) was left out"
+
+# Without LibTorch: a clear stop, not a CMake trace.
+"$cmake" -S "$src" -B "$tmp/none" -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >"$tmp/none.out" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] || fail "configuring without LibTorch succeeded"
+text=$(tr '\n' ' ' <"$tmp/none.out" | tr -s ' ')
+grep -q 'LibTorch not found. Point CMAKE_PREFIX_PATH at it' <<<"$text" \
+  || fail "no advice without LibTorch: $text"
+finish
