@@ -1590,7 +1590,7 @@ dtrain_sh_test(dtrain_experiments_monitoring_config_test
   SCRIPT experiments/monitoring_config_test.sh
   DATA experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc tools/testing/shell_test_lib.sh trainer/live_metrics.cc
   TIMEOUT 60
-  ARGS "experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml" experiments/prometheus_export.cc trainer/live_metrics.cc)
+  ARGS experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc trainer/live_metrics.cc)
 
 # //experiments:sweep
 dtrain_cc_library(dtrain_experiments_sweep

@@ -19,6 +19,7 @@ import argparse
 import difflib
 import glob as globlib
 import os
+import shlex
 import sys
 
 # Folders whose BUILD files are not project targets: offline stand-ins for Bazel's own repositories,
@@ -338,7 +339,9 @@ class Generator:
         tags = t.attrs.get("tags", [])
         return data_files, data_targets, [
             ("TIMEOUT", [str(timeout)]),
-            ("ARGS", [self.expand(a, t) for a in t.attrs.get("args", [])]),
+            # Bazel tokenizes each expanded argument as a Bourne shell would: $(locations X)
+            # becomes one argument per file.
+            ("ARGS", [w for a in t.attrs.get("args", []) for w in shlex.split(self.expand(a, t))]),
             ("RUN_SERIAL", "exclusive" in tags),
         ]
 
