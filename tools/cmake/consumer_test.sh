@@ -2,13 +2,14 @@
 # The installed package as a user's project sees it: `cmake --install` of this build into a fresh
 # prefix, examples/own_model configured and built out of tree against it with find_package(dtrain),
 # then trained with 2 processes under the installed launcher to a falling loss. Run by ctest (CMake
-# build only). Usage: consumer_test.sh SOURCE_DIR PREFIX_PATH CMAKE, PREFIX_PATH with : for ;
+# build only). Usage: consumer_test.sh CMAKE SOURCE_DIR [PREFIX_PATH], PREFIX_PATH with : for ;
 set -uo pipefail
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test consumer
-src=$1
-prefix_path=${2//:/;}
-cmake=$3
+cmake=$1
+src=$2
+prefix_path=${3:-}
+prefix_path=${prefix_path//:/;}
 build=$(pwd)
 
 "$cmake" --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 \

@@ -2,13 +2,14 @@
 # Configuring without an optional library (Google Benchmark, prometheus-cpp: as if not installed)
 # succeeds, leaves out exactly the targets that need it, and says so once per library, naming them;
 # without LibTorch it stops with advice. Configure only (seconds). Run by ctest (CMake build only).
-# Usage: missing_deps_test.sh SOURCE_DIR PREFIX_PATH CMAKE, PREFIX_PATH with : for ;
+# Usage: missing_deps_test.sh CMAKE SOURCE_DIR [PREFIX_PATH], PREFIX_PATH with : for ;
 set -uo pipefail
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test missing_deps
-src=$1
-prefix_path=${2//:/;}
-cmake=$3
+cmake=$1
+src=$2
+prefix_path=${3:-}
+prefix_path=${prefix_path//:/;}
 
 "$cmake" -S "$src" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix_path" \
   -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON \
