@@ -90,7 +90,7 @@ macro(dtrain_optional target what consequence)
 endmacro()
 
 dtrain_optional(dtrain_tp_gloo "Gloo"
-  "no Gloo backend, and with it the backend factory and all that creates backends by name (train, the sweep)"
+  "no TCP between CPU ranks on different hosts: backend 'gloo' still connects the ranks of one host (through shared memory), and says that this build has no Gloo when ranks on several hosts ask for it; tests that link the stand-in are left out (install libgloo-dev, or point CMAKE_PREFIX_PATH at a Gloo)"
   FIND Gloo CONFIG TARGETS gloo)
 
 find_package(GTest CONFIG QUIET)

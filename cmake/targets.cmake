@@ -304,6 +304,14 @@ dtrain_cc_library(dtrain_dist_backend_gloo_gloo_store
   HDRS dist/backend/gloo/gloo_store.h
   DEPS dtrain_dist_store dtrain_tp_absl dtrain_tp_gloo)
 
+# //dist/backend/gloo:options
+dtrain_cc_library(dtrain_dist_backend_gloo_options
+  EXPORT_NAME backend_gloo_options
+  PACKAGE dist/backend/gloo
+  SRCS dist/backend/gloo/gloo_options.cc
+  HDRS dist/backend/gloo/gloo_options.h
+  DEPS dtrain_dist_store dtrain_tp_absl)
+
 # //dist/backend:backend
 dtrain_cc_library(dtrain_dist_backend
   EXPORT_NAME backend
@@ -336,13 +344,22 @@ dtrain_cc_library(dtrain_dist_backend_internal
   HDRS dist/backend/collective.h dist/backend/ordered_worker.h dist/backend/work.h
   DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_base_status_macros dtrain_base_tensor_text dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
 
+# //dist/backend/gloo:unavailable
+dtrain_cc_library(dtrain_dist_backend_gloo_unavailable
+  EXPORT_NAME backend_gloo_unavailable
+  PACKAGE dist/backend/gloo
+  SRCS dist/backend/gloo/gloo_unavailable.cc
+  HDRS dist/backend/gloo/gloo_backend.h
+  DEPS dtrain_dist_backend_gloo_options dtrain_dist_backend dtrain_tp_absl)
+
 # //dist/backend/gloo:gloo
 dtrain_cc_library(dtrain_dist_backend_gloo
   EXPORT_NAME backend_gloo
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_backend.cc
   HDRS dist/backend/gloo/gloo_backend.h
-  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch)
+  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_backend_gloo_options dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch
+  STAND_IN dtrain_dist_backend_gloo_unavailable)
 
 # //bench:allreduce_benchmark
 dtrain_cc_binary(dtrain_bench_allreduce_benchmark
@@ -1031,6 +1048,13 @@ dtrain_cc_test(dtrain_dist_backend_gloo_gloo_store_test
   OUTPUT dist/backend/gloo/gloo_store_test
   SRCS dist/backend/gloo/gloo_store_test.cc
   DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_store_hash_store dtrain_dist_store_prefix_store dtrain_dist_store_tcp_store dtrain_dist_tsan_suppressions dtrain_tp_gloo dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //dist/backend/gloo:gloo_unavailable_test
+dtrain_cc_test(dtrain_dist_backend_gloo_gloo_unavailable_test
+  OUTPUT dist/backend/gloo/gloo_unavailable_test
+  SRCS dist/backend/gloo/gloo_unavailable_test.cc
+  DEPS dtrain_dist_backend_gloo_unavailable dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
 # //dist/backend/hierarchical:hierarchical_backend_test

@@ -52,12 +52,16 @@ SYSTEM_TARGETS = {
     "png": "dtrain_tp_png",
 }
 
+# A cc_library tagged "cmake_stand_in_for=:X" is what the CMake build links in place of :X (same
+# package) when a system library :X needs is missing (dtrain_cc_library's STAND_IN).
+STAND_IN_TAG = "cmake_stand_in_for="
+
 # Bazel's default timeout for each test size, in seconds.
 TIMEOUTS = {"small": 60, "medium": 300, "large": 900, "enormous": 3600}
 
 KNOWN_ATTRS = {
     "cc_library": {"name", "srcs", "hdrs", "deps", "visibility", "linkopts", "testonly",
-                   "linkstatic", "alwayslink"},
+                   "linkstatic", "alwayslink", "tags"},
     "cc_binary": {"name", "srcs", "deps", "visibility", "testonly", "data", "linkopts"},
     "cc_test": {"name", "srcs", "deps", "size", "data", "args", "tags", "timeout"},
     "sh_test": {"name", "srcs", "deps", "size", "data", "args", "tags", "timeout"},
@@ -306,8 +310,29 @@ class Generator:
                 out.append("  %s %s" % (key, " ".join(quote(v) for v in values)))
         return "\n".join(out) + ")"
 
+    def stand_in(self, t):
+        """The CMake name of the library tagged to stand in for t, emitted first; or None."""
+        found = None
+        for other in self.packages[t.package].values():
+            for tag in other.attrs.get("tags", []) if other.kind == "cc_library" else []:
+                if not tag.startswith(STAND_IN_TAG):
+                    continue
+                kind, value = self.resolver.resolve(tag[len(STAND_IN_TAG):], other.package)
+                if kind != "target" or value.kind != "cc_library":
+                    raise BuildError("%s: %s does not name a cc_library" % (other.label, tag))
+                if value is t:
+                    if found is not None:
+                        raise BuildError("%s has two stand-ins: %s and %s" %
+                                         (t.label, found.label, other.label))
+                    found = other
+        if found is None:
+            return None
+        self.emit(found)
+        return cmake_name(found)
+
     def emit_cc_library(self, t):
         deps = self.deps(t, "deps")
+        stand_in = self.stand_in(t)
         return self.call("dtrain_cc_library", cmake_name(t), [
             ("EXPORT_NAME", [export_name(t)]),
             ("PACKAGE", [t.package]),
@@ -315,6 +340,7 @@ class Generator:
             ("HDRS", self.files(t, "hdrs")),
             ("DEPS", deps),
             ("LINKOPTS", t.attrs.get("linkopts", [])),
+            ("STAND_IN", [stand_in] if stand_in else []),
             ("ALWAYSLINK", bool(t.attrs.get("alwayslink"))),
             ("TESTONLY", bool(t.attrs.get("testonly"))),
         ])

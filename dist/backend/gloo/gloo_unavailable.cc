@@ -1,0 +1,22 @@
+// CreateGlooBackend in a build without Gloo: the CMake build links this in
+// place of gloo_backend.cc when find_package(Gloo) finds none (a pip torch on a
+// GPU machine, say), so that the factory, the trainer and the launcher still
+// build, and asking for Gloo says why it cannot be had.
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "dist/backend/gloo/gloo_backend.h"
+
+namespace dtrain::backend {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
+    const GlooBackendOptions& options) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "[rank ", options.rank, "] ", options.name,
+      ": this build of dtrain has no Gloo (CMake found none when the build "
+      "was configured), so ranks on different hosts cannot reach each other "
+      "over TCP; ranks of one host share memory (backend 'gloo' or 'shm'), "
+      "GPUs use 'nccl'. For Gloo, install it (Debian: libgloo-dev) or point "
+      "CMAKE_PREFIX_PATH at one, and configure again"));
+}
+
+}  // namespace dtrain::backend
