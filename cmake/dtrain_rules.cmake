@@ -112,11 +112,13 @@ endfunction()
 set(_dtrain_single EXPORT_NAME PACKAGE OUTPUT SCRIPT TIMEOUT STAND_IN)
 set(_dtrain_multi SRCS HDRS DEPS LINKOPTS DATA DATA_TARGETS ARGS)
 
+# STANDS_IN: this library is a stand-in (installed only where it replaces one).
 # STAND_IN: the library to link instead when this one's system libraries are missing (a
 # cmake_stand_in_for tag in the BUILD file): <name> then exists, with the stand-in's code, and
 # carries the missing libraries in DTRAIN_STOOD_IN.
 function(dtrain_cc_library name)
-  cmake_parse_arguments(_arg "ALWAYSLINK;TESTONLY" "${_dtrain_single}" "${_dtrain_multi}" ${ARGN})
+  cmake_parse_arguments(_arg "ALWAYSLINK;TESTONLY;STANDS_IN" "${_dtrain_single}" "${_dtrain_multi}"
+                        ${ARGN})
   _dtrain_check(${name} skip)
   if(skip AND _arg_STAND_IN AND NOT _arg_TESTONLY AND TARGET "${_arg_STAND_IN}")
     get_property(why GLOBAL PROPERTY DTRAIN_MISSING_${name})
@@ -130,6 +132,8 @@ function(dtrain_cc_library name)
     list(APPEND _stood_in ${why})
     set(_arg_SRCS)
     set(_arg_DEPS ${_arg_STAND_IN})
+    # Installed only where it stands in: it defines the same symbols as the library it replaces.
+    set_property(GLOBAL APPEND PROPERTY DTRAIN_INSTALLED_LIBRARIES ${_arg_STAND_IN})
     set(_arg_LINKOPTS)
     set(skip FALSE)
   endif()
@@ -154,7 +158,7 @@ function(dtrain_cc_library name)
   set_target_properties(${name} PROPERTIES EXPORT_NAME ${_arg_EXPORT_NAME}
                         DTRAIN_ALWAYSLINK "${_arg_ALWAYSLINK}" DTRAIN_STOOD_IN "${_stood_in}")
   add_library(dtrain::${_arg_EXPORT_NAME} ALIAS ${name})
-  if(NOT _arg_TESTONLY)
+  if(NOT _arg_TESTONLY AND NOT _arg_STANDS_IN)
     set_property(GLOBAL APPEND PROPERTY DTRAIN_INSTALLED_LIBRARIES ${name})
     foreach(hdr IN LISTS _arg_HDRS)
       get_filename_component(dir "${hdr}" DIRECTORY)

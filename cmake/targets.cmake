@@ -350,7 +350,8 @@ dtrain_cc_library(dtrain_dist_backend_gloo_unavailable
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_unavailable.cc
   HDRS dist/backend/gloo/gloo_backend.h
-  DEPS dtrain_dist_backend_gloo_options dtrain_dist_backend dtrain_tp_absl)
+  DEPS dtrain_dist_backend_gloo_options dtrain_dist_backend dtrain_tp_absl
+  STANDS_IN)
 
 # //dist/backend/gloo:gloo
 dtrain_cc_library(dtrain_dist_backend_gloo

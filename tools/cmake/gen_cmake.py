@@ -318,8 +318,9 @@ class Generator:
                 if not tag.startswith(STAND_IN_TAG):
                     continue
                 kind, value = self.resolver.resolve(tag[len(STAND_IN_TAG):], other.package)
-                if kind != "target" or value.kind != "cc_library":
-                    raise BuildError("%s: %s does not name a cc_library" % (other.label, tag))
+                if kind != "target" or value.kind != "cc_library" or value.package != t.package:
+                    raise BuildError("%s: %s does not name a cc_library of its package" %
+                                     (other.label, tag))
                 if value is t:
                     if found is not None:
                         raise BuildError("%s has two stand-ins: %s and %s" %
@@ -341,6 +342,7 @@ class Generator:
             ("DEPS", deps),
             ("LINKOPTS", t.attrs.get("linkopts", [])),
             ("STAND_IN", [stand_in] if stand_in else []),
+            ("STANDS_IN", any(tag.startswith(STAND_IN_TAG) for tag in t.attrs.get("tags", []))),
             ("ALWAYSLINK", bool(t.attrs.get("alwayslink"))),
             ("TESTONLY", bool(t.attrs.get("testonly"))),
         ])

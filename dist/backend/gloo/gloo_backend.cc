@@ -437,6 +437,8 @@ class GlooBackend : public Backend {
 
 }  // namespace
 
+bool GlooBuilt() { return true; }
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
   IgnoreSigpipe();

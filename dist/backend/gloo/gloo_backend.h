@@ -32,6 +32,11 @@ namespace dtrain::backend {
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options);
 
+// False in a build without Gloo: backends that would reach other hosts
+// through Gloo fail at once on every rank (CreateGlooBackend says why), not
+// only on the ranks that would call it.
+bool GlooBuilt();
+
 }  // namespace dtrain::backend
 
 #endif  // DTRAIN_DIST_BACKEND_GLOO_GLOO_BACKEND_H_

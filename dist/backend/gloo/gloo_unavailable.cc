@@ -8,6 +8,8 @@
 
 namespace dtrain::backend {
 
+bool GlooBuilt() { return false; }
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const GlooBackendOptions& options) {
   return absl::FailedPreconditionError(absl::StrCat(

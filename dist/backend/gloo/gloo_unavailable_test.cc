@@ -15,6 +15,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(GlooUnavailableTest, SaysTheBuildHasNoGlooAndWhatToUseInstead) {
+  EXPECT_FALSE(GlooBuilt());
   GlooBackendOptions options;
   options.rank = 1;
   options.world_size = 2;

@@ -322,6 +322,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   if (!keys.ok()) return Prefixed(who, "", keys.status());
   absl::StatusOr<HostLayout> layout = hierarchical::LayoutFromKeys(*keys, rank);
   if (!layout.ok()) return Prefixed(who, "", layout.status());
+  if (layout->hosts.size() > 1 && !GlooBuilt()) {
+    // Every rank, not only the host leaders that would connect through Gloo:
+    // the others would wait on their leader until the timeout.
+    GlooBackendOptions g = o.gloo;
+    g.name = kName;
+    return CreateGlooBackend(g).status();
+  }
 
   // Where the layout needs no more than one of the inner backends, it runs
   // alone, under this backend's name: the name says what the caller chose,
