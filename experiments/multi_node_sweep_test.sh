@@ -12,7 +12,8 @@ source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 # its run's launcher with it (and the launcher its ranks).
 start_test multi_node_sweep
 
-port=$(free_port)
+# Run slot i rendezvouses on port + i (six slots: three world sizes, with and without sync).
+port=$(free_ports 6)
 common=(--models=convnet --backends=gloo --world_sizes=1,2,4 --batch_sizes=32 --max_steps=3
   --train_limit=512 --no_plots --run_timeout=120s --nnodes=2 --master_addr=127.0.0.1
   --master_port="$port")

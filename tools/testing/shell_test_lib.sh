@@ -6,6 +6,8 @@
 #   finish            exits 1 with the number of failed checks, or prints PASS and exits 0
 #   skip MESSAGE...   prints SKIP: MESSAGE and exits 0 (for a machine that lacks what the test needs)
 #   free_port         a TCP port free on loopback right now
+#   free_ports N      the first of N consecutive ports free on loopback right now, below the
+#                     kernel's ephemeral range, so that no outgoing connection takes one meanwhile
 #   wait_until SECONDS COMMAND...       runs COMMAND every 0.1 s until it succeeds; 1 on timeout
 #   wait_for_text FILE TEXT [SECONDS]   until TEXT appears in FILE (default 60 s); 1 on timeout
 #   running PID       succeeds while PID runs (a zombie, exited but not yet reaped, has stopped)
@@ -55,6 +57,31 @@ skip() {
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+free_ports() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    ephemeral_low = int(f.read().split()[0])
+for _ in range(200):
+    base = random.randrange(10000, ephemeral_low - n)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in socks:
+            s.close()
+    print(base)
+    sys.exit(0)
+sys.exit("free_ports: no %d consecutive free ports below %d" % (n, ephemeral_low))
+PY
 }
 
 wait_until() {
