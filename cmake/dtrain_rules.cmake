@@ -9,35 +9,29 @@ include_guard(GLOBAL)
 
 set(DTRAIN_TEST_RUNNER "${PROJECT_SOURCE_DIR}/tools/cmake/run_test.sh")
 
-# Sets <out> to the reasons (system libraries) why any of the targets named is missing.
-function(_dtrain_missing out)
-  set(reasons)
+# Sets <missing> to the system libraries why any of the targets named is missing, and <stood_in> to
+# those that the present ones (and what they link) have stand-ins for: the DTRAIN_STOOD_IN property
+# every target carries.
+function(_dtrain_dep_reasons missing stood_in)
+  set(absent)
+  set(replaced)
   foreach(dep IN LISTS ARGN)
-    if(NOT TARGET ${dep})
+    if(TARGET ${dep})
+      get_property(why TARGET ${dep} PROPERTY DTRAIN_STOOD_IN)
+      list(APPEND replaced ${why})
+    else()
       get_property(why GLOBAL PROPERTY DTRAIN_MISSING_${dep})
       if(NOT why)
         message(FATAL_ERROR "dtrain: ${dep} is used before it is defined (regenerate with "
                             "tools/cmake/gen_cmake.py)")
       endif()
-      list(APPEND reasons ${why})
+      list(APPEND absent ${why})
     endif()
   endforeach()
-  list(REMOVE_DUPLICATES reasons)
-  set(${out} "${reasons}" PARENT_SCOPE)
-endfunction()
-
-# Sets <out> to the system libraries that targets named (and what they link) have stand-ins for:
-# the DTRAIN_STOOD_IN property every target carries.
-function(_dtrain_stood_in out)
-  set(reasons)
-  foreach(dep IN LISTS ARGN)
-    if(TARGET ${dep})
-      get_property(why TARGET ${dep} PROPERTY DTRAIN_STOOD_IN)
-      list(APPEND reasons ${why})
-    endif()
-  endforeach()
-  list(REMOVE_DUPLICATES reasons)
-  set(${out} "${reasons}" PARENT_SCOPE)
+  list(REMOVE_DUPLICATES absent)
+  list(REMOVE_DUPLICATES replaced)
+  set(${missing} "${absent}" PARENT_SCOPE)
+  set(${stood_in} "${replaced}" PARENT_SCOPE)
 endfunction()
 
 # Records that <name> is left out because of the system libraries in <why>.
@@ -58,8 +52,7 @@ macro(_dtrain_check name skip)
     set(${skip} TRUE)
     set_property(GLOBAL PROPERTY DTRAIN_MISSING_${name} "BUILD_TESTING=OFF")
   else()
-    _dtrain_missing(_why ${_arg_DEPS} ${_arg_DATA_TARGETS})
-    _dtrain_stood_in(_stood_in ${_arg_DEPS} ${_arg_DATA_TARGETS})
+    _dtrain_dep_reasons(_why _stood_in ${_arg_DEPS} ${_arg_DATA_TARGETS})
     if(_arg_TESTONLY)
       list(APPEND _why ${_stood_in})
       list(REMOVE_DUPLICATES _why)
