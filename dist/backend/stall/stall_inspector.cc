@@ -81,6 +81,7 @@ struct StallInspector::State {
       if (key.ok()) options.host_key = *key;
     }
     if (!options.alive) options.alive = base::ProcessRunning;
+    if (!options.stopped) options.stopped = base::ProcessStopped;
     peer_pids.assign(options.size, 0);
     if (options.rank >= 0 && options.rank < options.size)
       peer_pids[options.rank] = -1;
@@ -171,33 +172,59 @@ struct StallInspector::State {
       for (const ExitedPeer& e : exited) named.push_back(e.ToString());
       return absl::StrJoin(named, "; ");
     }
+    std::vector<int64_t> pids;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      pids = peer_pids;
+    }
     std::vector<std::string> behind;
+    std::vector<int> unchecked;  // Peers elsewhere or not identified.
     const absl::Time now = absl::Now();
     for (int r = 0; r < options.size; ++r) {
       if (r == options.rank) continue;
+      const bool here = pids[r] > 0;
+      if (!here) unchecked.push_back(r);
+      const bool stopped = here && options.stopped(pids[r]);
       absl::StatusOr<std::string> value =
           options.store->Get(Key(r), absl::Milliseconds(300));
       Record theirs;
       if (!value.ok() || !Decode(*value, &theirs)) {
         behind.push_back(absl::StrCat(
-            "rank ", r, " has left no record",
+            "rank ", r,
+            stopped ? absl::StrCat(" (pid ", pids[r], ") is stopped and") : "",
+            " has left no record",
             value.ok() ? " (unreadable)"
                        : absl::StrCat(" (", value.status().message(), ")")));
         continue;
       }
-      if (theirs.seq >= mine.seq) continue;  // Joined.
-      behind.push_back(absl::StrCat(
-          "rank ", r, " has not joined ", Name(mine), ": ",
+      const std::string last_seen =
           theirs.seq == 0
               ? "it has issued no collective yet"
               : absl::StrCat("last seen at ", Name(theirs), ", ",
-                             FormatElapsed(now - theirs.issued), " ago")));
+                             FormatElapsed(now - theirs.issued), " ago");
+      if (stopped) {
+        // Whether or not it issued this one: stopped inside it, it holds the
+        // transport up as surely as one that never came.
+        behind.push_back(
+            absl::StrCat("rank ", r, " (pid ", pids[r],
+                         ") is stopped (SIGSTOP or a tracer): ", last_seen));
+        continue;
+      }
+      if (theirs.seq >= mine.seq) continue;  // Joined.
+      behind.push_back(absl::StrCat("rank ", r, " has not joined ", Name(mine),
+                                    ": ", last_seen));
     }
-    if (behind.empty()) {
+    if (!behind.empty()) return absl::StrJoin(behind, "; ");
+    if (unchecked.empty()) {
       return absl::StrCat("every rank has issued ", Name(mine),
                           ": it is held up in the transport, not by a rank");
     }
-    return absl::StrJoin(behind, "; ");
+    return absl::StrCat(
+        "every rank has issued ", Name(mine),
+        ": it is held up in the transport or by a rank that cannot be "
+        "checked from this host (",
+        unchecked.size() == 1 ? "rank " : "ranks ",
+        absl::StrJoin(unchecked, ", "), ")");
   }
 
   // Read(), or for a failure the words Explain() appends.

@@ -23,8 +23,12 @@
 // this host whose process no longer runs is named instead ("rank 0 (pid 4242)
 // has exited", the words the shm backend uses), once per inspector in the
 // warnings, and the reports stop there (rank 0 hosts the store: when it is
-// gone the store is too). Peers on other hosts cannot be checked from here;
-// their launcher names them.
+// gone the store is too). A peer on this host that is stopped (SIGSTOP, a
+// tracer) is named as stopped, with its last record, whether or not it has
+// issued the collective: stopped in the middle of one, it holds the others up
+// just the same. Peers on other hosts cannot be checked from here (their
+// launcher names them), so "held up in the transport, not by a rank" is said
+// only when every peer runs on this host and is running.
 //
 // Thread safety: every method may be called from any thread. Lifetimes: the
 // store must outlive the inspector; the destructor stops the thread, waiting
@@ -61,11 +65,13 @@ struct StallInspectorOptions {
   // Where warnings go (one line each, without a newline); stderr if unset.
   std::function<void(const std::string&)> warn;
   // This process as the other ranks see it, and how to tell whether a peer's
-  // process still runs. Zero, empty and unset: getpid(), LocalHostKey() and
-  // base::ProcessRunning. Tests with ranks as threads set them.
+  // process still runs or is stopped. Zero, empty and unset: getpid(),
+  // LocalHostKey(), base::ProcessRunning and base::ProcessStopped. Tests with
+  // ranks as threads set them.
   int64_t pid = 0;
   std::string host_key;
   std::function<bool(int64_t)> alive;
+  std::function<bool(int64_t)> stopped;
 };
 
 class StallInspector {
@@ -83,8 +89,10 @@ class StallInspector {
 
   // For collective `seq`: each rank that has not issued it, with its last
   // record ("rank 1 has not joined collective #667 (allreduce, bucket 0): last
-  // seen at collective #666 (allreduce, stop vote), 20.3s ago"), or that every
-  // rank has; reads the store, within the read budget. A rank's record is at
+  // seen at collective #666 (allreduce, stop vote), 20.3s ago"), each peer on
+  // this host that is stopped ("rank 1 (pid 4242) is stopped (SIGSTOP or a
+  // tracer): last seen at ..."), or that every rank has issued it; reads the
+  // store, within the read budget. A rank's record is at
   // most `publish_every` older than what it last did.
   std::string Report(int64_t seq);
 

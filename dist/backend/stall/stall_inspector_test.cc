@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -132,6 +134,50 @@ TEST(StallInspectorTest, CollectiveEveryRankIssuedIsHeldUpInTheTransport) {
   EXPECT_THAT(r, HasSubstr("rank 1 has not joined collective #2 (broadcast, "
                            "root 0): last seen at collective #1 (barrier), "));
   EXPECT_THAT(r, ::testing::Not(HasSubstr("rank 2")));
+}
+
+// Ranks 0 and 1 share a host, rank 2 is elsewhere; every process runs, and
+// rank 1's is stopped while `stop` says so.
+TEST(StallInspectorTest, AStoppedPeerIsNamedEvenWhenItHasIssuedTheCollective) {
+  auto store = std::make_shared<store::HashStore>();
+  auto work = std::make_shared<FakeWork>();
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  std::vector<std::unique_ptr<StallInspector>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    StallInspectorOptions o;
+    o.store = store;
+    o.rank = r;
+    o.size = 3;
+    o.publish_every = absl::Milliseconds(20);
+    o.warn = [](const std::string&) {};
+    o.pid = 1000 + r;
+    o.host_key = r == 2 ? "host b" : "host a";
+    o.alive = [](int64_t) { return true; };
+    o.stopped = [stop](int64_t pid) { return pid == 1001 && stop->load(); };
+    ranks.push_back(std::make_unique<StallInspector>(o));
+  }
+  for (int r = 0; r < 3; ++r) ranks[r]->Issued("allreduce", "bucket 1", work);
+  absl::SleepFor(absl::Milliseconds(500));  // Published and identified.
+  // Rank 2 cannot be checked from host a: no "not by a rank".
+  EXPECT_EQ(ranks[0]->Report(1),
+            "every rank has issued collective #1 (allreduce, bucket 1): it is "
+            "held up in the transport or by a rank that cannot be checked "
+            "from this host (rank 2)");
+  stop->store(true);
+  EXPECT_THAT(ranks[0]->Report(1),
+              ::testing::MatchesRegex(
+                  "rank 1 \\(pid 1001\\) is stopped \\(SIGSTOP or a "
+                  "tracer\\): last seen at collective #1 \\(allreduce, bucket "
+                  "1\\), [0-9.]+m?s ago"));
+  // Behind as well as stopped: named once, as stopped.
+  ranks[0]->Issued("allreduce", "bucket 0", work);
+  const std::string behind = ranks[0]->Report(2);
+  EXPECT_THAT(behind, HasSubstr("rank 1 (pid 1001) is stopped"));
+  EXPECT_THAT(behind, HasSubstr("rank 2 has not joined collective #2"));
+  EXPECT_THAT(behind, ::testing::Not(HasSubstr("rank 1 has not joined")));
+  // Rank 2's own view: ranks 0 and 1 are elsewhere, so nothing is stopped.
+  EXPECT_THAT(ranks[2]->Report(1),
+              HasSubstr("cannot be checked from this host (ranks 0, 1)"));
 }
 
 // A store whose reads never come back in time, as one whose server is stopped.
