@@ -14,9 +14,10 @@
 
 namespace dtrain::backend::nccl_internal {
 
-// Thread safety: Query, AsyncError and StreamIdle are called from the
-// watchdog thread, OrderCurrentStreamAfter from any thread waiting on a Work;
-// Abort at most once, with no collective being enqueued at the same time.
+// Thread safety: the watchdog serializes every call that touches the
+// communicator (Settled, AsyncError, Abort, and the enqueues' own library
+// calls); Abort at most once. OrderCurrentStreamAfter comes from any thread
+// waiting on a Work.
 class CommOps {
  public:
   virtual ~CommOps() = default;
@@ -25,6 +26,12 @@ class CommOps {
   // Whether `event`, recorded on the communication stream after a collective,
   // has fired. On kFailed, `*error` says why.
   virtual EventState Query(void* event, std::string* error) = 0;
+
+  // Whether the calls made on a non-blocking communicator have finished
+  // enqueuing (kDone), are still in progress (kPending: connecting to peers,
+  // enqueuing in the background) or failed (`*error` says why). A blocking
+  // communicator is always done.
+  virtual EventState Settled(std::string* error) = 0;
 
   // The communicator's asynchronous error (a peer died, a network error), or
   // empty when there is none.

@@ -11,12 +11,18 @@
 #include <ATen/ATen.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "base/cuda_device.h"
 #include "base/process_liveness.h"
@@ -61,11 +67,18 @@ namespace {
 
 using internal::CompletionWork;
 using nccl_internal::CommOps;
+using nccl_internal::Enqueuer;
 using nccl_internal::Watchdog;
 using nccl_internal::WorkKind;
 
 constexpr char kName[] = "nccl";
 constexpr absl::Duration kPollInterval = absl::Microseconds(200);
+
+// "1" in the environment.
+bool EnvSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && absl::string_view(v) == "1";
+}
 
 std::string CudaError(cudaError_t e) {
   return absl::StrCat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
@@ -109,11 +122,17 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 }
 
 // Non-blocking communicators may answer ncclInProgress: wait until the call
-// settled.
+// settled. For creating and finalizing, where no other thread uses the
+// communicator; collectives settle through the watchdog (Enqueuer::Settle).
 ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline) {
-  while (r == ncclInProgress) {
+  for (int n = 0; r == ncclInProgress; ++n) {
     if (absl::Now() > deadline) return ncclInProgress;
-    absl::SleepFor(kPollInterval);
+    const absl::Duration pause = nccl_internal::PollPause(n, kPollInterval);
+    if (pause == absl::ZeroDuration()) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(pause);
+    }
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
       return ncclInternalError;
   }
@@ -157,6 +176,15 @@ class NcclOps : public CommOps {
     if (e == cudaSuccess) return EventState::kDone;
     if (e == cudaErrorNotReady) return EventState::kPending;
     *error = CudaError(e);
+    return EventState::kFailed;
+  }
+
+  EventState Settled(std::string* error) override {
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    if (r == ncclInProgress) return EventState::kPending;
+    if (r == ncclSuccess) return EventState::kDone;
+    *error = NcclError(comm_, r);
     return EventState::kFailed;
   }
 
@@ -249,10 +277,12 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    auto all_reduce = [=, this](std::vector<at::Tensor>&) {
-      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           NcclType(tensor.scalar_type()), NcclOp(op), comm_,
-                           stream_);
+    auto all_reduce = [=, this](std::vector<at::Tensor>&, Enqueuer& q) {
+      return Call(q, [&] {
+        return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+                             tensor.numel(), NcclType(tensor.scalar_type()),
+                             NcclOp(op), comm_, stream_);
+      });
     };
     return Launch(*what, WorkKind::kCollective, {tensor}, all_reduce);
   }
@@ -261,10 +291,12 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    auto broadcast = [=, this](std::vector<at::Tensor>&) {
-      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           NcclType(tensor.scalar_type()), root, comm_,
-                           stream_);
+    auto broadcast = [=, this](std::vector<at::Tensor>&, Enqueuer& q) {
+      return Call(q, [&] {
+        return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+                             tensor.numel(), NcclType(tensor.scalar_type()),
+                             root, comm_, stream_);
+      });
     };
     return Launch(*what, WorkKind::kCollective, {tensor}, broadcast);
   }
@@ -278,26 +310,29 @@ class NcclBackend : public Backend {
     keep.push_back(input);
     return Launch(
         *what, WorkKind::kCollective, std::move(keep),
-        [=, this](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
           const size_t bytes = input.numel() * input.element_size();
-          if (bytes == 0) return ncclSuccess;
+          if (bytes == 0) return absl::OkStatus();
           // Scratch from the caching allocator, kept alive (with the outputs)
           // until the stream is done with it, also after an abort.
           at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
           staging.push_back(flat);
-          ncclResult_t r =
-              ncclAllGather(input.data_ptr(), flat.data_ptr(), input.numel(),
-                            NcclType(input.scalar_type()), comm_, stream_);
-          r = Settle(comm_, r, absl::Now() + timeout_);
-          for (int i = 0; r == ncclSuccess && i < size_; ++i) {
-            if (cudaMemcpyAsync(outputs[i].data_ptr(),
+          absl::Status s = Call(q, [&] {
+            return ncclAllGather(input.data_ptr(), flat.data_ptr(),
+                                 input.numel(), NcclType(input.scalar_type()),
+                                 comm_, stream_);
+          });
+          // The copies must follow the gather on the stream: NCCL may still
+          // be enqueuing it.
+          if (s.ok()) s = q.Settle();
+          for (int i = 0; s.ok() && i < size_; ++i) {
+            s = CudaCall(
+                "copying out of the gather",
+                cudaMemcpyAsync(outputs[i].data_ptr(),
                                 static_cast<char*>(flat.data_ptr()) + i * bytes,
-                                bytes, cudaMemcpyDeviceToDevice,
-                                stream_) != cudaSuccess) {
-              r = ncclUnhandledCudaError;
-            }
+                                bytes, cudaMemcpyDeviceToDevice, stream_));
           }
-          return r;
+          return s;
         });
   }
 
@@ -311,41 +346,60 @@ class NcclBackend : public Backend {
     keep.push_back(output);
     return Launch(
         *what, WorkKind::kCollective, std::move(keep),
-        [=, this](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
           const size_t bytes = output.numel() * output.element_size();
-          if (bytes == 0) return ncclSuccess;
+          if (bytes == 0) return absl::OkStatus();
           at::Tensor flat =
               at::empty({size_ * output.numel()}, output.options());
           staging.push_back(flat);
           for (int i = 0; i < size_; ++i) {
-            if (cudaMemcpyAsync(static_cast<char*>(flat.data_ptr()) + i * bytes,
+            DTRAIN_RETURN_IF_ERROR(CudaCall(
+                "copying into the reduce-scatter",
+                cudaMemcpyAsync(static_cast<char*>(flat.data_ptr()) + i * bytes,
                                 inputs[i].data_ptr(), bytes,
-                                cudaMemcpyDeviceToDevice,
-                                stream_) != cudaSuccess) {
-              return ncclUnhandledCudaError;
-            }
+                                cudaMemcpyDeviceToDevice, stream_)));
           }
-          return ncclReduceScatter(
-              flat.data_ptr(), output.data_ptr(), output.numel(),
-              NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
+          return Call(q, [&] {
+            return ncclReduceScatter(
+                flat.data_ptr(), output.data_ptr(), output.numel(),
+                NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
+          });
         });
   }
 
   std::shared_ptr<Work> Barrier() override {
     return Launch(
         internal::Description{"barrier", ""}, WorkKind::kBarrier, {},
-        [=, this](std::vector<at::Tensor>& staging) {
+        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
           // Its value does not matter: empty, so no kernel fills it.
           at::Tensor one = at::empty(
               {1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
           staging.push_back(one);
-          return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32,
-                               ncclSum, comm_, stream_);
+          return Call(q, [&] {
+            return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32,
+                                 ncclSum, comm_, stream_);
+          });
         });
   }
 
  private:
-  using Body = std::function<ncclResult_t(std::vector<at::Tensor>& staging)>;
+  using Body = std::function<absl::Status(std::vector<at::Tensor>& staging,
+                                          Enqueuer& q)>;
+
+  // One NCCL call through the watchdog (never on an aborted communicator);
+  // ncclInProgress is fine here, Launch settles it.
+  absl::Status Call(Enqueuer& q, const std::function<ncclResult_t()>& call) {
+    return q.Call([&] {
+      const ncclResult_t r = call();
+      if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
+      return absl::UnavailableError(NcclError(comm_, r));
+    });
+  }
+
+  static absl::Status CudaCall(absl::string_view what, cudaError_t e) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(what, ": ", CudaError(e)));
+  }
 
   static nccl_internal::WatchdogOptions WatchdogOptionsFor(
       const NcclBackendOptions& o) {
@@ -375,14 +429,15 @@ class NcclBackend : public Backend {
 
   // Orders the collective after the work already queued on the caller's
   // current stream and enqueues it on the backend's stream, followed by the
-  // event the watchdog and Wait use. The watchdog's lock keeps numbers and
-  // enqueue order equal to issue order.
+  // event the watchdog and Wait use. The watchdog serializes issues, so
+  // numbers and enqueue order equal issue order.
   std::shared_ptr<Work> Launch(const internal::Description& description,
                                WorkKind kind, std::vector<at::Tensor> keep,
                                const Body& body) {
     return watchdog_.Issue(
         description, kind,
-        [&](const std::string& who) -> absl::StatusOr<Watchdog::Enqueued> {
+        [&](const std::string& who,
+            Enqueuer& q) -> absl::StatusOr<Watchdog::Enqueued> {
           base::CudaDeviceGuard device(device_);
           cudaError_t ce = cudaEventRecord(ready_, CurrentStream(device_));
           if (ce == cudaSuccess) ce = cudaStreamWaitEvent(stream_, ready_, 0);
@@ -391,20 +446,23 @@ class NcclBackend : public Backend {
           }
           const absl::Time start = absl::Now();
           std::vector<at::Tensor> staging;
-          ncclResult_t r;
+          absl::Status s;
           try {
-            r = Settle(comm_, body(staging), start + timeout_);
+            s = body(staging, q);
           } catch (const c10::Error& e) {
             return absl::InternalError(absl::StrCat(
                 who, " failed to start: ", e.what_without_backtrace()));
           }
-          if (r != ncclSuccess) {
-            return absl::UnavailableError(absl::StrCat(
-                who, " failed to start after ",
-                internal::FormatElapsed(absl::Now() - start), ": ",
-                r == ncclInProgress ? "still in progress at the timeout"
-                                    : NcclError(comm_, r)));
+          // The enqueuer's own errors name the collective already.
+          if (!s.ok() && !absl::StartsWith(s.message(), who)) {
+            s = absl::Status(
+                s.code(),
+                absl::StrCat(who, " failed to start after ",
+                             internal::FormatElapsed(absl::Now() - start), ": ",
+                             s.message()));
           }
+          if (s.ok()) s = q.Settle();
+          if (!s.ok()) return s;
           cudaEvent_t done = nullptr;
           ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
           if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
@@ -439,6 +497,32 @@ bool NcclAvailable(std::string* reason) {
   if (reason != nullptr) reason->clear();
   return true;
 }
+
+namespace {
+
+// Settings NCCL reads from the environment when it first creates a
+// communicator in the process, set once and never over the user's own.
+void ConfigureNcclOnce(int rank, bool share_gpu) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    // NCCL 2.22+ connects each algorithm in its first collective, which then
+    // waits for peers inside an enqueue; connecting while the communicator is
+    // created keeps that wait where the timeout bounds it and an abort ends
+    // it cleanly.
+    ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    // Ranks sharing a GPU (tests on a one-GPU machine): NCCL refuses two
+    // ranks of one host on one device, so each rank claims a host of its
+    // own and the ranks talk over sockets.
+    if (share_gpu) {
+      char host[256] = {};
+      if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+      ::setenv("NCCL_HOSTID", absl::StrCat(host, "-dtrain-rank-", rank).c_str(),
+               /*overwrite=*/0);
+    }
+  });
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options) {
@@ -495,22 +579,52 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     std::memcpy(id.internal, v->data(), sizeof(id.internal));
   }
 
-  // Every rank's host and pid, so that errors can name a peer that exited.
-  // Published before the communicator exists, read once it does (every rank
-  // has published by then).
-  if (absl::Status s = store.Set(
-          absl::StrCat("process/", options.rank),
-          nccl_internal::EncodePeer(nccl_internal::ThisProcess(options.rank)));
+  // Every rank's host, pid and GPU: errors name a peer that exited, and
+  // ranks that would share a GPU are refused by name (NCCL's own "Duplicate
+  // GPU detected" names none).
+  nccl_internal::Peer self = nccl_internal::ThisProcess(options.rank);
+  self.device = options.device;
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, options.device) ==
+      cudaSuccess) {
+    self.bus_id = absl::AsciiStrToLower(bus_id);
+  }
+  if (absl::Status s = store.Set(absl::StrCat("process/", options.rank),
+                                 nccl_internal::EncodePeer(self));
       !s.ok()) {
     return absl::Status(
         s.code(),
         absl::StrCat(who, ": publishing this process's record: ", s.message()));
   }
+  std::vector<nccl_internal::Peer> peers;
+  for (int r = 0; r < options.world_size; ++r) {
+    absl::StatusOr<std::string> v =
+        store.Get(absl::StrCat("process/", r), options.timeout);
+    absl::StatusOr<nccl_internal::Peer> peer =
+        v.ok() ? nccl_internal::DecodePeer(r, *v)
+               : absl::StatusOr<nccl_internal::Peer>(v.status());
+    if (!peer.ok()) {
+      return absl::Status(
+          peer.status().code(),
+          absl::StrCat(who, ": reading rank ", r,
+                       "'s process record: ", peer.status().message()));
+    }
+    peers.push_back(*std::move(peer));
+  }
+  const bool share_gpu = EnvSet("DTRAIN_NCCL_SHARE_GPU");
+  if (!share_gpu) {
+    if (absl::Status s = nccl_internal::CheckDevicesDistinct(peers); !s.ok())
+      return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
+  }
+  ConfigureNcclOnce(options.rank, share_gpu);
 
   const absl::Time start = absl::Now();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking =
-      0;  // So that a missing peer ends in our timeout, not a hang.
+  // Non-blocking unless DTRAIN_NCCL_BLOCKING=1: creating the communicator
+  // (which connects every peer, see ConfigureNcclOnce) then ends in our
+  // timeout rather than a hang when a peer never comes.
+  const bool blocking = EnvSet("DTRAIN_NCCL_BLOCKING");
+  config.blocking = blocking ? 1 : 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, id,
                                           options.rank, &config);
@@ -527,22 +641,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
                             : absl::StatusCode::kUnavailable,
         absl::StrCat(who, ": creating the communicator of ", options.world_size,
                      " ranks on cuda:", options.device, ": ", detail));
-  }
-  std::vector<nccl_internal::Peer> peers;
-  for (int r = 0; r < options.world_size; ++r) {
-    absl::StatusOr<std::string> v =
-        store.Get(absl::StrCat("process/", r), options.timeout);
-    absl::StatusOr<nccl_internal::Peer> peer =
-        v.ok() ? nccl_internal::DecodePeer(r, *v)
-               : absl::StatusOr<nccl_internal::Peer>(v.status());
-    if (!peer.ok()) {
-      ncclCommAbort(comm);
-      return absl::Status(
-          peer.status().code(),
-          absl::StrCat(who, ": reading rank ", r,
-                       "'s process record: ", peer.status().message()));
-    }
-    peers.push_back(*std::move(peer));
   }
   cudaStream_t stream = nullptr;
   cudaEvent_t ready = nullptr;

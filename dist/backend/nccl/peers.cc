@@ -2,33 +2,46 @@
 
 #include <unistd.h>
 
+#include <map>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace dtrain::backend::nccl_internal {
 
 Peer ThisProcess(int rank) {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return Peer{rank, host, static_cast<int64_t>(::getpid())};
+  Peer self;
+  self.rank = rank;
+  self.host = host;
+  self.pid = static_cast<int64_t>(::getpid());
+  return self;
 }
 
 std::string EncodePeer(const Peer& peer) {
-  return absl::StrCat(peer.pid, " ", peer.host);
+  return absl::StrCat(peer.pid, " ", peer.device, " ",
+                      peer.bus_id.empty() ? "-" : peer.bus_id, " ", peer.host);
 }
 
 absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value) {
-  const size_t space = value.find(' ');
+  const std::vector<absl::string_view> f =
+      absl::StrSplit(value, absl::MaxSplits(' ', 3));
   Peer peer;
   peer.rank = rank;
-  if (space == absl::string_view::npos ||
-      !absl::SimpleAtoi(value.substr(0, space), &peer.pid) || peer.pid <= 0) {
-    return absl::DataLossError(absl::StrCat("rank ", rank,
-                                            "'s process record '", value,
-                                            "' is not '<pid> <host>'"));
+  if (f.size() != 4 || !absl::SimpleAtoi(f[0], &peer.pid) || peer.pid <= 0 ||
+      !absl::SimpleAtoi(f[1], &peer.device) || peer.device < -1 ||
+      f[2].empty() || f[3].empty()) {
+    return absl::DataLossError(
+        absl::StrCat("rank ", rank, "'s process record '", value,
+                     "' is not '<pid> <device> <bus id> <host>'"));
   }
-  peer.host = std::string(value.substr(space + 1));
+  if (f[2] != "-") peer.bus_id = std::string(f[2]);
+  peer.host = std::string(f[3]);
   return peer;
 }
 
@@ -41,6 +54,25 @@ std::string DescribeLostPeers(absl::Span<const Peer> peers, const Peer& self,
                                 p.host, ") has exited"));
   }
   return absl::StrJoin(lost, "; ");
+}
+
+absl::Status CheckDevicesDistinct(absl::Span<const Peer> peers) {
+  std::map<std::pair<std::string, std::string>, const Peer*> first;
+  for (const Peer& p : peers) {
+    if (p.bus_id.empty()) continue;
+    auto [it, inserted] = first.emplace(std::make_pair(p.host, p.bus_id), &p);
+    if (inserted) continue;
+    const Peer& q = *it->second;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ranks ", q.rank, " and ", p.rank, " would share one GPU (PCI ",
+        p.bus_id, " on ", p.host, "; cuda:", q.device, " in rank ", q.rank,
+        "'s process, cuda:", p.device, " in rank ", p.rank,
+        "'s): NCCL runs one rank per GPU. Start at most as many ranks on a "
+        "host as it has GPUs, each on its own (the launcher gives local rank "
+        "i cuda:i; check CUDA_VISIBLE_DEVICES), or set "
+        "DTRAIN_NCCL_SHARE_GPU=1 to let ranks share a GPU for testing"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain::backend::nccl_internal

@@ -6,6 +6,10 @@
 // node01) has exited"). Peers on other hosts cannot be checked from here;
 // their launcher names them (as the project's launcher does).
 //
+// The same records carry each rank's GPU (its PCI bus id), so that ranks that
+// would share one GPU are refused by name before NCCL's own "Duplicate GPU
+// detected", which names neither rank.
+//
 // Thread safety: every function is safe from any thread.
 #ifndef DTRAIN_DIST_BACKEND_NCCL_PEERS_H_
 #define DTRAIN_DIST_BACKEND_NCCL_PEERS_H_
@@ -15,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -25,13 +30,15 @@ struct Peer {
   int rank = 0;
   std::string host;
   int64_t pid = 0;
+  int device = -1;     // The CUDA device index in its process; -1: unknown.
+  std::string bus_id;  // "0000:1b:00.0"; empty: unknown.
 };
 
-// This process: gethostname() and getpid().
+// This process: gethostname() and getpid(); no device.
 Peer ThisProcess(int rank);
 
-// "<pid> <host>", the value published in the store, and back.
-// kDataLoss for a value that is not of that form.
+// "<pid> <device> <bus id or -> <host>", the value published in the store,
+// and back. kDataLoss for a value that is not of that form.
 std::string EncodePeer(const Peer& peer);
 absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value);
 
@@ -40,6 +47,11 @@ absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value);
 // none is.
 std::string DescribeLostPeers(absl::Span<const Peer> peers, const Peer& self,
                               const std::function<bool(int64_t)>& alive);
+
+// kFailedPrecondition naming the first two ranks that would use the same GPU
+// (same host and bus id), with what to do; OK when none would. Peers without
+// a bus id are never counted as sharing.
+absl::Status CheckDevicesDistinct(absl::Span<const Peer> peers);
 
 }  // namespace dtrain::backend::nccl_internal
 

@@ -1,5 +1,7 @@
 #include "dist/backend/nccl/watchdog.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,61 @@ void Bury(std::vector<at::Tensor> memory) {
 }
 
 }  // namespace
+
+absl::Duration PollPause(int n, absl::Duration longest) {
+  if (n < kPollYields) return absl::ZeroDuration();
+  const int doublings = std::min(n - kPollYields, 16);
+  return std::min(absl::Microseconds(10) * (1 << doublings), longest);
+}
+
+absl::Status Enqueuer::Call(const std::function<absl::Status()>& call) {
+  std::lock_guard<std::mutex> lock(w_->mu_);
+  if (w_->aborted_) {
+    return absl::Status(
+        w_->broken_.code(),
+        absl::StrCat(who_, " not started: ", w_->broken_.message()));
+  }
+  return call();
+}
+
+absl::Status Enqueuer::Settle() {
+  const absl::Time deadline = start_ + w_->options_.timeout;
+  for (int n = 0;; ++n) {
+    {
+      std::lock_guard<std::mutex> lock(w_->mu_);
+      if (w_->aborted_) {
+        return absl::Status(
+            w_->broken_.code(),
+            absl::StrCat(who_, " not started: ", w_->broken_.message()));
+      }
+      std::string error;
+      switch (w_->ops_->Settled(&error)) {
+        case CommOps::EventState::kDone:
+          return absl::OkStatus();
+        case CommOps::EventState::kFailed:
+          return absl::UnavailableError(
+              absl::StrCat(who_, " failed to start after ",
+                           FormatElapsed(absl::Now() - start_), ": ", error));
+        case CommOps::EventState::kPending:
+          break;
+      }
+    }
+    if (absl::Now() > deadline) {
+      const std::string lost = w_->ops_->LostPeers();
+      return absl::UnavailableError(absl::StrCat(
+          who_, " failed to start after ", FormatElapsed(absl::Now() - start_),
+          ": still in progress at the timeout (",
+          absl::FormatDuration(w_->options_.timeout), "): ",
+          lost.empty() ? "a peer never issued it, died, or is stuck" : lost));
+    }
+    const absl::Duration pause = PollPause(n, w_->options_.poll_interval);
+    if (pause == absl::ZeroDuration()) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(pause);
+    }
+  }
+}
 
 Watchdog::Watchdog(const WatchdogOptions& options, CommOps* ops)
     : options_(options), ops_(ops), thread_([this] { Run(); }) {}
@@ -41,22 +98,38 @@ void Watchdog::Abort(const absl::Status& reason) {
 
 std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
                                       WorkKind kind, const Enqueue& enqueue) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::string what = internal::Describe(description, ++seq_);
-  const std::string who = Who(what);
-  if (!broken_.ok()) {
-    return internal::CompletionWork::Failed(absl::Status(
-        broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
+  std::lock_guard<std::mutex> issuing(issue_mu_);
+  std::string what;
+  std::string who;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    what = internal::Describe(description, ++seq_);
+    who = Who(what);
+    if (!broken_.ok()) {
+      return internal::CompletionWork::Failed(absl::Status(
+          broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
+    }
+    if (shut_down_) {
+      return internal::CompletionWork::Failed(absl::FailedPreconditionError(
+          absl::StrCat(who, " not run: the backend is being destroyed")));
+    }
   }
-  if (shut_down_) {
-    return internal::CompletionWork::Failed(absl::FailedPreconditionError(
-        absl::StrCat(who, " not run: the backend is being destroyed")));
-  }
+  // Not under mu_: the enqueue may wait for a peer (Enqueuer::Settle).
   const absl::Time start = absl::Now();
-  absl::StatusOr<Enqueued> enqueued = enqueue(who);
+  Enqueuer enqueuer(this, who, start);
+  absl::StatusOr<Enqueued> enqueued = enqueue(who, enqueuer);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!enqueued.ok()) {
-    AbortLocked(enqueued.status(), /*front_is_culprit=*/false);
+    if (!aborted_) AbortLocked(enqueued.status(), /*front_is_culprit=*/false);
     return internal::CompletionWork::Failed(enqueued.status());
+  }
+  if (aborted_) {
+    // Aborted while it was enqueued: it may never run, but the device may
+    // still touch its memory.
+    ReleaseWhenDrained(std::move(enqueued->keep_alive));
+    return internal::CompletionWork::Failed(
+        absl::Status(broken_.code(),
+                     absl::StrCat(who, " not completed: ", broken_.message())));
   }
   auto work = std::make_shared<StreamWork>(who, kind, enqueued->event, ops_);
   pending_.push_back(Pending{work, std::move(enqueued->event), start, what,
@@ -119,6 +192,10 @@ void Watchdog::AbortLocked(const absl::Status& status, bool front_is_culprit) {
     for (at::Tensor& t : p.keep_alive) memory.push_back(std::move(t));
   }
   pending_.clear();
+  ReleaseWhenDrained(std::move(memory));
+}
+
+void Watchdog::ReleaseWhenDrained(std::vector<at::Tensor> memory) {
   // The aborted kernels and any copies queued after them may still touch
   // this memory: free it only once the stream has run dry.
   const absl::Time deadline = absl::Now() + options_.drain_limit;

@@ -15,9 +15,18 @@
 // Device-independent: the device and the communicator are reached through
 // CommOps (comm_ops.h).
 //
-// Thread safety: Issue may be called from any thread; one lock orders issuing
-// and aborting, so no collective is enqueued on an aborted communicator.
-// Shutdown once, with no Issue running; the destructor calls it if needed.
+// Issuing: a non-blocking communicator connects to its peers and enqueues in
+// the background (NCCL 2.22+ connects each algorithm in its first collective),
+// so an enqueue may wait for a peer. It waits (Enqueuer::Settle) without
+// holding the lock that Abort and the watchdog take: an abort steps in, and
+// the timeout bounds it. Library calls on the communicator (Enqueuer::Call,
+// the watchdog's polls, the abort) all run under that lock, so none runs on a
+// communicator being aborted.
+//
+// Thread safety: Issue may be called from any thread (issues are serialized,
+// so numbers and enqueue order follow issue order); Abort from any thread at
+// any time. Shutdown once, with no Issue running; the destructor calls it if
+// needed.
 #ifndef DTRAIN_DIST_BACKEND_NCCL_WATCHDOG_H_
 #define DTRAIN_DIST_BACKEND_NCCL_WATCHDOG_H_
 
@@ -52,7 +61,43 @@ struct WatchdogOptions {
   // How long to wait for the stream to drain after an abort before leaking
   // (rather than freeing) the memory its collectives used.
   absl::Duration drain_limit = absl::Seconds(10);
+  // The longest pause between two polls (of an event, or of an enqueue in
+  // progress); see PollPause.
   absl::Duration poll_interval = absl::Microseconds(200);
+};
+
+// The pause before poll `n` (0, 1, ...) of something expected to finish
+// soon: none (a yield) for the first kPollYields polls, since a
+// non-blocking enqueue usually settles within microseconds and every
+// microsecond here stalls the thread issuing (autograd's, for DDP buckets);
+// then sleeps doubling from 10 us up to `longest`.
+constexpr int kPollYields = 64;
+absl::Duration PollPause(int n, absl::Duration longest);
+
+class Watchdog;
+
+// What an enqueue uses to touch the communicator (see "Issuing" above).
+class Enqueuer {
+ public:
+  // Runs `call` (one library call on the communicator; it returns at once on
+  // a non-blocking one) under the watchdog's lock, so never while the
+  // communicator is being aborted; fails without calling it once aborted.
+  absl::Status Call(const std::function<absl::Status()>& call);
+
+  // Waits until what was called so far is enqueued, polling CommOps::Settled
+  // (PollPause between polls) without holding the lock. Fails with the
+  // abort's reason once aborted, with the library's error, or with
+  // kUnavailable "... still in progress at the timeout" when the collective's
+  // timeout passes first.
+  absl::Status Settle();
+
+ private:
+  friend class Watchdog;
+  Enqueuer(Watchdog* w, std::string who, absl::Time start)
+      : w_(w), who_(std::move(who)), start_(start) {}
+  Watchdog* const w_;
+  const std::string who_;
+  const absl::Time start_;
 };
 
 class Watchdog {
@@ -69,14 +114,14 @@ class Watchdog {
     std::shared_ptr<void> event;
     std::vector<at::Tensor> keep_alive;
   };
-  using Enqueue =
-      std::function<absl::StatusOr<Enqueued>(const std::string& who)>;
+  using Enqueue = std::function<absl::StatusOr<Enqueued>(const std::string& who,
+                                                         Enqueuer& enqueuer)>;
 
-  // Numbers the collective, runs `enqueue` (which puts it on the device; `who`
-  // is "[rank R] nccl allreduce #N (...)" for its messages) and tracks it. A
-  // failed enqueue aborts the communicator, since NCCL may have queued part of
-  // it. Returns the collective's Work, already failed when the backend is
-  // broken or the enqueue failed.
+  // Numbers the collective, runs `enqueue` (which puts it on the device
+  // through `enqueuer`; `who` is "[rank R] nccl allreduce #N (...)" for its
+  // messages) and tracks it. A failed enqueue aborts the communicator, since
+  // NCCL may have queued part of it. Returns the collective's Work, already
+  // failed when the backend is broken or the enqueue failed.
   std::shared_ptr<Work> Issue(const internal::Description& description,
                               WorkKind kind, const Enqueue& enqueue);
 
@@ -110,11 +155,17 @@ class Watchdog {
   // for the oldest when it is the culprit, else "not completed") and releases
   // their memory once the stream has drained. Requires mu_.
   void AbortLocked(const absl::Status& status, bool front_is_culprit);
+  // Frees `memory` once the communication stream has run dry, or never when
+  // it does not drain within the drain limit. Requires mu_.
+  void ReleaseWhenDrained(std::vector<at::Tensor> memory);
   std::string Who(const std::string& what) const;
+
+  friend class Enqueuer;
 
   const WatchdogOptions options_;
   CommOps* const ops_;
 
+  std::mutex issue_mu_;  // Held through an Issue; before mu_.
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> pending_;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -34,6 +35,10 @@ class ScriptedOps : public CommOps {
       default:
         return EventState::kPending;
     }
+  }
+  EventState Settled(std::string* error) override {
+    ++settle_polls;
+    return Query(&settled, error);
   }
   std::string AsyncError() override {
     std::lock_guard<std::mutex> lock(mu);
@@ -68,6 +73,9 @@ class ScriptedOps : public CommOps {
   std::atomic<int> aborts{0};
   std::atomic<int> binds{0};
   std::atomic<bool> stream_idle{true};
+  // Where a non-blocking enqueue stands (kPending: waiting for a peer).
+  std::atomic<int> settled{kDone};
+  std::atomic<int> settle_polls{0};
 };
 
 // One collective as the test drives it: its event and the tensor it uses.
@@ -93,9 +101,12 @@ WatchdogOptions Options() {
 
 void Issue(Watchdog& w, Fake& f, WorkKind kind = WorkKind::kCollective,
            internal::Description d = AllReduce()) {
-  f.work = w.Issue(d, kind, [&f](const std::string&) {
-    return Watchdog::Enqueued{f.event, {f.tensor}};
-  });
+  f.work = w.Issue(d, kind,
+                   [&f](const std::string&,
+                        Enqueuer& q) -> absl::StatusOr<Watchdog::Enqueued> {
+                     if (absl::Status s = q.Settle(); !s.ok()) return s;
+                     return Watchdog::Enqueued{f.event, {f.tensor}};
+                   });
 }
 
 // Waits (bounded by the test's own timeout) until `done` holds.
@@ -188,11 +199,11 @@ TEST(WatchdogTest, AsyncErrorAbortsOnceAndFailsEverythingInFlight) {
   // Broken: later collectives fail at once with the first error, and the
   // enqueue is never called on the aborted communicator.
   bool enqueued = false;
-  std::shared_ptr<Work> c =
-      w.Issue(AllReduce(), WorkKind::kCollective, [&](const std::string&) {
-        enqueued = true;
-        return Watchdog::Enqueued{};
-      });
+  std::shared_ptr<Work> c = w.Issue(AllReduce(), WorkKind::kCollective,
+                                    [&](const std::string&, Enqueuer&) {
+                                      enqueued = true;
+                                      return Watchdog::Enqueued{};
+                                    });
   EXPECT_FALSE(enqueued);
   EXPECT_EQ(c->Wait().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(c->status().message()),
@@ -275,7 +286,8 @@ TEST(WatchdogTest, FailedEnqueueAbortsAndFailsTheRest) {
   Issue(w, a);
   std::shared_ptr<Work> b =
       w.Issue(AllReduce(), WorkKind::kCollective,
-              [](const std::string& who) -> absl::StatusOr<Watchdog::Enqueued> {
+              [](const std::string& who,
+                 Enqueuer&) -> absl::StatusOr<Watchdog::Enqueued> {
                 return absl::UnavailableError(who + " failed to start: boom");
               });
   EXPECT_THAT(std::string(b->Wait().message()),
@@ -284,6 +296,103 @@ TEST(WatchdogTest, FailedEnqueueAbortsAndFailsTheRest) {
   EXPECT_THAT(std::string(a.work->status().message()),
               HasSubstr("allreduce #1 (sum, 4 x float32) not completed: "));
   EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+// The defect this guards: a collective's first run connects to its peers
+// (NCCL 2.22+), and an enqueue waiting for an absent peer held the lock that
+// Abort needs, so nothing could step in before the timeout (or ever).
+TEST(WatchdogTest, AbortStepsIntoAnEnqueueWaitingForAPeer) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);  // No timeout: only the abort can end it.
+  ops.settled = kPending;
+  Fake a;
+  std::thread issuer([&] { Issue(w, a); });
+  Eventually([&] { return ops.settle_polls.load() > 0; });
+  w.Abort(absl::AbortedError("the launcher is stopping the job"));
+  issuer.join();
+  EXPECT_EQ(ops.aborts.load(), 1);
+  const absl::Status s = a.work->status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("[rank 3] nccl allreduce #1 (sum, 4 x float32) not "
+                        "started: the launcher is stopping the job"));
+  EXPECT_FALSE(w.Shutdown());
+}
+
+TEST(WatchdogTest, AnEnqueueThatNeverSettlesFailsAtTheTimeoutAndAborts) {
+  ScriptedOps ops;
+  ops.lost_peers = "rank 1 (pid 4242 on node01) has exited";
+  WatchdogOptions o = Options();
+  o.timeout = absl::Milliseconds(30);
+  Watchdog w(o, &ops);
+  ops.settled = kPending;
+  Fake a;
+  Issue(w, a);
+  const absl::Status s = a.work->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("allreduce #1 (sum, 4 x float32) failed to start "
+                        "after "));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("still in progress at the timeout (30ms): rank 1 (pid "
+                        "4242 on node01) has exited"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+  // The communicator is gone: later calls never reach it.
+  bool called = false;
+  std::shared_ptr<Work> b = w.Issue(AllReduce(), WorkKind::kCollective,
+                                    [&](const std::string&, Enqueuer&) {
+                                      called = true;
+                                      return Watchdog::Enqueued{};
+                                    });
+  EXPECT_FALSE(called);
+  EXPECT_THAT(std::string(b->status().message()), HasSubstr("not run: "));
+}
+
+TEST(WatchdogTest, AnEnqueueTheLibraryRefusesFailsToStart) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  ops.settled = kFailed;
+  Fake a;
+  Issue(w, a);
+  EXPECT_THAT(std::string(a.work->status().message()),
+              HasSubstr("allreduce #1 (sum, 4 x float32) failed to start "
+                        "after "));
+  EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+TEST(WatchdogTest, CallsNeverReachAnAbortedCommunicator) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  int calls = 0;
+  std::shared_ptr<Work> a =
+      w.Issue(AllReduce(), WorkKind::kCollective,
+              [&](const std::string&,
+                  Enqueuer& q) -> absl::StatusOr<Watchdog::Enqueued> {
+                auto call = [&] {
+                  ++calls;
+                  return absl::OkStatus();
+                };
+                if (absl::Status s = q.Call(call); !s.ok()) return s;
+                // Aborted between two library calls of one collective (an
+                // allgather and its copies): the second is never made.
+                w.Abort(absl::AbortedError("a peer failed"));
+                if (absl::Status s = q.Call(call); !s.ok()) return s;
+                return Watchdog::Enqueued{};
+              });
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(std::string(a->status().message()),
+              HasSubstr("not started: a peer failed"));
+}
+
+TEST(PollPauseTest, YieldsFirstThenSleepsDoublingUpToTheBound) {
+  const absl::Duration longest = absl::Microseconds(200);
+  for (int n = 0; n < kPollYields; ++n) {
+    EXPECT_EQ(PollPause(n, longest), absl::ZeroDuration()) << n;
+  }
+  EXPECT_EQ(PollPause(kPollYields, longest), absl::Microseconds(10));
+  EXPECT_EQ(PollPause(kPollYields + 1, longest), absl::Microseconds(20));
+  EXPECT_EQ(PollPause(kPollYields + 5, longest), longest);
+  EXPECT_EQ(PollPause(1 << 20, longest), longest);
 }
 
 // The defect this guards: a rank leaving with a collective in flight waited
