@@ -104,7 +104,7 @@ absl::StatusOr<Scores> EvaluateOnRanks(
       examples += labels.size(0);
     }
     if (vote != nullptr) {
-      DTRAIN_RETURN_IF_ERROR(vote->Wait(timeout));
+      DTRAIN_RETURN_IF_ERROR(vote->WaitForResult(timeout));
       if (stop_flag.item<int>() != 0) {
         return absl::CancelledError(absl::StrCat(
             "validation stopped by a signal after ", batches + 1, " batches"));

@@ -19,7 +19,7 @@ absl::StatusOr<std::vector<double>> AllReduceValues(
     backend::ReduceOp op, c10::Device device, absl::Duration timeout) {
   at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
   if (!device.is_cpu()) t = t.to(device);
-  DTRAIN_RETURN_IF_ERROR(backend.AllReduce(t, op)->Wait(timeout));
+  DTRAIN_RETURN_IF_ERROR(backend.AllReduce(t, op)->WaitForResult(timeout));
   t = t.cpu();
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());
@@ -35,7 +35,7 @@ absl::Status BroadcastBytes(backend::Backend& backend, int root,
       is_root ? (error.ok() ? static_cast<int64_t>(bytes->size()) : -1) : 0,
       at::TensorOptions().dtype(at::kLong));
   if (!device.is_cpu()) size = size.to(device);
-  DTRAIN_RETURN_IF_ERROR(backend.Broadcast(size, root)->Wait(timeout));
+  DTRAIN_RETURN_IF_ERROR(backend.Broadcast(size, root)->WaitForResult(timeout));
   const int64_t n = size.cpu().item<int64_t>();
   if (n < 0) {
     if (is_root) return error;
@@ -46,7 +46,8 @@ absl::Status BroadcastBytes(backend::Backend& backend, int root,
   if (is_root && n > 0) std::memcpy(data.data_ptr<uint8_t>(), bytes->data(), n);
   if (!device.is_cpu()) data = data.to(device);
   if (n > 0) {
-    DTRAIN_RETURN_IF_ERROR(backend.Broadcast(data, root)->Wait(timeout));
+    DTRAIN_RETURN_IF_ERROR(
+        backend.Broadcast(data, root)->WaitForResult(timeout));
   }
   if (!is_root) {
     data = data.cpu();
@@ -88,9 +89,9 @@ absl::Status CheckIdenticalAcrossRanks(
   at::Tensor high = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
   at::Tensor low = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
   DTRAIN_RETURN_IF_ERROR(
-      backend.AllReduce(high, backend::ReduceOp::kMax)->Wait(timeout));
+      backend.AllReduce(high, backend::ReduceOp::kMax)->WaitForResult(timeout));
   DTRAIN_RETURN_IF_ERROR(
-      backend.AllReduce(low, backend::ReduceOp::kMin)->Wait(timeout));
+      backend.AllReduce(low, backend::ReduceOp::kMin)->WaitForResult(timeout));
   high = high.cpu();
   low = low.cpu();
   std::vector<std::string> differ;

@@ -87,6 +87,9 @@ class Run {
   absl::StatusOr<TrainResult> Evaluate();
   // Rank 0 writes --save_state_dict (when set).
   absl::Status SaveStateDict();
+  // Before saving weights: the last step's gradient allreduces finished well
+  // (on CUDA they may fail after the step was queued).
+  absl::Status ConfirmLastStep();
   absl::Status SaveCheckpoint(const data::SamplerState& sampler, int64_t epoch,
                               bool best);
   // The run-level fields of metrics_ (best top-1, steps, wall time).
@@ -358,6 +361,7 @@ absl::Status Run::Resume() {
 absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
                                  int64_t epoch, bool best) {
   if (!rank0_ || !checkpoints_) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(ConfirmLastStep());
   TrainingState state;
   state.epoch = epoch;
   state.sampler = sampler;
@@ -380,8 +384,18 @@ absl::Status Run::SaveCheckpoint(const data::SamplerState& sampler,
   return absl::OkStatus();
 }
 
+absl::Status Run::ConfirmLastStep() {
+  if (ddp_ == nullptr) return absl::OkStatus();
+  absl::Status s = ddp_->ConfirmLastStep();
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("nothing saved at step ", global_step_,
+                             ": its gradient averaging failed: ", s.message()));
+}
+
 absl::Status Run::SaveStateDict() {
   if (!rank0_ || o_.save_state_dict.empty()) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(ConfirmLastStep());
   if (absl::Status s =
           models::state_dict::SaveStateDict(*model_, o_.save_state_dict);
       !s.ok()) {
@@ -555,7 +569,10 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
 
 absl::Status Run::CollectStopVote() {
   if (stop_vote_ != nullptr) {
-    absl::Status waited = stop_vote_->Wait(o_.timeout);
+    // A host read: on CUDA, only a finished vote is a real one, and since a
+    // backend runs collectives in order, a good vote also says the step's
+    // gradient buckets were good.
+    absl::Status waited = stop_vote_->WaitForResult(o_.timeout);
     stop_vote_ = nullptr;
     DTRAIN_RETURN_IF_ERROR(waited);
     signal_stop_ = stop_flag_.item<int>() != 0;

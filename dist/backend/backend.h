@@ -74,6 +74,17 @@ class Work {
   virtual absl::Status Wait(
       absl::Duration timeout = absl::InfiniteDuration()) = 0;
 
+  // Waits on the host until the collective has finished (or `timeout`
+  // passed) and returns its final status. Use it before reading a result on
+  // the host: on CUDA, Wait's OK only says the stream will wait, and a
+  // collective that fails after it leaves garbage in the tensor, which a
+  // host read (.item(), .cpu()) would take for data. On CPU backends, where
+  // Wait blocks until the end anyway, it is Wait.
+  virtual absl::Status WaitForResult(
+      absl::Duration timeout = absl::InfiniteDuration()) {
+    return Wait(timeout);
+  }
+
   // True once finished, successfully or not; never blocks.
   virtual bool IsCompleted() = 0;
 

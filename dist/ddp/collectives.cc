@@ -20,7 +20,18 @@ Collectives::Collectives(backend::Backend& backend, absl::Duration timeout)
 
 absl::Status Collectives::Wait(backend::Work& work, absl::string_view what,
                                absl::Time started) const {
-  absl::Status s = work.Wait(timeout_);
+  return Described(work, work.Wait(timeout_), what, started);
+}
+
+absl::Status Collectives::WaitForResult(backend::Work& work,
+                                        absl::string_view what,
+                                        absl::Time started) const {
+  return Described(work, work.WaitForResult(timeout_), what, started);
+}
+
+absl::Status Collectives::Described(backend::Work& work, const absl::Status& s,
+                                    absl::string_view what,
+                                    absl::Time started) const {
   if (s.ok()) return s;
   const std::string elapsed = backend::FormatElapsed(absl::Now() - started);
   if (!work.IsCompleted()) {

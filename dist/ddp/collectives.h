@@ -39,6 +39,10 @@ class Collectives {
   // finish in time and is still running.
   absl::Status Wait(backend::Work& work, absl::string_view what,
                     absl::Time started) const;
+  // The same with Work::WaitForResult: before reading the result on the
+  // host.
+  absl::Status WaitForResult(backend::Work& work, absl::string_view what,
+                             absl::Time started) const;
 
   // Rank r's 1-D `mine` lands in row r of `*rows` ([world, n], on `device`)
   // on every rank once the returned work completes.
@@ -55,6 +59,9 @@ class Collectives {
                                              absl::string_view label) const;
 
  private:
+  absl::Status Described(backend::Work& work, const absl::Status& s,
+                         absl::string_view what, absl::Time started) const;
+
   backend::Backend& backend_;
   const absl::Duration timeout_;
   const std::string prefix_;

@@ -83,6 +83,10 @@ absl::Status DistributedDataParallel::PrepareForward() {
   return s;
 }
 
+absl::Status DistributedDataParallel::ConfirmLastStep() {
+  return reducer_->ConfirmLastStep();
+}
+
 absl::Status DistributedDataParallel::SynchronizeGradients() {
   if (!gradient_sync_.load()) return absl::OkStatus();
   return reducer_->Synchronize();

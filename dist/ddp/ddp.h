@@ -132,6 +132,16 @@ class DistributedDataParallel {
   // A no-op returning OK while gradient sync is off (inside a NoSyncGuard).
   absl::Status SynchronizeGradients();
 
+  // Waits on the host until the last synchronised step's gradient allreduces
+  // have finished and returns their status. On CUDA, SynchronizeGradients
+  // returns before they have run, and one that fails afterwards leaves
+  // garbage averages in .grad (and, after the optimizer step, in the
+  // parameters); the failure also fails every later collective, so the next
+  // step reports it. Call this before saving what the last step changed (a
+  // checkpoint): OK says the averages were real. On CPU backends the status
+  // SynchronizeGradients returned already. OK before any step.
+  absl::Status ConfirmLastStep();
+
   // While alive, backward passes accumulate gradients locally and
   // communicate nothing. Nests; restores the previous setting on exit.
   class [[nodiscard]] NoSyncGuard {

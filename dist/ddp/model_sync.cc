@@ -190,7 +190,7 @@ absl::Status ModelSync::CheckSameModel(
   const absl::Time start = absl::Now();
   // Fingerprint and description length in one collective.
   at::Tensor header;
-  DTRAIN_RETURN_IF_ERROR(comm_.Wait(
+  DTRAIN_RETURN_IF_ERROR(comm_.WaitForResult(
       *comm_.GatherBySum(
           at::tensor({signed_fingerprint, static_cast<int64_t>(joined.size())},
                      at::kLong),
@@ -209,7 +209,7 @@ absl::Status ModelSync::CheckSameModel(
   at::Tensor mine = at::zeros({longest}, at::kByte);
   std::memcpy(mine.data_ptr(), joined.data(), joined.size());
   at::Tensor all;
-  DTRAIN_RETURN_IF_ERROR(comm_.Wait(
+  DTRAIN_RETURN_IF_ERROR(comm_.WaitForResult(
       *comm_.GatherBySum(mine, control_device_, &all, "ddp model descriptions"),
       "exchange of model descriptions", start));
   all = all.cpu();

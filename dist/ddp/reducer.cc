@@ -335,6 +335,12 @@ absl::Status Reducer::Synchronize() {
   stats.exposed_communication = waited;
   stats.buffer_broadcast = buffer_broadcast_;
   const std::vector<std::string> twice = twice_;
+  last_works_.clear();
+  for (const Bucket& b : buckets_) {
+    last_works_.push_back(
+        {b.work, absl::StrCat(step_name, ", ", b.description, " allreduce"),
+         b.launched_at});
+  }
   ResetStep();
   stats.synchronize = absl::Now() - start;
   last_stats_ = std::move(stats);
@@ -395,7 +401,8 @@ absl::Status Reducer::WaitForBuckets(const std::string& step_name,
   }
   if (unused_work != nullptr) {
     const absl::Time wait_start = absl::Now();
-    absl::Status w = comm_.Wait(
+    // CheckUnused reads the flags on the host.
+    absl::Status w = comm_.WaitForResult(
         *unused_work,
         absl::StrCat(step_name, ", exchange of unused-parameter flags"),
         wait_start);
@@ -451,6 +458,24 @@ absl::Status Reducer::CheckUnused(const std::string& step_name,
             "UnusedParameters::kZero if the model leaves them unused on "
             "purpose"));
       });
+}
+
+absl::Status Reducer::ConfirmLastStep() {
+  std::vector<Launched> works;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
+    works = last_works_;
+  }
+  for (const Launched& l : works) {
+    absl::Status s = comm_.WaitForResult(*l.work, l.what, l.launched_at);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.ok()) broken_ = s;
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Reducer::ResetStep() {

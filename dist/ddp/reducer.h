@@ -82,6 +82,11 @@ class Reducer {
   // each parameter's .grad.
   absl::Status Synchronize();
 
+  // Waits on the host until the last synchronised step's allreduces have
+  // finished and returns their status (the first error once broken); OK
+  // before any step. See DistributedDataParallel::ConfirmLastStep.
+  absl::Status ConfirmLastStep();
+
  private:
   struct Param {
     std::string name;
@@ -162,6 +167,15 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<BucketInfo> bucket_info_;
   StepStats last_stats_;
+  // The last synchronised step's allreduces, kept until the next step ends so
+  // that ConfirmLastStep can wait for them (and the stall inspector sees them
+  // until they finish), with what to call them.
+  struct Launched {
+    std::shared_ptr<backend::Work> work;
+    std::string what;
+    absl::Time launched_at;
+  };
+  std::vector<Launched> last_works_;
 
   mutable std::mutex mu_;
   // A communication failure or a broken invariant: returned by every call.

@@ -109,6 +109,65 @@ TEST(ReducerTest, NothingIsCommunicatedWhileGradientSyncIsOff) {
   });
 }
 
+// As an NCCL collective that fails after its Wait returned (the stream was
+// ordered, then the communicator failed): Wait says OK, the result does not.
+class LateFailingWork : public backend::Work {
+ public:
+  explicit LateFailingWork(std::shared_ptr<backend::Work> inner)
+      : inner_(std::move(inner)) {}
+  absl::Status Wait(absl::Duration timeout) override {
+    (void)inner_->Wait(timeout);
+    return absl::OkStatus();
+  }
+  absl::Status WaitForResult(absl::Duration timeout) override {
+    (void)inner_->Wait(timeout);
+    return status();
+  }
+  bool IsCompleted() override { return inner_->IsCompleted(); }
+  absl::Status status() override {
+    return absl::UnavailableError(
+        "nccl allreduce failed after 2ms: remote process exited");
+  }
+
+ private:
+  const std::shared_ptr<backend::Work> inner_;
+};
+
+class LateFailures : public RecordingBackend {
+ public:
+  using RecordingBackend::RecordingBackend;
+  std::shared_ptr<backend::Work> AllReduce(at::Tensor tensor,
+                                           backend::ReduceOp op,
+                                           absl::string_view label) override {
+    return std::make_shared<LateFailingWork>(
+        RecordingBackend::AllReduce(std::move(tensor), op, label));
+  }
+};
+
+// The defect this guards: on CUDA a step whose allreduce failed after
+// SynchronizeGradients returned went on with garbage averages, and a
+// checkpoint could save them.
+TEST(ReducerTest, ConfirmLastStepReportsAFailureThatCameAfterTheStep) {
+  RunRanks(2, Gloo(), [&](backend::Backend& inner) {
+    EventLog log;
+    LateFailures b(inner, &log);
+    std::atomic<bool> sync{true};
+    const auto params = Parameters();
+    auto reducer = Reducer::Create(params, at::kCPU, b, SmallBuckets(), sync);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    EXPECT_TRUE((*reducer)->ConfirmLastStep().ok());  // No step yet.
+    Backward(params, b.rank());
+    ASSERT_TRUE((*reducer)->Synchronize().ok());  // As NCCL's Wait says.
+    const absl::Status s = (*reducer)->ConfirmLastStep();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("ddp: step 1, bucket 0 ("));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("remote process exited"));
+    // Broken from now on.
+    EXPECT_EQ((*reducer)->CheckReadyForForward().code(),
+              absl::StatusCode::kUnavailable);
+  });
+}
+
 // A backend that cannot allocate buckets: Create fails saying which bucket.
 class NoBuffers : public RecordingBackend {
  public:

@@ -1,8 +1,14 @@
-// The NCCL backend in real processes, one per GPU, as train runs it: each
-// process makes its device current, meets the other through a file store,
-// and trains-like allreduces; then one process is SIGKILLed and the other
-// must fail naming the collective within its timeout, never hang. Also
-// checks that no process leaves a context on a GPU it does not use.
+// The NCCL backend in real processes, as train runs it: each process makes
+// its device current, meets the others through a file store, and runs the
+// scenario: averaging; a peer SIGKILLed mid-run (the survivor fails naming
+// it, never hangs); a peer that never issues the collective (the timeout
+// ends it); a backend destroyed with a collective in flight (aborted within
+// the grace); and two ranks refused for sharing one GPU.
+//
+// With two or more GPUs each rank has its own (and no process may leave a
+// context on the other's). With one, both ranks share it as a one-GPU
+// machine allows: DTRAIN_NCCL_SHARE_GPU=1, each rank a host of its own to
+// NCCL, talking over sockets.
 //
 // The parent never calls CUDA (a child forked after CUDA started cannot use
 // it): the children find out whether GPUs exist and exit with kSkip codes
@@ -34,13 +40,19 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 2;
-constexpr int kFewerThanTwoGpus = 77;
+constexpr int kNoGpu = 77;
 constexpr int kNoCudaLibTorch = 78;
 constexpr int kCouldNotStart = 4;
 constexpr int kWrong = 5;
 constexpr int kNoError = 3;
 
-enum class Scenario { kAllReduce, kKillRank1 };
+enum class Scenario {
+  kAllReduce,
+  kKillRank1,
+  kAbsentPeer,
+  kDestroyInFlight,
+  kSharedGpuRefused
+};
 
 std::string Path(absl::string_view name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
@@ -67,20 +79,27 @@ absl::Status Finished(Work& work) {
                           const std::string& store_path) {
   alarm(120);  // Never outlive a broken test.
   absl::StatusOr<int> devices = base::CudaDeviceCount();
-  if (!devices.ok() || *devices < kWorld) {
-    Report(rank, devices.ok() ? absl::StrCat(*devices, " CUDA devices visible")
+  if (!devices.ok() || *devices < 1) {
+    Report(rank, devices.ok() ? "no CUDA device visible"
                               : std::string(devices.status().message()));
-    _exit(kFewerThanTwoGpus);
+    _exit(kNoGpu);
   }
   if (!torch::cuda::is_available()) _exit(kNoCudaLibTorch);
+  const bool share =
+      *devices < kWorld || scenario == Scenario::kSharedGpuRefused;
+  const int device = share ? 0 : rank;
+  if (share && scenario != Scenario::kSharedGpuRefused) {
+    ::setenv("DTRAIN_NCCL_SHARE_GPU", "1", 1);
+  }
   // As train does: the device first, before any context exists.
-  absl::Status s = base::SetCurrentCudaDevice(rank);
+  absl::Status s = base::SetCurrentCudaDevice(device);
   auto store = store::FileStore::Open(store_path, kWorld, absl::Seconds(60));
   NcclBackendOptions o;
   o.rank = rank;
   o.world_size = kWorld;
-  o.device = rank;
-  o.timeout = absl::Seconds(10);
+  o.device = device;
+  o.timeout = scenario == Scenario::kDestroyInFlight ? absl::Minutes(30)
+                                                     : absl::Seconds(10);
   if (s.ok() && store.ok()) o.store = *store;
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       s.ok() && store.ok() ? CreateNcclBackend(o)
@@ -90,42 +109,87 @@ absl::Status Finished(Work& work) {
     Report(rank, std::string(backend.status().message()));
     _exit(kCouldNotStart);
   }
+  if (scenario == Scenario::kSharedGpuRefused) {
+    Report(rank, "created a backend on a shared GPU");
+    _exit(kWrong);
+  }
   Backend& b = **backend;
   const at::TensorOptions on =
       at::TensorOptions(at::kFloat)
-          .device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
-  if (scenario == Scenario::kAllReduce) {
-    for (int step = 0; step < 20; ++step) {
-      at::Tensor t = at::full({1 << 20}, rank + 1.0, on);
-      absl::Status w = b.AllReduce(t, ReduceOp::kAverage)->Wait();
-      if (!w.ok() || !at::equal(t.cpu(), at::full({1 << 20}, 1.5))) {
-        Report(rank, absl::StrCat("step ", step, ": ", w.ToString()));
+          .device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+  // The other rank's "done" file: kAbsentPeer's rank 1 stays until rank 0
+  // has seen its timeout.
+  const std::string done0 = Path("rank0.done");
+  switch (scenario) {
+    case Scenario::kAllReduce: {
+      for (int step = 0; step < 20; ++step) {
+        at::Tensor t = at::full({1 << 20}, rank + 1.0, on);
+        absl::Status w = b.AllReduce(t, ReduceOp::kAverage)->Wait();
+        if (!w.ok() || !at::equal(t.cpu(), at::full({1 << 20}, 1.5))) {
+          Report(rank, absl::StrCat("step ", step, ": ", w.ToString()));
+          _exit(kWrong);
+        }
+      }
+      absl::Status w = b.Barrier()->Wait();
+      backend->reset();
+      // The watchdog thread and the destructor ran on this rank's device
+      // only.
+      const int other = 1 - rank;
+      if (!w.ok() || (!share && base::HasPrimaryContext(other) != false)) {
+        Report(rank, absl::StrCat("barrier: ", w.ToString(),
+                                  "; context on cuda:", other, ": ",
+                                  base::HasPrimaryContext(other).value_or(-1)));
         _exit(kWrong);
       }
-    }
-    absl::Status w = b.Barrier()->Wait();
-    backend->reset();
-    // The watchdog thread and the destructor ran on this rank's device only.
-    const int other = 1 - rank;
-    if (!w.ok() || base::HasPrimaryContext(other) != false) {
-      Report(rank, absl::StrCat("barrier: ", w.ToString(),
-                                "; context on cuda:", other, ": ",
-                                base::HasPrimaryContext(other).value_or(-1)));
-      _exit(kWrong);
-    }
-    _exit(0);
-  }
-  // kKillRank1: rank 1 dies mid-run; rank 0 must see an error, not hang.
-  for (int step = 0; step < 100000; ++step) {
-    if (rank == 1 && step == 3) raise(SIGKILL);
-    at::Tensor t = at::ones({1 << 16}, on);
-    absl::Status w = Finished(*b.AllReduce(t));
-    if (!w.ok()) {
-      Report(rank, std::string(w.message()));
       _exit(0);
     }
+    case Scenario::kKillRank1:
+      // Rank 1 dies mid-run; rank 0 must see an error, not hang.
+      for (int step = 0; step < 100000; ++step) {
+        if (rank == 1 && step == 3) raise(SIGKILL);
+        at::Tensor t = at::ones({1 << 16}, on);
+        absl::Status w = Finished(*b.AllReduce(t));
+        if (!w.ok()) {
+          Report(rank, std::string(w.message()));
+          _exit(0);
+        }
+      }
+      _exit(kNoError);
+    case Scenario::kAbsentPeer: {
+      if (rank == 1) {
+        // Alive, never issuing; waits for rank 0's verdict.
+        while (access(done0.c_str(), F_OK) != 0)
+          absl::SleepFor(absl::Milliseconds(10));
+        _exit(0);
+      }
+      at::Tensor t = at::ones({16}, on);
+      const absl::Status first =
+          Finished(*b.AllReduce(t, ReduceOp::kSum, "bucket 0"));
+      const absl::Status later = b.AllReduce(t)->Wait();
+      Report(rank, absl::StrCat(first.ToString(), "\n", later.ToString()));
+      std::ofstream(done0) << "done";
+      _exit(first.ok() ? kNoError : 0);
+    }
+    case Scenario::kDestroyInFlight: {
+      if (rank == 1) {
+        while (access(done0.c_str(), F_OK) != 0)
+          absl::SleepFor(absl::Milliseconds(10));
+        _exit(0);
+      }
+      std::shared_ptr<Work> in_flight = b.AllReduce(at::ones({16}, on));
+      const absl::Time start = absl::Now();
+      backend->reset();
+      Report(rank,
+             absl::StrCat(in_flight->IsCompleted() ? "completed" : "open",
+                          " after ", absl::ToDoubleSeconds(absl::Now() - start),
+                          "s: ", in_flight->status().ToString()));
+      std::ofstream(done0) << "done";
+      _exit(0);
+    }
+    case Scenario::kSharedGpuRefused:
+      break;
   }
-  _exit(kNoError);
+  _exit(kWrong);
 }
 
 struct Outcome {
@@ -138,6 +202,9 @@ struct Outcome {
 Outcome RunScenario(Scenario scenario, absl::string_view name) {
   const std::string store_path = Path(absl::StrCat(name, ".store"));
   std::remove(store_path.c_str());
+  std::remove(Path("rank0.done").c_str());
+  for (int rank = 0; rank < kWorld; ++rank)
+    std::remove(Path(absl::StrCat("rank", rank, ".txt")).c_str());
   pid_t pids[kWorld];
   for (int rank = 0; rank < kWorld; ++rank) {
     pids[rank] = fork();
@@ -150,9 +217,9 @@ Outcome RunScenario(Scenario scenario, absl::string_view name) {
     out.status[rank] =
         WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     out.report[rank] = ReadReport(rank);
-    if (out.status[rank] == kFewerThanTwoGpus) {
+    if (out.status[rank] == kNoGpu) {
       out.skipped = true;
-      out.why = "needs 2 CUDA devices: " + out.report[rank];
+      out.why = "needs a CUDA device: " + out.report[rank];
     } else if (out.status[rank] == kNoCudaLibTorch) {
       out.skipped = true;
       out.why = "this LibTorch has no CUDA (set LIBTORCH_HOME to a CUDA build)";
@@ -182,6 +249,51 @@ TEST(NcclMultiProcessTest, KilledPeerEndsTheSurvivorWithinTheTimeout) {
   // Either NCCL noticed the lost peer or the 10 s timeout fired; not a hang
   // (the children's alarm would end them at 120 s).
   EXPECT_LT(absl::Now() - start, absl::Seconds(100));
+}
+
+// The defect this guards: a collective's first run connected to its peers
+// under the watchdog's lock (NCCL 2.22+), so an absent peer hung it or failed
+// it "to start" instead of timing out as a collective.
+TEST(NcclMultiProcessTest, AbsentPeerTimesOutAbortsAndBreaksTheBackend) {
+  const absl::Time start = absl::Now();
+  const Outcome out = RunScenario(Scenario::kAbsentPeer, "absent");
+  if (out.skipped) GTEST_SKIP() << out.why;
+  ASSERT_EQ(out.status[0], 0) << out.report[0];
+  EXPECT_EQ(out.status[1], 0) << out.report[1];
+  EXPECT_THAT(out.report[0],
+              HasSubstr("DEADLINE_EXCEEDED: [rank 0] nccl allreduce #1 (sum, "
+                        "16 x float32"));
+  EXPECT_THAT(out.report[0], HasSubstr("bucket 0"));
+  EXPECT_THAT(out.report[0], HasSubstr("timed out after"));
+  EXPECT_THAT(out.report[0], HasSubstr("#2"));
+  EXPECT_THAT(out.report[0], HasSubstr("not run"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
+// The defect this guards: destroying a backend with a collective in flight
+// waited for the whole timeout (30 minutes here) instead of aborting.
+TEST(NcclMultiProcessTest, DestroyingWithACollectiveInFlightAborts) {
+  const absl::Time start = absl::Now();
+  const Outcome out = RunScenario(Scenario::kDestroyInFlight, "destroy");
+  if (out.skipped) GTEST_SKIP() << out.why;
+  ASSERT_EQ(out.status[0], 0) << out.report[0];
+  EXPECT_THAT(out.report[0], HasSubstr("completed after "));
+  EXPECT_THAT(out.report[0], HasSubstr("ABORTED: [rank 0] nccl allreduce #1"));
+  EXPECT_THAT(out.report[0],
+              HasSubstr("was still running when the backend was destroyed"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
+TEST(NcclMultiProcessTest, RanksSharingAGpuAreRefusedNamingBoth) {
+  const Outcome out = RunScenario(Scenario::kSharedGpuRefused, "shared");
+  if (out.skipped) GTEST_SKIP() << out.why;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_EQ(out.status[rank], kCouldNotStart) << out.report[rank];
+    EXPECT_THAT(out.report[rank],
+                HasSubstr(absl::StrCat("[rank ", rank,
+                                       "] nccl: ranks 0 and 1 would share one "
+                                       "GPU (PCI ")));
+  }
 }
 
 }  // namespace

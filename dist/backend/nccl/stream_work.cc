@@ -33,4 +33,8 @@ absl::Status StreamWork::Wait(absl::Duration timeout) {
   return status();
 }
 
+absl::Status StreamWork::WaitForResult(absl::Duration timeout) {
+  return CompletionWork::Wait(timeout);
+}
+
 }  // namespace dtrain::backend::nccl_internal

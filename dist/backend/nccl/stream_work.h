@@ -7,7 +7,8 @@
 // which synchronize that stream first.
 //
 // The host does block for a barrier (its point is that every rank reached it)
-// and when the collective has already failed (Wait returns the error).
+// and in WaitForResult, which a host read of the result needs; Wait returns
+// the error when the collective has already failed.
 // Failures found later by the watchdog fail the handle (IsCompleted, status())
 // and every later collective of the backend.
 #ifndef DTRAIN_DIST_BACKEND_NCCL_STREAM_WORK_H_
@@ -41,6 +42,9 @@ class StreamWork : public internal::CompletionWork {
              CommOps* ops);
 
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) override;
+  // Blocks the host until the watchdog completed it (backend.h).
+  absl::Status WaitForResult(
+      absl::Duration timeout = absl::InfiniteDuration()) override;
 
  private:
   const WorkKind kind_;

@@ -152,6 +152,22 @@ TEST(WatchdogTest, WaitOrdersTheCallersStreamWithoutBlockingTheHost) {
   EXPECT_EQ(ops.binds.load(), 1);
 }
 
+// The defect this guards: a collective that failed after its (non-blocking)
+// Wait returned was read on the host as data.
+TEST(WatchdogTest, WaitForResultBlocksTheHostAndSeesALaterFailure) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  EXPECT_TRUE(a.work->Wait().ok());
+  EXPECT_EQ(a.work->WaitForResult(absl::Milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ops.SetAsyncError("remote process exited or there was a network error");
+  const absl::Status s = a.work->WaitForResult();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("remote process exited"));
+}
+
 TEST(WatchdogTest, BarrierWaitBlocksTheHostUntilItCompletes) {
   ScriptedOps ops;
   Watchdog w(Options(), &ops);

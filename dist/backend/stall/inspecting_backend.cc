@@ -36,6 +36,12 @@ class InspectedWork : public Work {
       return s;
     return Explained(s);
   }
+  absl::Status WaitForResult(absl::Duration timeout) override {
+    absl::Status s = inner_->WaitForResult(timeout);
+    if (!s.ok() && timeout < absl::Seconds(1) && !inner_->IsCompleted())
+      return s;
+    return Explained(s);
+  }
   bool IsCompleted() override { return inner_->IsCompleted(); }
   absl::optional<WorkTimes> times() override { return inner_->times(); }
   absl::Status status() override {
@@ -122,8 +128,10 @@ class InspectingBackend : public Backend {
     // Issued and numbered under one lock, so that callers on several threads
     // get the numbers in the order the backend got the collectives.
     std::lock_guard<std::mutex> lock(mu_);
-    auto work = std::make_shared<InspectedWork>(issue(), shared_);
-    work->set_seq(shared_->inspector->Issued(op, label, work));
+    std::shared_ptr<Work> inner = issue();
+    auto work = std::make_shared<InspectedWork>(inner, shared_);
+    // The inner Work: the wrapper holds the inspector.
+    work->set_seq(shared_->inspector->Issued(op, label, std::move(inner)));
     return work;
   }
 

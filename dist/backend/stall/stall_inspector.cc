@@ -96,7 +96,10 @@ struct StallInspector::State {
   int64_t published = -1;
   struct InFlight {
     Record record;
-    std::weak_ptr<Work> work;  // Not owned: the caller decides its lifetime.
+    // Held until it completes: a caller may drop its handle long before (a
+    // CUDA Wait returns once the stream waits), and the collective still
+    // waits for its peers.
+    std::shared_ptr<Work> work;
     bool warned = false;
   };
   std::deque<InFlight> in_flight;
@@ -287,14 +290,12 @@ struct StallInspector::State {
           next_publish = now + options.publish_every;
         }
         while (!in_flight.empty()) {
-          std::shared_ptr<Work> w = in_flight.front().work.lock();
-          if (w != nullptr && !w->IsCompleted()) break;
+          if (!in_flight.front().work->IsCompleted()) break;
           in_flight.pop_front();
         }
         for (InFlight& f : in_flight) {
           if (now - f.record.issued < options.warn_after) break;
-          std::shared_ptr<Work> w = f.work.lock();
-          if (f.warned || w == nullptr || w->IsCompleted()) continue;
+          if (f.warned || f.work->IsCompleted()) continue;
           f.warned = true;
           late.push_back(f.record);
         }

@@ -83,7 +83,9 @@ class StallInspector {
 
   // Records a collective just issued (`op`: "allreduce", ...; `label`: the
   // caller's, e.g. "bucket 3") with its Work, and returns its sequence number
-  // (1, 2, ...). Issue order must be the same on every rank (backend.h).
+  // (1, 2, ...). Issue order must be the same on every rank (backend.h). The
+  // inspector holds `work` until it completes; it must not hold the
+  // inspector (a cycle).
   int64_t Issued(absl::string_view op, absl::string_view label,
                  std::shared_ptr<Work> work);
 

@@ -180,6 +180,27 @@ TEST(StallInspectorTest, AStoppedPeerIsNamedEvenWhenItHasIssuedTheCollective) {
               HasSubstr("cannot be checked from this host (ranks 0, 1)"));
 }
 
+// The defect this guards: a CUDA bucket's Work is dropped by DDP right after
+// its (non-blocking) Wait, and the inspector took a dropped handle for a
+// finished collective, so it never warned about one.
+TEST(StallInspectorTest, WarnsAboutACollectiveWhoseHandleTheCallerDropped) {
+  Lines warnings;
+  auto store = std::make_shared<store::HashStore>();
+  StallInspectorOptions o;
+  o.store = store;
+  o.size = 2;
+  o.publish_every = absl::Milliseconds(20);
+  o.warn_after = absl::Milliseconds(100);
+  o.warn = [&warnings](const std::string& line) { warnings.Add(line); };
+  StallInspector rank0(o);
+  rank0.Issued("allreduce", "bucket 0", std::make_shared<FakeWork>());
+  for (int i = 0; i < 1000 && warnings.All().empty(); ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_THAT(warnings.All(),
+              HasSubstr("[rank 0] collective #1 (allreduce, bucket 0) has "
+                        "waited "));
+}
+
 // A store whose reads never come back in time, as one whose server is stopped.
 class SilentStore : public store::HashStore {
  public:
