@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# First contact with a multi-GPU machine: the checks to run before anything else, in order, one line
-# of result each, stopping at the first failure with what to do about it (docs/GPU.md).
+# First contact with a GPU machine: the checks to run before anything else, in order, one line of
+# result each, stopping at the first failure with what to do about it (docs/GPU.md). On a machine
+# with one GPU the two-rank checks put both ranks on it (DTRAIN_NCCL_SHARE_GPU=1: NCCL then connects
+# them over sockets, so (b) checks correctness and a low bound only).
 #   (a) driver and devices: nvidia-smi, and how many CUDA devices the project's LibTorch sees
 #   (b) the project's NCCL allreduce bus bandwidth over all GPUs, against a rough lower bound
 #   (c) a 2-process ResNet-18 DDP training over NCCL on synthetic data: it finishes, the loss falls
@@ -8,12 +10,14 @@
 #   (d) one of two NCCL ranks SIGKILLed: the other ends within --timeout and names it
 #   (e) the scaling sweep with --backends=nccl
 #
-# Usage: tools/gpu_check.sh [--train PATH] [--bandwidth PATH] [--scaling PATH] [--min_busbw GBPS]
-#                           [--logs DIR]
+# Usage: tools/gpu_check.sh [--train PATH] [--bandwidth PATH] [--scaling PATH | --no_scaling]
+#                           [--min_busbw GBPS] [--logs DIR]
 #   --train, --bandwidth, --scaling   already built //trainer:train, //bench:nccl_allreduce_bandwidth
 #                    and //experiments:scaling (the last with its runfiles); each one not given is built
 #                    with Bazel from this checkout when a check first needs it
-#   --min_busbw      the lower bound for (b), in GB/s (default: 20 with NVLink, 4 without; rough)
+#   --no_scaling     skip (e) (a machine without Bazel and no --scaling)
+#   --min_busbw      the lower bound for (b), in GB/s (default: 20 with NVLink, 4 without, 0.1 for
+#                    ranks sharing one GPU; rough)
 #   --logs           where each check's output goes (default: a new folder under /tmp, kept)
 # Exits 0 when every check passed, 1 at the first failure, 2 for bad arguments. Run it from a
 # checkout after tools/setup.sh --cuda (Debian 13) or with LIBTORCH_HOME/CUDA_HOME set (docs/GPU.md).
@@ -25,10 +29,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 train=""
 bandwidth=""
 scaling=""
+no_scaling=0
 min_busbw=""
 logs=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --no_scaling) no_scaling=1; shift ;;
     --train|--bandwidth|--scaling|--min_busbw|--logs)
       [[ $# -ge 2 ]] || { echo "gpu_check.sh: $1 needs a value" >&2; exit 2; }
       case "$1" in
@@ -121,12 +127,16 @@ if [[ $torch_count -eq 0 ]]; then
   fail "$check" "$smi_text but the project's LibTorch sees 0 CUDA devices" \
     "This build's LibTorch is CPU-only (Debian 12, or Debian 13 without --cuda): run tools/setup.sh --cuda on Debian 13, or set LIBTORCH_HOME to a CUDA LibTorch, and rebuild (docs/GPU.md)."
 fi
-if [[ $torch_count -lt 2 ]]; then
-  fail "$check" "$smi_text; LibTorch sees $torch_count CUDA device" \
-    "The checks that follow need 2 or more GPUs (NCCL cannot put two ranks on one GPU); check CUDA_VISIBLE_DEVICES."
-fi
-pass "$check" "$smi_text; the project's LibTorch sees $torch_count CUDA devices"
 gpus=$torch_count
+shared=0
+if [[ $gpus -eq 1 ]]; then
+  # Two ranks on the one GPU: the NCCL backend refuses that unless told (it is for testing).
+  shared=1
+  export DTRAIN_NCCL_SHARE_GPU=1
+  pass "$check" "$smi_text; the project's LibTorch sees 1 CUDA device: the two-rank checks share it"
+else
+  pass "$check" "$smi_text; the project's LibTorch sees $torch_count CUDA devices"
+fi
 
 # --- (b) NCCL allreduce bus bandwidth ---------------------------------------------------------------
 check="(b) NCCL allreduce bus bandwidth"
@@ -141,12 +151,34 @@ if nvidia-smi nvlink --status 2>/dev/null | grep -q 'GB/s'; then
   link="NVLink"
   bound=20
 fi
+if [[ $shared -eq 1 ]]; then
+  link="2 ranks sharing one GPU, over sockets"
+  bound=0.1
+fi
 if [[ -n $min_busbw ]]; then
   bound=$min_busbw
   link="$link, --min_busbw"
 fi
 binary bandwidth //bench:nccl_allreduce_bandwidth
-if ! timeout 600 "$bandwidth" --min_bytes=1M --max_bytes=256M >"$logs/bandwidth.log" \
+# shared_bandwidth ARGS...: two processes on cuda:0 meeting through a file store; rank 0 reports.
+shared_bandwidth() {
+  local store
+  store=$(mktemp -u "$logs/bandwidth_store.XXXXXX")
+  "$bandwidth" --store_path="$store" --world_size=2 --rank=1 --device=0 "$@" \
+    >"$logs/bandwidth_rank1.log" 2>&1 &
+  local peer=$! rc=0
+  "$bandwidth" --store_path="$store" --world_size=2 --rank=0 --device=0 "$@" || rc=$?
+  wait "$peer" || rc=1
+  return $rc
+}
+if [[ $shared -eq 1 ]]; then
+  bandwidth_run=(shared_bandwidth)
+  gpus_text="2 ranks on 1 GPU"
+else
+  bandwidth_run=("$bandwidth")
+  gpus_text="$gpus GPUs"
+fi
+if ! timeout 600 "${bandwidth_run[@]}" --min_bytes=1M --max_bytes=256M >"$logs/bandwidth.log" \
     2>"$logs/bandwidth.err"; then
   fail "$check" "nccl_allreduce_bandwidth failed: $(tail -1 "$logs/bandwidth.err")" \
     "Rerun with NCCL_DEBUG=INFO (see $logs/bandwidth.log) and check nvidia-smi topo -m."
@@ -159,10 +191,10 @@ print(f"{best[\"busbw_GBps\"]:.1f} {best[\"bytes\"]}")' 2>"$logs/bandwidth_json.
   fail "$check" "no JSON result on the driver's last line" "See $logs/bandwidth.log."
 if ! python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' \
     "$busbw" "$bound"; then
-  fail "$check" "busbw $busbw GB/s over $gpus GPUs is below $bound GB/s ($link)" \
+  fail "$check" "busbw $busbw GB/s over $gpus_text is below $bound GB/s ($link)" \
     "Check nvidia-smi topo -m, NCCL_P2P_DISABLE/NCCL_SHM_DISABLE, and NCCL_DEBUG=INFO's transport lines."
 fi
-pass "$check" "busbw $busbw GB/s at $at_bytes bytes over $gpus GPUs (bound $bound GB/s, $link)"
+pass "$check" "busbw $busbw GB/s at $at_bytes bytes over $gpus_text (bound $bound GB/s, $link)"
 
 # --- (c) 2-process ResNet-18 DDP over NCCL ------------------------------------------------------------
 check="(c) ResNet-18 DDP, 2 processes, NCCL"
@@ -202,7 +234,8 @@ port=$(free_port)
 fault_timeout=60
 pids=()
 for r in 0 1; do
-  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r --device="cuda:$r" \
+  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r \
+    --device="cuda:$((shared ? 0 : r))" \
     --timeout="${fault_timeout}s" --epochs=100 --skip_validation "${run[@]}" \
     >"$logs/fault$r.log" 2>&1 &
   pids+=($!)
@@ -243,6 +276,11 @@ pass "$check" "rank 0 exited $rc after ${took}s naming rank 1: $(tail -1 "$logs/
 
 # --- (e) the scaling sweep over NCCL --------------------------------------------------------------------
 check="(e) scaling sweep, NCCL"
+if [[ $no_scaling -eq 1 ]]; then
+  echo "SKIP $check: --no_scaling"
+  echo "All checks passed but (e) (logs: $logs)."
+  exit 0
+fi
 sizes=1
 for n in 2 4 8; do
   [[ $n -le $gpus ]] && sizes="$sizes,$n"

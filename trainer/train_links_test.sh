@@ -37,13 +37,22 @@ if compgen -G "$libdir/libtorch_cuda.so*" >/dev/null; then
       fail "train does not link $lib although LibTorch in $libdir has CUDA"
     fi
   done
-  # NCCL's and LibTorch's CUDA runtime must be the one the NCCL backend's own code calls.
+  # NCCL's and LibTorch's CUDA runtime must be the one the NCCL backend's own code calls: the
+  # same soname, which the loader loads once per process. The files may differ (a pip torch finds
+  # its own copy through its RPATH, train the CUDA folder's through its RUNPATH); then train's is
+  # the one loaded, and a different major version (another soname) would be a second runtime.
+  cudart_soname=$(awk '$1 ~ /^libcudart\.so/ {print $1; exit}' "$tmp/ldd")
   cudart=$(resolved '^libcudart\.so')
   torch_cuda=$(resolved '^libtorch_cuda\.so')
-  torch_cudart=$(ldd "${torch_cuda:-/nonexistent}" 2>/dev/null | awk '$1 ~ /^libcudart\.so/ {print $3; exit}')
+  ldd "${torch_cuda:-/nonexistent}" >"$tmp/ldd_torch_cuda" 2>/dev/null
+  torch_soname=$(awk '$1 ~ /^libcudart\.so/ {print $1; exit}' "$tmp/ldd_torch_cuda")
+  torch_cudart=$(awk '$1 ~ /^libcudart\.so/ && $2 == "=>" {print $3; exit}' "$tmp/ldd_torch_cuda")
+  [[ -z $torch_soname || $torch_soname == "$cudart_soname" ]] ||
+    fail "train's CUDA runtime $cudart_soname ($cudart) is not LibTorch's $torch_soname ($torch_cudart): two runtimes in one process"
   # Compared as files: /lib and /usr/lib are one folder on merged-/usr systems.
-  [[ -z $torch_cudart || "$(readlink -f "$cudart")" == "$(readlink -f "$torch_cudart")" ]] ||
-    fail "train's CUDA runtime $cudart differs from LibTorch's $torch_cudart"
+  if [[ -n $torch_cudart && "$(readlink -f "$cudart")" != "$(readlink -f "$torch_cudart")" ]]; then
+    echo "  note: LibTorch alone would load $torch_cudart; in train, $cudart (same soname $cudart_soname) serves both"
+  fi
 else
   echo "LibTorch in $libdir is a CPU build"
   [[ -z $(resolved '^libtorch_cuda\.so') ]] || fail "a CPU LibTorch, yet train links libtorch_cuda"

@@ -31,9 +31,11 @@
 // running_var, num_batches_tracked), and so does initialisation (weight 1,
 // bias 0, running_var 1): checkpoints and state_dicts are interchangeable.
 //
-// How: each rank sums x and x^2 per channel (in float64, so that the
-// variance E[x^2] - E[x]^2 keeps float32's precision) and counts its values;
-// one allreduce-sum of [sums, sums of squares, count] gives the global
+// How: each rank takes its per-channel mean and variance (a stable
+// reduction, in float32 for half types) and turns them into sums of x and
+// x^2 in float64 (so that the global variance E[x^2] - E[x]^2 keeps float32's
+// precision), with its count of values; one allreduce-sum of [sums, sums of
+// squares, count] gives the global
 // statistics. In autograd this sum is an identity per rank whose gradient is
 // itself allreduce-summed in backward (the gradient of every rank's loss with
 // respect to the shared statistics), so autograd derives the rest exactly.
@@ -44,8 +46,10 @@
 // rank must run the same layers' forwards in the same order, in the same
 // training mode and grad mode, and run backward through them the same number
 // of times (never retain_graph on some ranks only). Models built the same way
-// and fed the same number of batches do. Forward blocks until its allreduce
-// has completed; so does the backward's, which runs inside autograd's
+// and fed the same number of batches do. Forward waits for its allreduce
+// (on CPU the host blocks until it has completed; on CUDA the stream waits
+// and the host goes on, except where fewer than 2 values per channel make it
+// read the count); so does the backward's, which runs inside autograd's
 // backward while DDP's gradient hooks issue bucket allreduces on the same
 // backend. That keeps one order and cannot deadlock: on every rank the
 // autograd engine runs the same graph in the same deterministic order (one
