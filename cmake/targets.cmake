@@ -763,11 +763,19 @@ dtrain_cc_library(dtrain_dist_backend_nccl
   HDRS dist/backend/nccl/nccl_backend.h
   DEPS dtrain_dist_backend_nccl_peers dtrain_dist_backend_nccl_watchdog dtrain_base_cuda_device dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_cudart dtrain_tp_nccl dtrain_tp_torch dtrain_tp_torch_config)
 
+# //dist/store:file_store
+dtrain_cc_library(dtrain_dist_store_file_store
+  EXPORT_NAME store_file_store
+  PACKAGE dist/store
+  SRCS dist/store/file_store.cc
+  HDRS dist/store/file_store.h
+  DEPS dtrain_dist_store dtrain_dist_store_store_util dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
 # //bench:nccl_allreduce_bandwidth
 dtrain_cc_binary(dtrain_bench_nccl_allreduce_bandwidth
   OUTPUT bench/nccl_allreduce_bandwidth
   SRCS bench/nccl_allreduce_bandwidth.cc
-  DEPS dtrain_bench_sweep dtrain_base_cuda_device dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_nccl dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_bench_sweep dtrain_base_cuda_device dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_nccl dtrain_dist_store dtrain_dist_store_file_store dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:nccl_allreduce_bandwidth_test
 dtrain_sh_test(dtrain_bench_nccl_allreduce_bandwidth_test
@@ -998,14 +1006,6 @@ dtrain_cc_library(dtrain_dist_store_c10d_store
   SRCS dist/store/c10d_store.cc
   HDRS dist/store/c10d_store.h
   DEPS dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
-
-# //dist/store:file_store
-dtrain_cc_library(dtrain_dist_store_file_store
-  EXPORT_NAME store_file_store
-  PACKAGE dist/store
-  SRCS dist/store/file_store.cc
-  HDRS dist/store/file_store.h
-  DEPS dtrain_dist_store dtrain_dist_store_store_util dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/rendezvous:init
 dtrain_cc_library(dtrain_dist_rendezvous_init

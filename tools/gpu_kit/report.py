@@ -72,12 +72,12 @@ def tests(log):
         body = lines_of.get(number, [])
         passed = sum(1 for x in body if x.startswith("[       OK ]"))
         skipped = [x for x in body if x.startswith("[  SKIPPED ]") and "ms)" in x]
-        reasons = sorted({re.sub(r"^.*Skipped\s*", "", x).strip()
-                          for x in body if "Skipped" in x and ":" in x
-                          and not x.startswith("[")})
+        # gtest prints "<file>:<line>: Skipped", then the reason on the next line.
+        reasons = sorted({body[i + 1].strip() for i, x in enumerate(body[:-1])
+                          if x.endswith(": Skipped")})
         rows.append((names[number], results[number], passed, len(skipped),
                      "; ".join(r for r in reasons if r)[:200]))
-    summary = next((x for x in log.splitlines() if "tests passed" in x), "")
+    summary = next((x for x in log.splitlines() if "% tests passed" in x), "")
     return rows, summary.strip()
 
 
@@ -103,13 +103,14 @@ def training_row(name, m):
     if not epochs:
         return f"| {name} | no epochs | | | | | |"
     first, last = epochs[0].get("train_loss"), epochs[-1].get("train_loss")
-    falls = ("yes" if last < first else "NO") if len(epochs) > 1 else "(1 epoch)"
+    falls = ("falls" if last < first else "does NOT fall") if len(epochs) > 1 \
+        else "1 epoch"
     world = (m.get("config") or {}).get("world_size")
     step_ms = (epochs[-1].get("step_seconds_mean") or 0) * 1000
     return (f"| {name} | {world} | {m.get('implementation', 'dtrain')} | "
             f"{fmt(first, 4)} -> {fmt(last, 4)} ({falls}) | "
             f"{fmt(epochs[-1].get('samples_per_second'))} | {fmt(step_ms, 2)} | "
-            f"{m.get('ranks_identical', '-')} |")
+            f"{'-' if m.get('ranks_identical') is None else m['ranks_identical']} |")
 
 
 def samples_per_second(m):
