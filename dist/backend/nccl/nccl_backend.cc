@@ -18,7 +18,6 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -127,12 +126,7 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline) {
   for (int n = 0; r == ncclInProgress; ++n) {
     if (absl::Now() > deadline) return ncclInProgress;
-    const absl::Duration pause = nccl_internal::PollPause(n, kPollInterval);
-    if (pause == absl::ZeroDuration()) {
-      std::this_thread::yield();
-    } else {
-      absl::SleepFor(pause);
-    }
+    nccl_internal::PauseBeforePoll(n, kPollInterval);
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
       return ncclInternalError;
   }

@@ -28,6 +28,15 @@ absl::Duration PollPause(int n, absl::Duration longest) {
   return std::min(absl::Microseconds(10) * (1 << doublings), longest);
 }
 
+void PauseBeforePoll(int n, absl::Duration longest) {
+  const absl::Duration pause = PollPause(n, longest);
+  if (pause == absl::ZeroDuration()) {
+    std::this_thread::yield();
+  } else {
+    absl::SleepFor(pause);
+  }
+}
+
 absl::Status Enqueuer::Call(const std::function<absl::Status()>& call) {
   std::lock_guard<std::mutex> lock(w_->mu_);
   if (w_->aborted_) {
@@ -68,12 +77,7 @@ absl::Status Enqueuer::Settle() {
           absl::FormatDuration(w_->options_.timeout), "): ",
           lost.empty() ? "a peer never issued it, died, or is stuck" : lost));
     }
-    const absl::Duration pause = PollPause(n, w_->options_.poll_interval);
-    if (pause == absl::ZeroDuration()) {
-      std::this_thread::yield();
-    } else {
-      absl::SleepFor(pause);
-    }
+    PauseBeforePoll(n, w_->options_.poll_interval);
   }
 }
 

@@ -73,6 +73,8 @@ struct WatchdogOptions {
 // then sleeps doubling from 10 us up to `longest`.
 constexpr int kPollYields = 64;
 absl::Duration PollPause(int n, absl::Duration longest);
+// Pauses before poll `n`: yields the thread or sleeps, as PollPause says.
+void PauseBeforePoll(int n, absl::Duration longest);
 
 class Watchdog;
 
