@@ -11,8 +11,9 @@
 //   bazel run //bench:nccl_allreduce_bandwidth
 //   bazel run //bench:nccl_allreduce_bandwidth -- --min_bytes=8M --gpus=2
 //
-// Or one rank per process, started by the caller with the same --store_path
-// (a file store) and each its own --rank and --device: ranks that share a GPU
+// Or one rank per process, started by the caller with the same new
+// --store_path (a file store; not one left by an earlier run) and each its
+// own --rank and --device: ranks that share a GPU
 // (DTRAIN_NCCL_SHARE_GPU=1, the one-GPU machines' only two-rank setup) need
 // processes of their own. Rank 0 prints the results.
 //
@@ -40,6 +41,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -196,8 +198,11 @@ absl::Status RunRank(int rank, int device, const Config& c,
         for (int64_t bytes : c.sizes) {
           at::Tensor t =
               at::full({bytes / 4}, static_cast<float>(rank + 1), opts);
-          DTRAIN_RETURN_IF_ERROR(Issue(*b, t, c.timeout, bytes));
-          // A host read synchronizes with the collective, whatever Wait did.
+          // Read on the host: wait for the result itself (on CUDA, Wait only
+          // orders the stream, and a failure would read as a wrong sum).
+          DTRAIN_RETURN_IF_ERROR(b->AllReduce(t, backend::ReduceOp::kSum,
+                                              absl::StrCat(bytes, " B"))
+                                     ->WaitForResult(c.timeout));
           out.correct.push_back(t.eq(want).all().item<bool>());
           // Zeros from here on: sums stay finite however many iterations run.
           t.zero_();
@@ -451,8 +456,11 @@ int Main(int argc, char** argv) {
                    kName, config->device, visible);
       return 2;
     }
-    // Each process sees only its own device: the sharing is the user's.
-    config->gpus = std::min(config->world_size, visible);
+    // Each process knows only its own device: ranks share one when told to
+    // (the only reason to run ranks as processes here), else one each.
+    const char* share = std::getenv("DTRAIN_NCCL_SHARE_GPU");
+    config->gpus =
+        share != nullptr && std::string(share) == "1" ? 1 : config->world_size;
   }
   absl::StatusOr<std::vector<SizeResult>> results = Measure(*config);
   if (!results.ok()) {

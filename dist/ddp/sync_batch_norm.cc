@@ -18,11 +18,13 @@
 namespace dtrain::ddp {
 namespace {
 
-// Allreduce-sums `tensor` (contiguous, not needing grad) in place and waits;
-// throws c10::Error naming the layer and the pass when it fails.
+// Allreduce-sums `tensor` (contiguous, not needing grad) in place and waits
+// (for the result itself when the host will read it: on CUDA a plain wait
+// only orders the stream); throws c10::Error naming the layer and the pass
+// when it fails.
 void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
                          const std::string& label, absl::string_view pass,
-                         const at::Tensor& tensor) {
+                         const at::Tensor& tensor, bool host_reads = false) {
   const std::string what = absl::StrCat(
       "sync_batch_norm ", label, ": ", pass, " statistics allreduce (",
       tensor.numel(), " x ", base::DtypeName(tensor.scalar_type()), ")");
@@ -31,7 +33,9 @@ void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
   std::shared_ptr<backend::Work> work =
       backend.AllReduce(tensor, backend::ReduceOp::kSum,
                         absl::StrCat("sync_batch_norm ", label, " ", pass));
-  const absl::Status status = collectives.Wait(*work, what, started);
+  const absl::Status status =
+      host_reads ? collectives.WaitForResult(*work, what, started)
+                 : collectives.Wait(*work, what, started);
   TORCH_CHECK(status.ok(), std::string(status.message()));
 }
 
@@ -39,13 +43,15 @@ void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
 // gradient is summed over ranks in backward: every rank's loss depends on the
 // sum, so d(sum of losses)/d(local) is the sum of each rank's gradient with
 // respect to the sum. `local - local.detach()` is exactly zero, so the value
-// is the allreduced one, bit for bit the same on every rank.
+// is the allreduced one, bit for bit the same on every rank. `host_reads`:
+// the caller reads the sum on the host.
 at::Tensor DifferentiableAllReduceSum(backend::Backend& backend,
                                       absl::Duration timeout,
                                       const std::string& label,
-                                      const at::Tensor& local) {
+                                      const at::Tensor& local,
+                                      bool host_reads) {
   at::Tensor reduced = local.detach().clone(at::MemoryFormat::Contiguous);
-  AllReduceSumOrThrow(backend, timeout, label, "forward", reduced);
+  AllReduceSumOrThrow(backend, timeout, label, "forward", reduced, host_reads);
   if (!local.requires_grad()) return reduced;
   at::Tensor global = reduced + (local - local.detach());
   backend::Backend* b = &backend;
@@ -181,7 +187,8 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   const at::Tensor local =
       at::cat({sums, squares, at::full({1}, n, sums.options())});
   const at::Tensor global =
-      DifferentiableAllReduceSum(*backend_, options_.timeout, label_, local);
+      DifferentiableAllReduceSum(*backend_, options_.timeout, label_, local,
+                                 /*host_reads=*/local_count < 2);
   const at::Tensor count = global.narrow(0, 2 * c, 1);
   // A rank with 2 or more values per channel knows that the sum is above 1;
   // the others look (on the host), and then all of them look and agree.

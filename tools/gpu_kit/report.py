@@ -176,7 +176,8 @@ def main():
     w("\n")
 
     w("## NCCL allreduce: bus bandwidth and host time per collective\n\n")
-    for name in ("bandwidth_1rank", "bandwidth_2ranks_shared"):
+    for name in ("bandwidth_1rank", "bandwidth_1rank_blocking",
+                 "bandwidth_2ranks_shared"):
         result = last_json(read(os.path.join(out, "logs", name + ".log")))
         w(f"### {name}\n\n")
         if result is None:

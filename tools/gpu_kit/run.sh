@@ -268,6 +268,10 @@ reference_run pytorch_resnet18_idx_2ranks 2 "${resnet_idx[@]}"
 # --- NCCL bandwidth and host time per collective ------------------------------------------------------
 step bandwidth_1rank 180 "$bandwidth" --gpus=1 --min_bytes=4K --max_bytes=256M --step_factor=4
 gpu_only bandwidth_1rank
+# The host time per collective with a blocking communicator, for comparison (docs/GPU.md).
+step bandwidth_1rank_blocking 180 env DTRAIN_NCCL_BLOCKING=1 "$bandwidth" --gpus=1 \
+  --min_bytes=4K --max_bytes=256M --step_factor=4
+gpu_only bandwidth_1rank_blocking
 step bandwidth_2ranks_shared 240 bash -c '
   store=$(mktemp -u /tmp/gpu_kit_bw.XXXXXX)
   "$1" --store_path="$store" --world_size=2 --rank=1 --device=0 --min_bytes=4K --max_bytes=256M \

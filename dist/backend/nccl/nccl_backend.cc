@@ -22,6 +22,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/cuda_device.h"
 #include "base/process_liveness.h"
@@ -271,7 +272,7 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareAllReduce(kName, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    auto all_reduce = [=, this](std::vector<at::Tensor>&, Enqueuer& q) {
+    auto all_reduce = [=, this](Enqueuer& q) {
       return Call(q, [&] {
         return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
                              tensor.numel(), NcclType(tensor.scalar_type()),
@@ -285,7 +286,7 @@ class NcclBackend : public Backend {
     absl::StatusOr<internal::Description> what =
         internal::PrepareBroadcast(kName, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
-    auto broadcast = [=, this](std::vector<at::Tensor>&, Enqueuer& q) {
+    auto broadcast = [=, this](Enqueuer& q) {
       return Call(q, [&] {
         return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
                              tensor.numel(), NcclType(tensor.scalar_type()),
@@ -303,14 +304,13 @@ class NcclBackend : public Backend {
     std::vector<at::Tensor> keep = outputs;
     keep.push_back(input);
     return Launch(
-        *what, WorkKind::kCollective, std::move(keep),
-        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
+        *what, WorkKind::kCollective, std::move(keep), [=, this](Enqueuer& q) {
           const size_t bytes = input.numel() * input.element_size();
           if (bytes == 0) return absl::OkStatus();
           // Scratch from the caching allocator, kept alive (with the outputs)
           // until the stream is done with it, also after an abort.
           at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
-          staging.push_back(flat);
+          q.Keep(flat);
           absl::Status s = Call(q, [&] {
             return ncclAllGather(input.data_ptr(), flat.data_ptr(),
                                  input.numel(), NcclType(input.scalar_type()),
@@ -339,13 +339,12 @@ class NcclBackend : public Backend {
     std::vector<at::Tensor> keep = inputs;
     keep.push_back(output);
     return Launch(
-        *what, WorkKind::kCollective, std::move(keep),
-        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
+        *what, WorkKind::kCollective, std::move(keep), [=, this](Enqueuer& q) {
           const size_t bytes = output.numel() * output.element_size();
           if (bytes == 0) return absl::OkStatus();
           at::Tensor flat =
               at::empty({size_ * output.numel()}, output.options());
-          staging.push_back(flat);
+          q.Keep(flat);
           for (int i = 0; i < size_; ++i) {
             DTRAIN_RETURN_IF_ERROR(CudaCall(
                 "copying into the reduce-scatter",
@@ -364,11 +363,11 @@ class NcclBackend : public Backend {
   std::shared_ptr<Work> Barrier() override {
     return Launch(
         internal::Description{"barrier", ""}, WorkKind::kBarrier, {},
-        [=, this](std::vector<at::Tensor>& staging, Enqueuer& q) {
+        [=, this](Enqueuer& q) {
           // Its value does not matter: empty, so no kernel fills it.
           at::Tensor one = at::empty(
               {1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
-          staging.push_back(one);
+          q.Keep(one);
           return Call(q, [&] {
             return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32,
                                  ncclSum, comm_, stream_);
@@ -377,8 +376,8 @@ class NcclBackend : public Backend {
   }
 
  private:
-  using Body = std::function<absl::Status(std::vector<at::Tensor>& staging,
-                                          Enqueuer& q)>;
+  // Enqueues the collective through `q`, giving it any scratch to keep.
+  using Body = std::function<absl::Status(Enqueuer& q)>;
 
   // One NCCL call through the watchdog (never on an aborted communicator);
   // ncclInProgress is fine here, Launch settles it.
@@ -439,10 +438,11 @@ class NcclBackend : public Backend {
             return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
           }
           const absl::Time start = absl::Now();
-          std::vector<at::Tensor> staging;
+          // Kept from here on, also if the enqueue fails part way.
+          for (at::Tensor& t : keep) q.Keep(std::move(t));
           absl::Status s;
           try {
-            s = body(staging, q);
+            s = body(q);
           } catch (const c10::Error& e) {
             return absl::InternalError(absl::StrCat(
                 who, " failed to start: ", e.what_without_backtrace()));
@@ -468,8 +468,6 @@ class NcclBackend : public Backend {
           out.event = std::shared_ptr<void>(done, [](void* e) {
             cudaEventDestroy(static_cast<cudaEvent_t>(e));
           });
-          out.keep_alive = std::move(keep);
-          for (at::Tensor& t : staging) out.keep_alive.push_back(std::move(t));
           return out;
         });
   }
@@ -494,26 +492,46 @@ bool NcclAvailable(std::string* reason) {
 
 namespace {
 
-// Settings NCCL reads from the environment when it first creates a
-// communicator in the process, set once and never over the user's own.
-void ConfigureNcclOnce(int rank, bool share_gpu) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    // NCCL 2.22+ connects each algorithm in its first collective, which then
-    // waits for peers inside an enqueue; connecting while the communicator is
-    // created keeps that wait where the timeout bounds it and an abort ends
-    // it cleanly.
-    ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
-    // Ranks sharing a GPU (tests on a one-GPU machine): NCCL refuses two
-    // ranks of one host on one device, so each rank claims a host of its
-    // own and the ranks talk over sockets.
-    if (share_gpu) {
-      char host[256] = {};
-      if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-      ::setenv("NCCL_HOSTID", absl::StrCat(host, "-dtrain-rank-", rank).c_str(),
-               /*overwrite=*/0);
-    }
-  });
+// Settings NCCL reads from the environment once per process (its first call
+// caches them, ~/.nccl.conf included), made before any NCCL call and never
+// over the user's own. kFailedPrecondition when a later backend in this
+// process asks for a setting the first fixed otherwise: ranks share a GPU
+// only one per process.
+absl::Status ConfigureNccl(int rank, bool share_gpu) {
+  static std::mutex mu;
+  static bool configured = false;
+  static int configured_rank = 0;
+  static bool configured_share = false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (configured) {
+    if (share_gpu == configured_share &&
+        (!share_gpu || rank == configured_rank))
+      return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this process set NCCL up for rank ", configured_rank,
+        configured_share ? " sharing a GPU" : "",
+        " already; NCCL reads its settings once per process, so ranks that "
+        "share a GPU (DTRAIN_NCCL_SHARE_GPU=1) must be processes of their "
+        "own"));
+  }
+  configured = true;
+  configured_rank = rank;
+  configured_share = share_gpu;
+  // NCCL 2.22+ connects each algorithm in its first collective, which then
+  // waits for peers inside an enqueue; connecting while the communicator is
+  // created keeps that wait where the timeout bounds it and an abort ends it
+  // cleanly.
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+  // Ranks sharing a GPU (tests on a one-GPU machine): NCCL refuses two ranks
+  // of one host on one device, so each rank claims a host of its own and the
+  // ranks talk over sockets.
+  if (share_gpu) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    ::setenv("NCCL_HOSTID", absl::StrCat(host, "-dtrain-rank-", rank).c_str(),
+             /*overwrite=*/0);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -537,6 +555,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   }
   // A no-op when the caller made the device current first, as train does.
   base::CudaDeviceGuard device(options.device);
+  const bool share_gpu = EnvSet("DTRAIN_NCCL_SHARE_GPU");
+  if (absl::Status s = ConfigureNccl(options.rank, share_gpu); !s.ok())
+    return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
 
   // Rank 0 creates the communicator's id; the others read it from the store.
   DTRAIN_ASSIGN_OR_RETURN(
@@ -574,14 +595,23 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   }
 
   // Every rank's host, pid and GPU: errors name a peer that exited, and
-  // ranks that would share a GPU are refused by name (NCCL's own "Duplicate
-  // GPU detected" names none).
+  // ranks that would share a GPU are refused by name (NCCL's own refusal
+  // names none).
   nccl_internal::Peer self = nccl_internal::ThisProcess(options.rank);
   self.device = options.device;
   char bus_id[32] = {};
   if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, options.device) ==
       cudaSuccess) {
     self.bus_id = absl::AsciiStrToLower(bus_id);
+  }
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess) {
+    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    self.uuid = absl::StrFormat(
+        "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
+        "%02x",
+        u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+        u[11], u[12], u[13], u[14], u[15]);
   }
   if (absl::Status s = store.Set(absl::StrCat("process/", options.rank),
                                  nccl_internal::EncodePeer(self));
@@ -605,17 +635,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     }
     peers.push_back(*std::move(peer));
   }
-  const bool share_gpu = EnvSet("DTRAIN_NCCL_SHARE_GPU");
   if (!share_gpu) {
     if (absl::Status s = nccl_internal::CheckDevicesDistinct(peers); !s.ok())
       return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
   }
-  ConfigureNcclOnce(options.rank, share_gpu);
 
   const absl::Time start = absl::Now();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   // Non-blocking unless DTRAIN_NCCL_BLOCKING=1: creating the communicator
-  // (which connects every peer, see ConfigureNcclOnce) then ends in our
+  // (which connects every peer, see ConfigureNccl) then ends in our
   // timeout rather than a hang when a peer never comes.
   const bool blocking = EnvSet("DTRAIN_NCCL_BLOCKING");
   config.blocking = blocking ? 1 : 0;

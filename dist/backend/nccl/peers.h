@@ -6,9 +6,9 @@
 // node01) has exited"). Peers on other hosts cannot be checked from here;
 // their launcher names them (as the project's launcher does).
 //
-// The same records carry each rank's GPU (its PCI bus id), so that ranks that
-// would share one GPU are refused by name before NCCL's own "Duplicate GPU
-// detected", which names neither rank.
+// The same records carry each rank's GPU (its UUID, which also tells MIG
+// slices of one GPU apart, and its PCI bus id), so that ranks that would share
+// one GPU are refused by name before NCCL's own refusal, which names no rank.
 //
 // Thread safety: every function is safe from any thread.
 #ifndef DTRAIN_DIST_BACKEND_NCCL_PEERS_H_
@@ -32,13 +32,14 @@ struct Peer {
   int64_t pid = 0;
   int device = -1;     // The CUDA device index in its process; -1: unknown.
   std::string bus_id;  // "0000:1b:00.0"; empty: unknown.
+  std::string uuid;    // "GPU-8f3c...", unique across machines; empty: unknown.
 };
 
 // This process: gethostname() and getpid(); no device.
 Peer ThisProcess(int rank);
 
-// "<pid> <device> <bus id or -> <host>", the value published in the store,
-// and back. kDataLoss for a value that is not of that form.
+// "<pid> <device> <bus id or -> <uuid or -> <host>", the value published in
+// the store, and back. kDataLoss for a value that is not of that form.
 std::string EncodePeer(const Peer& peer);
 absl::StatusOr<Peer> DecodePeer(int rank, absl::string_view value);
 
@@ -49,8 +50,9 @@ std::string DescribeLostPeers(absl::Span<const Peer> peers, const Peer& self,
                               const std::function<bool(int64_t)>& alive);
 
 // kFailedPrecondition naming the first two ranks that would use the same GPU
-// (same host and bus id), with what to do; OK when none would. Peers without
-// a bus id are never counted as sharing.
+// (the same UUID; without UUIDs, the same host name and bus id), with what to
+// do; OK when none would. Peers that know neither are never counted as
+// sharing.
 absl::Status CheckDevicesDistinct(absl::Span<const Peer> peers);
 
 }  // namespace dtrain::backend::nccl_internal

@@ -71,7 +71,7 @@ absl::Status Enqueuer::Settle() {
     }
     if (absl::Now() > deadline) {
       const std::string lost = w_->ops_->LostPeers();
-      return absl::UnavailableError(absl::StrCat(
+      return absl::DeadlineExceededError(absl::StrCat(
           who_, " failed to start after ", FormatElapsed(absl::Now() - start_),
           ": still in progress at the timeout (",
           absl::FormatDuration(w_->options_.timeout), "): ",
@@ -97,7 +97,11 @@ absl::Status Watchdog::broken() {
 
 void Watchdog::Abort(const absl::Status& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!aborted_) AbortLocked(reason, /*front_is_culprit=*/false);
+  // An OK reason would make everything aborted look successful.
+  if (!aborted_) {
+    AbortLocked(reason.ok() ? absl::AbortedError("aborted") : reason,
+                /*front_is_culprit=*/false);
+  }
 }
 
 std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
@@ -122,22 +126,29 @@ std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
   const absl::Time start = absl::Now();
   Enqueuer enqueuer(this, who, start);
   absl::StatusOr<Enqueued> enqueued = enqueue(who, enqueuer);
+  std::vector<at::Tensor> memory = std::move(enqueuer.kept_);
+  if (enqueued.ok()) {
+    for (at::Tensor& t : enqueued->keep_alive) memory.push_back(std::move(t));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!enqueued.ok()) {
+    // Part of it may be on the stream: abort, and free its memory only once
+    // the stream has run dry.
     if (!aborted_) AbortLocked(enqueued.status(), /*front_is_culprit=*/false);
+    ReleaseWhenDrained(std::move(memory));
     return internal::CompletionWork::Failed(enqueued.status());
   }
   if (aborted_) {
     // Aborted while it was enqueued: it may never run, but the device may
     // still touch its memory.
-    ReleaseWhenDrained(std::move(enqueued->keep_alive));
+    ReleaseWhenDrained(std::move(memory));
     return internal::CompletionWork::Failed(
         absl::Status(broken_.code(),
                      absl::StrCat(who, " not completed: ", broken_.message())));
   }
   auto work = std::make_shared<StreamWork>(who, kind, enqueued->event, ops_);
   pending_.push_back(Pending{work, std::move(enqueued->event), start, what,
-                             std::move(enqueued->keep_alive)});
+                             std::move(memory)});
   cv_.notify_all();
   return work;
 }

@@ -93,6 +93,11 @@ class Enqueuer {
   // timeout passes first.
   absl::Status Settle();
 
+  // Keeps `t` alive until the communication stream has run dry: memory the
+  // device may touch once anything was queued. Kept also when the enqueue
+  // fails, since part of it may be on the stream already.
+  void Keep(at::Tensor t) { kept_.push_back(std::move(t)); }
+
  private:
   friend class Watchdog;
   Enqueuer(Watchdog* w, std::string who, absl::Time start)
@@ -100,6 +105,7 @@ class Enqueuer {
   Watchdog* const w_;
   const std::string who_;
   const absl::Time start_;
+  std::vector<at::Tensor> kept_;
 };
 
 class Watchdog {
@@ -111,7 +117,8 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // What an enqueue hands over: the event recorded after the collective, and
-  // the tensors the device uses until it has run.
+  // the tensors the device uses until it has run (besides those given to
+  // Enqueuer::Keep).
   struct Enqueued {
     std::shared_ptr<void> event;
     std::vector<at::Tensor> keep_alive;
@@ -135,9 +142,10 @@ class Watchdog {
   // The first error, or OK while healthy.
   absl::Status broken();
 
-  // Aborts the communicator for `reason` (Backend::Abort): what is in flight
-  // fails ("not completed: <reason>"), later collectives fail at once, and
-  // Shutdown will not finalize. No effect once aborted.
+  // Aborts the communicator for `reason` (Backend::Abort; an OK reason counts
+  // as "aborted"): what is in flight fails ("not completed: <reason>"), later
+  // collectives fail at once, and Shutdown will not finalize. No effect once
+  // aborted.
   void Abort(const absl::Status& reason);
 
  private:

@@ -345,7 +345,7 @@ TEST(WatchdogTest, AnEnqueueThatNeverSettlesFailsAtTheTimeoutAndAborts) {
   Fake a;
   Issue(w, a);
   const absl::Status s = a.work->Wait();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("allreduce #1 (sum, 4 x float32) failed to start "
                         "after "));
@@ -398,6 +398,42 @@ TEST(WatchdogTest, CallsNeverReachAnAbortedCommunicator) {
   EXPECT_EQ(calls, 1);
   EXPECT_THAT(std::string(a->status().message()),
               HasSubstr("not started: a peer failed"));
+}
+
+// The defect this guards: an enqueue that failed after queuing part of its
+// work (a copy into scratch, then a refused library call) freed that scratch
+// at once, while the device could still write it.
+TEST(WatchdogTest, AFailedEnqueueKeepsItsMemoryUntilTheStreamDrains) {
+  ScriptedOps ops;
+  ops.stream_idle = false;
+  WatchdogOptions o = Options();
+  o.drain_limit = absl::Milliseconds(5);
+  Watchdog w(o, &ops);
+  at::Tensor scratch = at::zeros({4});
+  std::shared_ptr<Work> a =
+      w.Issue(AllReduce(), WorkKind::kCollective,
+              [&](const std::string& who,
+                  Enqueuer& q) -> absl::StatusOr<Watchdog::Enqueued> {
+                q.Keep(scratch);
+                return absl::UnavailableError(who + " failed to start: boom");
+              });
+  EXPECT_THAT(std::string(a->status().message()), HasSubstr("boom"));
+  EXPECT_EQ(ops.aborts.load(), 1);
+  // The stream never drained: the memory is never freed.
+  EXPECT_GT(scratch.use_count(), 1);
+}
+
+TEST(WatchdogTest, AnAbortWithAnOkReasonStillFailsEverything) {
+  ScriptedOps ops;
+  Watchdog w(Options(), &ops);
+  Fake a;
+  Issue(w, a);
+  w.Abort(absl::OkStatus());
+  EXPECT_EQ(a.work->status().code(), absl::StatusCode::kAborted);
+  Fake b;
+  Issue(w, b);
+  EXPECT_EQ(b.work->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(b.work->status().message()), HasSubstr("not run"));
 }
 
 TEST(PollPauseTest, YieldsFirstThenSleepsDoublingUpToTheBound) {

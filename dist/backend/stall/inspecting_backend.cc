@@ -21,10 +21,13 @@ struct Shared {
   bool reported = false;
 };
 
-// The inner Work, with the stall report appended to the first failure.
+// The inner Work, with the stall report appended to the first failure. It
+// does not keep the inspector alive: a handle held past its backend (DDP
+// keeps the last step's) must not keep the inspector's thread using a store
+// that may be gone; a failure read then comes without the report.
 class InspectedWork : public Work {
  public:
-  InspectedWork(std::shared_ptr<Work> inner, std::shared_ptr<Shared> shared)
+  InspectedWork(std::shared_ptr<Work> inner, std::weak_ptr<Shared> shared)
       : inner_(std::move(inner)), shared_(std::move(shared)) {}
 
   void set_seq(int64_t seq) { seq_ = seq; }
@@ -56,22 +59,24 @@ class InspectedWork : public Work {
     std::lock_guard<std::mutex> lock(mu_);
     if (!explained_.ok()) return explained_;
     explained_ = s;
+    const std::shared_ptr<Shared> shared = shared_.lock();
+    if (shared == nullptr) return explained_;  // The backend is gone.
     {
-      std::lock_guard<std::mutex> shared_lock(shared_->mu);
-      if (shared_->reported) return explained_;
-      shared_->reported = true;
+      std::lock_guard<std::mutex> shared_lock(shared->mu);
+      if (shared->reported) return explained_;
+      shared->reported = true;
     }
     // A peer whose process has exited is the culprit, not a stall: named
     // once, and not at all where the error already says so (the shm
     // backend's does).
     explained_ = absl::Status(
         s.code(), absl::StrCat(s.message(),
-                               shared_->inspector->Explain(seq_, s.message())));
+                               shared->inspector->Explain(seq_, s.message())));
     return explained_;
   }
 
   const std::shared_ptr<Work> inner_;
-  const std::shared_ptr<Shared> shared_;
+  const std::weak_ptr<Shared> shared_;
   int64_t seq_ = 0;
   std::mutex mu_;
   absl::Status explained_;
