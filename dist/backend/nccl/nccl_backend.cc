@@ -455,8 +455,8 @@ class NcclBackend : public Backend {
                              internal::FormatElapsed(absl::Now() - start), ": ",
                              s.message()));
           }
-          if (s.ok()) s = q.Settle();
-          if (!s.ok()) return s;
+          DTRAIN_RETURN_IF_ERROR(s);
+          DTRAIN_RETURN_IF_ERROR(q.Settle());
           cudaEvent_t done = nullptr;
           ce = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
           if (ce == cudaSuccess) ce = cudaEventRecord(done, stream_);
