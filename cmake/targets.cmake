@@ -110,6 +110,20 @@ dtrain_cc_test(dtrain_base_duration_flag_test
   DEPS dtrain_base_duration_flag dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //base:fnv1a
+dtrain_cc_library(dtrain_base_fnv1a
+  EXPORT_NAME base_fnv1a
+  PACKAGE base
+  HDRS base/fnv1a.h
+  DEPS dtrain_tp_absl)
+
+# //base:fnv1a_test
+dtrain_cc_test(dtrain_base_fnv1a_test
+  OUTPUT base/fnv1a_test
+  SRCS base/fnv1a_test.cc
+  DEPS dtrain_base_fnv1a dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //base:machine_limits
 dtrain_cc_library(dtrain_base_machine_limits
   EXPORT_NAME base_machine_limits
@@ -585,7 +599,7 @@ dtrain_cc_library(dtrain_dist_ddp_model_fingerprint
   PACKAGE dist/ddp
   SRCS dist/ddp/model_fingerprint.cc
   HDRS dist/ddp/model_fingerprint.h
-  DEPS dtrain_tp_absl)
+  DEPS dtrain_base_fnv1a dtrain_tp_absl)
 
 # //dist/ddp:model_sync
 dtrain_cc_library(dtrain_dist_ddp_model_sync
@@ -1337,7 +1351,7 @@ dtrain_cc_library(dtrain_trainer_rank_sync
   PACKAGE trainer
   SRCS trainer/rank_sync.cc
   HDRS trainer/rank_sync.h
-  DEPS dtrain_base_name_list dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_fnv1a dtrain_base_name_list dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:tensor_codec
 dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/fnv1a.h"
 #include "base/name_list.h"
 #include "base/status_macros.h"
 
@@ -62,15 +63,12 @@ namespace {
 // FNV-1a over the tensor's bytes, on the CPU: exact, whatever the device.
 int64_t BytesFingerprint(const at::Tensor& t) {
   const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
   const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-  uint64_t h = 14695981039346656037ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
+  base::Fnv1a h;
+  h.Update(c.data_ptr(), n);
+  const uint64_t digest = h.digest();
   int64_t out;
-  std::memcpy(&out, &h, sizeof(out));
+  std::memcpy(&out, &digest, sizeof(out));
   return out;
 }
 

@@ -6,22 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/fnv1a.h"
 
 namespace dtrain::ddp::internal {
 
 uint64_t Fingerprint(absl::Span<const std::string> entries) {
-  constexpr uint64_t kOffset = 14695981039346656037ull;
-  constexpr uint64_t kPrime = 1099511628211ull;
-  uint64_t h = kOffset;
-  auto mix = [&](unsigned char c) {
-    h ^= c;
-    h *= kPrime;
-  };
+  base::Fnv1a h;
   for (const std::string& e : entries) {
-    for (unsigned char c : e) mix(c);
-    mix('\n');
+    h.Update(e);
+    h.Update('\n');
   }
-  return h;
+  return h.digest();
 }
 
 std::string JoinEntries(absl::Span<const std::string> entries) {
