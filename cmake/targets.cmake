@@ -146,6 +146,21 @@ dtrain_cc_library(dtrain_base_malloc_tuning
   SRCS base/malloc_tuning.cc
   HDRS base/malloc_tuning.h)
 
+# //base:metrics_server
+dtrain_cc_library(dtrain_base_metrics_server
+  EXPORT_NAME base_metrics_server
+  PACKAGE base
+  SRCS base/metrics_server.cc
+  HDRS base/metrics_server.h
+  DEPS dtrain_base_posix_io dtrain_tp_absl dtrain_tp_prometheus_core)
+
+# //base:metrics_server_test
+dtrain_cc_test(dtrain_base_metrics_server_test
+  OUTPUT base/metrics_server_test
+  SRCS base/metrics_server_test.cc
+  DEPS dtrain_base_metrics_server dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_prometheus_core
+  TIMEOUT 60)
+
 # //base:name_list
 dtrain_cc_library(dtrain_base_name_list
   EXPORT_NAME base_name_list
@@ -1421,14 +1436,6 @@ dtrain_cc_binary(dtrain_examples_own_model_train_own_model
   SRCS examples/own_model/train_own_model.cc
   DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch dtrain_trainer_loop_checkpoints)
 
-# //trainer:step_log
-dtrain_cc_library(dtrain_trainer_step_log
-  EXPORT_NAME trainer_step_log
-  PACKAGE trainer
-  SRCS trainer/step_log.cc
-  HDRS trainer/step_log.h
-  DEPS dtrain_base_posix_io dtrain_tp_absl)
-
 # //models/state_dict:state_dict_path
 dtrain_cc_library(dtrain_models_state_dict_state_dict_path
   EXPORT_NAME models_state_dict_state_dict_path
@@ -1436,13 +1443,21 @@ dtrain_cc_library(dtrain_models_state_dict_state_dict_path
   HDRS models/state_dict/state_dict_path.h
   DEPS dtrain_tp_absl)
 
+# //trainer/report:step_log
+dtrain_cc_library(dtrain_trainer_report_step_log
+  EXPORT_NAME trainer_report_step_log
+  PACKAGE trainer/report
+  SRCS trainer/report/step_log.cc
+  HDRS trainer/report/step_log.h
+  DEPS dtrain_base_posix_io dtrain_tp_absl)
+
 # //trainer:train_options
 dtrain_cc_library(dtrain_trainer_train_options
   EXPORT_NAME trainer_train_options
   PACKAGE trainer
   SRCS trainer/train_options.cc
   HDRS trainer/train_options.h
-  DEPS dtrain_trainer_step_log dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
+  DEPS dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl dtrain_trainer_report_step_log)
 
 # //trainer:amp
 dtrain_cc_library(dtrain_trainer_amp
@@ -1452,28 +1467,12 @@ dtrain_cc_library(dtrain_trainer_amp
   HDRS trainer/amp.h
   DEPS dtrain_tp_absl dtrain_tp_torch)
 
-# //trainer:run_metrics
-dtrain_cc_library(dtrain_trainer_run_metrics
-  EXPORT_NAME trainer_run_metrics
-  PACKAGE trainer
-  SRCS trainer/run_metrics.cc
-  HDRS trainer/run_metrics.h
-  DEPS dtrain_trainer_train_options dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json)
-
-# //trainer:ddp_timeline
-dtrain_cc_library(dtrain_trainer_ddp_timeline
-  EXPORT_NAME trainer_ddp_timeline
-  PACKAGE trainer
-  SRCS trainer/ddp_timeline.cc
-  HDRS trainer/ddp_timeline.h
-  DEPS dtrain_trainer_run_metrics dtrain_dist_ddp_ddp_types dtrain_tp_absl)
-
-# //trainer:meters
-dtrain_cc_library(dtrain_trainer_meters
-  EXPORT_NAME trainer_meters
-  PACKAGE trainer
-  SRCS trainer/meters.cc
-  HDRS trainer/meters.h
+# //trainer/report:meters
+dtrain_cc_library(dtrain_trainer_report_meters
+  EXPORT_NAME trainer_report_meters
+  PACKAGE trainer/report
+  SRCS trainer/report/meters.cc
+  HDRS trainer/report/meters.h
   DEPS dtrain_tp_torch)
 
 # //trainer:evaluation
@@ -1482,39 +1481,7 @@ dtrain_cc_library(dtrain_trainer_evaluation
   PACKAGE trainer
   SRCS trainer/evaluation.cc
   HDRS trainer/evaluation.h
-  DEPS dtrain_trainer_meters dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer:live_metrics
-dtrain_cc_library(dtrain_trainer_live_metrics
-  EXPORT_NAME trainer_live_metrics
-  PACKAGE trainer
-  SRCS trainer/live_metrics.cc
-  HDRS trainer/live_metrics.h
-  DEPS dtrain_trainer_run_metrics dtrain_tp_prometheus_core)
-
-# //trainer:metrics_server
-dtrain_cc_library(dtrain_trainer_metrics_server
-  EXPORT_NAME trainer_metrics_server
-  PACKAGE trainer
-  SRCS trainer/metrics_server.cc
-  HDRS trainer/metrics_server.h
-  DEPS dtrain_base_posix_io dtrain_tp_absl dtrain_tp_prometheus_core)
-
-# //trainer:live_report
-dtrain_cc_library(dtrain_trainer_live_report
-  EXPORT_NAME trainer_live_report
-  PACKAGE trainer
-  SRCS trainer/live_report.cc
-  HDRS trainer/live_report.h
-  DEPS dtrain_trainer_live_metrics dtrain_trainer_metrics_server dtrain_trainer_run_metrics dtrain_trainer_step_log dtrain_trainer_train_options dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer:progress
-dtrain_cc_library(dtrain_trainer_progress
-  EXPORT_NAME trainer_progress
-  PACKAGE trainer
-  SRCS trainer/progress.cc
-  HDRS trainer/progress.h
-  DEPS dtrain_trainer_meters dtrain_trainer_train_options dtrain_tp_absl)
+  DEPS dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
 
 # //trainer:run_parts
 dtrain_cc_library(dtrain_trainer_run_parts
@@ -1530,7 +1497,7 @@ dtrain_cc_library(dtrain_trainer_train_step
   PACKAGE trainer
   SRCS trainer/train_step.cc
   HDRS trainer/train_step.h
-  DEPS dtrain_trainer_amp dtrain_trainer_meters dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_models dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
 
 # //trainer:training_data
 dtrain_cc_library(dtrain_trainer_training_data
@@ -1580,20 +1547,60 @@ dtrain_cc_library(dtrain_models_state_dict
   HDRS models/state_dict/state_dict.h
   DEPS dtrain_models_state_dict_safetensors dtrain_models_state_dict_state_dict_path dtrain_models_state_dict_torch_save dtrain_base_atomic_file dtrain_base_name_list dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_torch)
 
+# //trainer/report:run_metrics
+dtrain_cc_library(dtrain_trainer_report_run_metrics
+  EXPORT_NAME trainer_report_run_metrics
+  PACKAGE trainer/report
+  SRCS trainer/report/run_metrics.cc
+  HDRS trainer/report/run_metrics.h
+  DEPS dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json dtrain_trainer_train_options)
+
+# //trainer/report:ddp_timeline
+dtrain_cc_library(dtrain_trainer_report_ddp_timeline
+  EXPORT_NAME trainer_report_ddp_timeline
+  PACKAGE trainer/report
+  SRCS trainer/report/ddp_timeline.cc
+  HDRS trainer/report/ddp_timeline.h
+  DEPS dtrain_trainer_report_run_metrics dtrain_dist_ddp_ddp_types dtrain_tp_absl)
+
+# //trainer/report:live_metrics
+dtrain_cc_library(dtrain_trainer_report_live_metrics
+  EXPORT_NAME trainer_report_live_metrics
+  PACKAGE trainer/report
+  SRCS trainer/report/live_metrics.cc
+  HDRS trainer/report/live_metrics.h
+  DEPS dtrain_trainer_report_run_metrics dtrain_tp_prometheus_core)
+
+# //trainer/report:live_report
+dtrain_cc_library(dtrain_trainer_report_live_report
+  EXPORT_NAME trainer_report_live_report
+  PACKAGE trainer/report
+  SRCS trainer/report/live_report.cc
+  HDRS trainer/report/live_report.h
+  DEPS dtrain_trainer_report_live_metrics dtrain_trainer_report_run_metrics dtrain_trainer_report_step_log dtrain_base_metrics_server dtrain_base_status_macros dtrain_tp_absl dtrain_trainer_train_options)
+
+# //trainer/report:progress
+dtrain_cc_library(dtrain_trainer_report_progress
+  EXPORT_NAME trainer_report_progress
+  PACKAGE trainer/report
+  SRCS trainer/report/progress.cc
+  HDRS trainer/report/progress.h
+  DEPS dtrain_trainer_report_meters dtrain_tp_absl dtrain_trainer_train_options)
+
 # //trainer:trainer
 dtrain_cc_library(dtrain_trainer
   EXPORT_NAME trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_amp dtrain_trainer_ddp_timeline dtrain_trainer_evaluation dtrain_trainer_live_report dtrain_trainer_meters dtrain_trainer_progress dtrain_trainer_rank_sync dtrain_trainer_run_metrics dtrain_trainer_run_parts dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_rank_status dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint)
+  DEPS dtrain_trainer_amp dtrain_trainer_evaluation dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_rank_status dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_run_metrics)
 
 # //trainer:train_main
 dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_duration_flag dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_user_path dtrain_base_status_macros dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl
+  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_duration_flag dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_base_user_path dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model
@@ -1627,9 +1634,9 @@ dtrain_cc_test(dtrain_examples_own_model_registered_model_test
 dtrain_sh_test(dtrain_experiments_monitoring_config_test
   OUTPUT experiments/monitoring_config_test
   SCRIPT experiments/monitoring_config_test.sh
-  DATA experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc tools/testing/shell_test_lib.sh trainer/live_metrics.cc
+  DATA experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc tools/testing/shell_test_lib.sh trainer/report/live_metrics.cc
   TIMEOUT 60
-  ARGS experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc trainer/live_metrics.cc)
+  ARGS experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc trainer/report/live_metrics.cc)
 
 # //experiments:sweep
 dtrain_cc_library(dtrain_experiments_sweep
@@ -1669,7 +1676,7 @@ dtrain_cc_library(dtrain_experiments_prometheus_export
   PACKAGE experiments
   SRCS experiments/prometheus_export.cc
   HDRS experiments/prometheus_export.h
-  DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_prometheus_core dtrain_tp_prometheus_pull dtrain_tp_prometheus_push dtrain_trainer_run_metrics)
+  DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_prometheus_core dtrain_tp_prometheus_pull dtrain_tp_prometheus_push dtrain_trainer_report_run_metrics)
 
 # //trainer:train
 dtrain_cc_binary(dtrain_trainer_train
@@ -1680,7 +1687,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_cc_binary(dtrain_experiments_scaling
   OUTPUT experiments/scaling
   SRCS experiments/scaling_main.cc
-  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_tp_absl dtrain_trainer_metrics_server
+  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_tp_absl dtrain_base_metrics_server
   DATA experiments/pytorch_reference.py
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train)
 
@@ -2031,13 +2038,6 @@ dtrain_cc_test(dtrain_trainer_amp_test
   DEPS dtrain_trainer_amp dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //trainer:ddp_timeline_test
-dtrain_cc_test(dtrain_trainer_ddp_timeline_test
-  OUTPUT trainer/ddp_timeline_test
-  SRCS trainer/ddp_timeline_test.cc
-  DEPS dtrain_trainer_ddp_timeline dtrain_tp_absl dtrain_tp_gtest_main
-  TIMEOUT 60)
-
 # //trainer:fault_test
 dtrain_sh_test(dtrain_trainer_fault_test
   OUTPUT trainer/fault_test
@@ -2065,27 +2065,13 @@ dtrain_sh_test(dtrain_trainer_imagefolder_test
   TIMEOUT 300
   ARGS trainer/train tools/launch/launch data/make_image_folder)
 
-# //trainer:live_metrics_test
-dtrain_cc_test(dtrain_trainer_live_metrics_test
-  OUTPUT trainer/live_metrics_test
-  SRCS trainer/live_metrics_test.cc
-  DEPS dtrain_trainer_live_metrics dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_prometheus_core
-  TIMEOUT 60)
-
-# //trainer:live_report_test
-dtrain_cc_test(dtrain_trainer_live_report_test
-  OUTPUT trainer/live_report_test
-  SRCS trainer/live_report_test.cc
-  DEPS dtrain_trainer_live_report dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
-  TIMEOUT 60)
-
 # //trainer:trainer_testing
 dtrain_cc_library(dtrain_trainer_trainer_testing
   EXPORT_NAME trainer_trainer_testing
   PACKAGE trainer
   SRCS trainer/trainer_testing.cc
   HDRS trainer/trainer_testing.h
-  DEPS dtrain_trainer dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_testing dtrain_dist_store dtrain_tp_absl dtrain_tp_gtest dtrain_tp_torch
+  DEPS dtrain_trainer dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_store dtrain_tp_absl dtrain_tp_gtest dtrain_tp_torch
   TESTONLY)
 
 # //trainer:loop_checkpoints_test
@@ -2093,20 +2079,6 @@ dtrain_cc_test(dtrain_trainer_loop_checkpoints_test
   OUTPUT trainer/loop_checkpoints_test
   SRCS trainer/loop_checkpoints_test.cc
   DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_trainer_testing dtrain_data dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
-  TIMEOUT 60)
-
-# //trainer:meters_test
-dtrain_cc_test(dtrain_trainer_meters_test
-  OUTPUT trainer/meters_test
-  SRCS trainer/meters_test.cc
-  DEPS dtrain_trainer_meters dtrain_tp_gtest_main dtrain_tp_torch
-  TIMEOUT 60)
-
-# //trainer:metrics_server_test
-dtrain_cc_test(dtrain_trainer_metrics_server_test
-  OUTPUT trainer/metrics_server_test
-  SRCS trainer/metrics_server_test.cc
-  DEPS dtrain_trainer_metrics_server dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_prometheus_core
   TIMEOUT 60)
 
 # //trainer:mpi_test
@@ -2128,13 +2100,6 @@ dtrain_sh_test(dtrain_trainer_multihost_test
   ARGS trainer/train tools/launch/launch
   RUN_SERIAL)
 
-# //trainer:progress_test
-dtrain_cc_test(dtrain_trainer_progress_test
-  OUTPUT trainer/progress_test
-  SRCS trainer/progress_test.cc
-  DEPS dtrain_trainer_progress dtrain_tp_gmock dtrain_tp_gtest_main
-  TIMEOUT 60)
-
 # //trainer:slurm_test
 dtrain_sh_test(dtrain_trainer_slurm_test
   OUTPUT trainer/slurm_test
@@ -2152,13 +2117,6 @@ dtrain_sh_test(dtrain_trainer_soak_test
   DATA_TARGETS dtrain_trainer_train dtrain_tools_launch
   TIMEOUT 900
   ARGS trainer/train tools/launch/launch)
-
-# //trainer:step_log_test
-dtrain_cc_test(dtrain_trainer_step_log_test
-  OUTPUT trainer/step_log_test
-  SRCS trainer/step_log_test.cc
-  DEPS dtrain_trainer_step_log dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
-  TIMEOUT 60)
 
 # //trainer:sync_batchnorm_test
 dtrain_sh_test(dtrain_trainer_sync_batchnorm_test
@@ -2246,7 +2204,7 @@ dtrain_cc_test(dtrain_trainer_trainer_lifecycle_test
 dtrain_cc_test(dtrain_trainer_trainer_test
   OUTPUT trainer/trainer_test
   SRCS trainer/trainer_test.cc
-  DEPS dtrain_trainer_rank_sync dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_atomic_file dtrain_base_posix_io dtrain_dist_backend_gloo dtrain_dist_backend_testing dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json dtrain_tp_torch
+  DEPS dtrain_trainer_rank_sync dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_atomic_file dtrain_base_posix_io dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json dtrain_tp_torch
   TIMEOUT 60)
 
 # //trainer/checkpoint:checkpoint_testing
@@ -2298,4 +2256,46 @@ dtrain_cc_test(dtrain_trainer_checkpoint_optimizer_codec_test
   OUTPUT trainer/checkpoint/optimizer_codec_test
   SRCS trainer/checkpoint/optimizer_codec_test.cc
   DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_optim dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //trainer/report:ddp_timeline_test
+dtrain_cc_test(dtrain_trainer_report_ddp_timeline_test
+  OUTPUT trainer/report/ddp_timeline_test
+  SRCS trainer/report/ddp_timeline_test.cc
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_tp_absl dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //trainer/report:live_metrics_test
+dtrain_cc_test(dtrain_trainer_report_live_metrics_test
+  OUTPUT trainer/report/live_metrics_test
+  SRCS trainer/report/live_metrics_test.cc
+  DEPS dtrain_trainer_report_live_metrics dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_prometheus_core
+  TIMEOUT 60)
+
+# //trainer/report:live_report_test
+dtrain_cc_test(dtrain_trainer_report_live_report_test
+  OUTPUT trainer/report/live_report_test
+  SRCS trainer/report/live_report_test.cc
+  DEPS dtrain_trainer_report_live_report dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  TIMEOUT 60)
+
+# //trainer/report:meters_test
+dtrain_cc_test(dtrain_trainer_report_meters_test
+  OUTPUT trainer/report/meters_test
+  SRCS trainer/report/meters_test.cc
+  DEPS dtrain_trainer_report_meters dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //trainer/report:progress_test
+dtrain_cc_test(dtrain_trainer_report_progress_test
+  OUTPUT trainer/report/progress_test
+  SRCS trainer/report/progress_test.cc
+  DEPS dtrain_trainer_report_progress dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //trainer/report:step_log_test
+dtrain_cc_test(dtrain_trainer_report_step_log_test
+  OUTPUT trainer/report/step_log_test
+  SRCS trainer/report/step_log_test.cc
+  DEPS dtrain_trainer_report_step_log dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)

@@ -5,7 +5,7 @@
 #
 # Every metric name a dashboard's queries use (ddp_..., dtrain_train_...) must be one the code exports:
 # a name registered in the exporters' sources (experiments/prometheus_export.cc for the sweep,
-# trainer/live_metrics.cc for a training), with a histogram's _bucket, _sum and _count.
+# trainer/report/live_metrics.cc for a training), with a histogram's _bucket, _sum and _count.
 #
 # Usage: monitoring_config_test.sh [FILE...]   (the files of //experiments:monitoring_files and the
 # exporters' sources; without arguments, those under grafana/ and monitoring/ next to this script
@@ -19,7 +19,7 @@ files=("$@")
 if [[ ${#files[@]} -eq 0 ]]; then
   here=$(dirname "$0")
   mapfile -t files < <(find "$here/grafana" "$here/monitoring" -type f 2>/dev/null | sort)
-  files+=("$here/prometheus_export.cc" "$here/../trainer/live_metrics.cc")
+  files+=("$here/prometheus_export.cc" "$here/../trainer/report/live_metrics.cc")
 fi
 prometheus_ymls=() dashboards=() datasources=() providers=() exporters=()
 for f in "${files[@]}"; do

@@ -12,7 +12,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
-#include "trainer/run_metrics.h"
+#include "trainer/report/run_metrics.h"
 
 namespace dtrain::experiments {
 namespace {

@@ -44,7 +44,7 @@
 #include "experiments/results.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
-#include "trainer/metrics_server.h"
+#include "base/metrics_server.h"
 
 ABSL_FLAG(
     std::vector<std::string>, backends,

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
-#include "trainer/meters.h"
+#include "trainer/report/meters.h"
 #include "trainer/rank_sync.h"
 
 namespace dtrain::trainer {

@@ -15,7 +15,7 @@
 #include "base/user_path.h"
 #include "models/model_catalog.h"
 #include "models/state_dict/state_dict_path.h"
-#include "trainer/step_log.h"
+#include "trainer/report/step_log.h"
 
 namespace dtrain::trainer {
 namespace {

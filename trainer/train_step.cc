@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
-#include "trainer/meters.h"
+#include "trainer/report/meters.h"
 
 namespace dtrain::trainer {
 

@@ -46,7 +46,7 @@
 #include "dist/backend/backend.h"
 #include "dist/rendezvous/init.h"
 #include "models/model.h"
-#include "trainer/run_metrics.h"
+#include "trainer/report/run_metrics.h"
 #include "trainer/train_options.h"
 
 namespace dtrain::trainer {

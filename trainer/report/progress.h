@@ -8,8 +8,8 @@
 //       Loss 0.4312 (0.5123)  Prec@1 85.156 (80.101)  Prec@5 99.219 (98.877)
 //
 // Thread-compatible: one thread (the training loop) calls it.
-#ifndef DTRAIN_TRAINER_PROGRESS_H_
-#define DTRAIN_TRAINER_PROGRESS_H_
+#ifndef DTRAIN_TRAINER_REPORT_PROGRESS_H_
+#define DTRAIN_TRAINER_REPORT_PROGRESS_H_
 
 #include <cstdint>
 #include <ostream>
@@ -17,7 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "trainer/meters.h"
+#include "trainer/report/meters.h"
 #include "trainer/train_options.h"
 
 namespace dtrain::trainer {
@@ -72,4 +72,4 @@ std::string FormatClock(absl::Duration d);
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_PROGRESS_H_
+#endif  // DTRAIN_TRAINER_REPORT_PROGRESS_H_

@@ -1,4 +1,4 @@
-#include "trainer/metrics_server.h"
+#include "base/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "trainer/ddp_timeline.h"
+#include "trainer/report/ddp_timeline.h"
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "trainer/ddp_timeline.h"
+#include "trainer/report/ddp_timeline.h"
 
 #include <algorithm>
 #include <cstddef>

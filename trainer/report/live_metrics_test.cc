@@ -1,4 +1,4 @@
-#include "trainer/live_metrics.h"
+#include "trainer/report/live_metrics.h"
 
 #include <limits>
 #include <map>

@@ -1,4 +1,4 @@
-#include "trainer/step_log.h"
+#include "trainer/report/step_log.h"
 
 #include <fstream>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "trainer/meters.h"
+#include "trainer/report/meters.h"
 
 #include <ATen/Functions.h>
 

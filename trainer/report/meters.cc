@@ -1,4 +1,4 @@
-#include "trainer/meters.h"
+#include "trainer/report/meters.h"
 
 #include <ATen/Functions.h>
 #include <ATen/core/grad_mode.h>

@@ -1,4 +1,4 @@
-#include "trainer/live_metrics.h"
+#include "trainer/report/live_metrics.h"
 
 #include <cmath>
 #include <map>
@@ -9,7 +9,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "trainer/run_metrics.h"
+#include "trainer/report/run_metrics.h"
 
 namespace dtrain::trainer {
 namespace {

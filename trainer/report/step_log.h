@@ -20,8 +20,8 @@
 // is appended to, not truncated, so a resumed run continues it.
 //
 // Thread-compatible: one thread writes.
-#ifndef DTRAIN_TRAINER_STEP_LOG_H_
-#define DTRAIN_TRAINER_STEP_LOG_H_
+#ifndef DTRAIN_TRAINER_REPORT_STEP_LOG_H_
+#define DTRAIN_TRAINER_REPORT_STEP_LOG_H_
 
 #include <cstdint>
 #include <memory>
@@ -74,4 +74,4 @@ class StepLog {
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_STEP_LOG_H_
+#endif  // DTRAIN_TRAINER_REPORT_STEP_LOG_H_

@@ -1,4 +1,4 @@
-#include "trainer/live_report.h"
+#include "trainer/report/live_report.h"
 
 #include <map>
 #include <memory>

@@ -11,8 +11,8 @@
 // Times are seconds; accuracies percent. Values measured on every rank are
 // combined as the field says (the slowest rank for the training pass's
 // times, exact sums for losses and accuracies); the rest are rank 0's own.
-#ifndef DTRAIN_TRAINER_RUN_METRICS_H_
-#define DTRAIN_TRAINER_RUN_METRICS_H_
+#ifndef DTRAIN_TRAINER_REPORT_RUN_METRICS_H_
+#define DTRAIN_TRAINER_REPORT_RUN_METRICS_H_
 
 #include <cstdint>
 #include <string>
@@ -146,4 +146,4 @@ absl::Status WriteMetricsJson(const std::string& path,
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_RUN_METRICS_H_
+#endif  // DTRAIN_TRAINER_REPORT_RUN_METRICS_H_

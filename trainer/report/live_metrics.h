@@ -29,8 +29,8 @@
 // from any number of threads. The hot path allocates nothing: the metrics
 // are created once, and each call only updates prometheus-cpp's counters
 // (atomics, and the histogram's own mutex).
-#ifndef DTRAIN_TRAINER_LIVE_METRICS_H_
-#define DTRAIN_TRAINER_LIVE_METRICS_H_
+#ifndef DTRAIN_TRAINER_REPORT_LIVE_METRICS_H_
+#define DTRAIN_TRAINER_REPORT_LIVE_METRICS_H_
 
 #include <cstdint>
 #include <map>
@@ -102,4 +102,4 @@ class LiveMetrics {
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_LIVE_METRICS_H_
+#endif  // DTRAIN_TRAINER_REPORT_LIVE_METRICS_H_

@@ -2,8 +2,8 @@
 // correct counts, and percentiles of step times.
 //
 // Thread-compatible: each object is used by one thread.
-#ifndef DTRAIN_TRAINER_METERS_H_
-#define DTRAIN_TRAINER_METERS_H_
+#ifndef DTRAIN_TRAINER_REPORT_METERS_H_
+#define DTRAIN_TRAINER_REPORT_METERS_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -47,4 +47,4 @@ double Percentile(std::vector<double> values, double p);
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_METERS_H_
+#endif  // DTRAIN_TRAINER_REPORT_METERS_H_

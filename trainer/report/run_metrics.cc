@@ -1,4 +1,4 @@
-#include "trainer/run_metrics.h"
+#include "trainer/report/run_metrics.h"
 
 #include <algorithm>
 #include <string>

@@ -14,8 +14,8 @@
 //
 // Thread-compatible: the training thread calls it; scrapes read the metrics
 // concurrently (trainer/live_metrics.h).
-#ifndef DTRAIN_TRAINER_LIVE_REPORT_H_
-#define DTRAIN_TRAINER_LIVE_REPORT_H_
+#ifndef DTRAIN_TRAINER_REPORT_LIVE_REPORT_H_
+#define DTRAIN_TRAINER_REPORT_LIVE_REPORT_H_
 
 #include <cstdint>
 #include <memory>
@@ -24,10 +24,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "trainer/live_metrics.h"
-#include "trainer/metrics_server.h"
-#include "trainer/run_metrics.h"
-#include "trainer/step_log.h"
+#include "trainer/report/live_metrics.h"
+#include "base/metrics_server.h"
+#include "trainer/report/run_metrics.h"
+#include "trainer/report/step_log.h"
 #include "trainer/train_options.h"
 
 namespace dtrain::trainer {
@@ -79,4 +79,4 @@ class LiveReport {
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_LIVE_REPORT_H_
+#endif  // DTRAIN_TRAINER_REPORT_LIVE_REPORT_H_

@@ -23,8 +23,8 @@
 // answer and 16 KiB of request; when 64 are connected, a new one closes the
 // oldest that has not finished its request; out of descriptors, the server
 // closes such a client or pauses accepting rather than spinning.
-#ifndef DTRAIN_TRAINER_METRICS_SERVER_H_
-#define DTRAIN_TRAINER_METRICS_SERVER_H_
+#ifndef DTRAIN_BASE_METRICS_SERVER_H_
+#define DTRAIN_BASE_METRICS_SERVER_H_
 
 #include <memory>
 #include <string>
@@ -81,4 +81,4 @@ class MetricsServer {
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_METRICS_SERVER_H_
+#endif  // DTRAIN_BASE_METRICS_SERVER_H_

@@ -2,12 +2,12 @@
 // metrics JSON's "ddp_timeline": when each bucket's allreduce was launched,
 // started running and finished relative to backward, and how much of the
 // communication backward hid. Not thread-safe: the training thread's.
-#ifndef DTRAIN_TRAINER_DDP_TIMELINE_H_
-#define DTRAIN_TRAINER_DDP_TIMELINE_H_
+#ifndef DTRAIN_TRAINER_REPORT_DDP_TIMELINE_H_
+#define DTRAIN_TRAINER_REPORT_DDP_TIMELINE_H_
 
 #include "absl/types/optional.h"
 #include "dist/ddp/ddp_types.h"
-#include "trainer/run_metrics.h"
+#include "trainer/report/run_metrics.h"
 
 namespace dtrain::trainer {
 
@@ -27,4 +27,4 @@ class DdpTimelineAccumulator {
 
 }  // namespace dtrain::trainer
 
-#endif  // DTRAIN_TRAINER_DDP_TIMELINE_H_
+#endif  // DTRAIN_TRAINER_REPORT_DDP_TIMELINE_H_

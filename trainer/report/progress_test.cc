@@ -1,4 +1,4 @@
-#include "trainer/progress.h"
+#include "trainer/report/progress.h"
 
 #include <sstream>
 
