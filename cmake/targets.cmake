@@ -1467,6 +1467,14 @@ dtrain_cc_library(dtrain_trainer_amp
   HDRS trainer/amp.h
   DEPS dtrain_tp_absl dtrain_tp_torch)
 
+# //trainer:stop_vote
+dtrain_cc_library(dtrain_trainer_stop_vote
+  EXPORT_NAME trainer_stop_vote
+  PACKAGE trainer
+  SRCS trainer/stop_vote.cc
+  HDRS trainer/stop_vote.h
+  DEPS dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
+
 # //trainer/report:meters
 dtrain_cc_library(dtrain_trainer_report_meters
   EXPORT_NAME trainer_report_meters
@@ -1481,23 +1489,7 @@ dtrain_cc_library(dtrain_trainer_evaluation
   PACKAGE trainer
   SRCS trainer/evaluation.cc
   HDRS trainer/evaluation.h
-  DEPS dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
-
-# //trainer:run_parts
-dtrain_cc_library(dtrain_trainer_run_parts
-  EXPORT_NAME trainer_run_parts
-  PACKAGE trainer
-  SRCS trainer/run_parts.cc
-  HDRS trainer/run_parts.h
-  DEPS dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_dist_rendezvous_init dtrain_optim dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer:train_step
-dtrain_cc_library(dtrain_trainer_train_step
-  EXPORT_NAME trainer_train_step
-  PACKAGE trainer
-  SRCS trainer/train_step.cc
-  HDRS trainer/train_step.h
-  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+  DEPS dtrain_trainer_rank_sync dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
 
 # //trainer:training_data
 dtrain_cc_library(dtrain_trainer_training_data
@@ -1555,6 +1547,22 @@ dtrain_cc_library(dtrain_trainer_report_run_metrics
   HDRS trainer/report/run_metrics.h
   DEPS dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json dtrain_trainer_train_options)
 
+# //trainer:run_parts
+dtrain_cc_library(dtrain_trainer_run_parts
+  EXPORT_NAME trainer_run_parts
+  PACKAGE trainer
+  SRCS trainer/run_parts.cc
+  HDRS trainer/run_parts.h
+  DEPS dtrain_trainer_amp dtrain_trainer_train_options dtrain_trainer_training_data dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp_ddp_types dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_run_metrics)
+
+# //trainer:train_step
+dtrain_cc_library(dtrain_trainer_train_step
+  EXPORT_NAME trainer_train_step
+  PACKAGE trainer
+  SRCS trainer/train_step.cc
+  HDRS trainer/train_step.h
+  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+
 # //trainer/report:ddp_timeline
 dtrain_cc_library(dtrain_trainer_report_ddp_timeline
   EXPORT_NAME trainer_report_ddp_timeline
@@ -1587,13 +1595,21 @@ dtrain_cc_library(dtrain_trainer_report_progress
   HDRS trainer/report/progress.h
   DEPS dtrain_trainer_report_meters dtrain_tp_absl dtrain_trainer_train_options)
 
+# //trainer/report:recorder
+dtrain_cc_library(dtrain_trainer_report_recorder
+  EXPORT_NAME trainer_report_recorder
+  PACKAGE trainer/report
+  SRCS trainer/report/recorder.cc
+  HDRS trainer/report/recorder.h
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_run_metrics dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_rank_sync dtrain_trainer_train_options)
+
 # //trainer:trainer
 dtrain_cc_library(dtrain_trainer
   EXPORT_NAME trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_amp dtrain_trainer_evaluation dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_rank_status dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_run_metrics)
+  DEPS dtrain_trainer_amp dtrain_trainer_evaluation dtrain_trainer_loop_checkpoints dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
 # //trainer:train_main
 dtrain_cc_library(dtrain_trainer_train_main
@@ -2099,6 +2115,13 @@ dtrain_sh_test(dtrain_trainer_multihost_test
   TIMEOUT 300
   ARGS trainer/train tools/launch/launch
   RUN_SERIAL)
+
+# //trainer:rank_sync_test
+dtrain_cc_test(dtrain_trainer_rank_sync_test
+  OUTPUT trainer/rank_sync_test
+  SRCS trainer/rank_sync_test.cc
+  DEPS dtrain_trainer_rank_sync dtrain_trainer_trainer_testing dtrain_dist_backend_testing dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
 
 # //trainer:slurm_test
 dtrain_sh_test(dtrain_trainer_slurm_test

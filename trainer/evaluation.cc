@@ -11,13 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
-#include "trainer/report/meters.h"
 #include "trainer/rank_sync.h"
+#include "trainer/report/meters.h"
+#include "trainer/stop_vote.h"
 
 namespace dtrain::trainer {
 namespace {
-
-using backend::ReduceOp;
 
 // Cross entropy, as TrainStep computes it.
 at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
@@ -27,27 +26,11 @@ at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
 
 }  // namespace
 
-absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
-                                       const c10::Device& device,
-                                       absl::Duration timeout, double loss_sum,
-                                       int64_t correct1, int64_t correct5,
-                                       int64_t examples) {
-  DTRAIN_ASSIGN_OR_RETURN(
-      std::vector<double> sums,
-      AllReduceValues(
-          backend,
-          {loss_sum, static_cast<double>(correct1),
-           static_cast<double>(correct5), static_cast<double>(examples)},
-          ReduceOp::kSum, device, timeout));
-  const double total = std::max(1.0, sums[3]);
-  return Scores{sums[0] / total, 100.0 * sums[1] / total,
-                100.0 * sums[2] / total, sums[3]};
-}
-
-absl::StatusOr<Scores> EvaluateOnRanks(
-    models::Model& model, data::DataLoader& loader, int64_t dataset_size,
-    backend::Backend& backend, const c10::Device& device,
-    absl::Duration timeout, const EvaluationOptions& options) {
+absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
+                                       data::DataLoader& loader,
+                                       int64_t dataset_size,
+                                       const RankSync& sync,
+                                       const EvaluationOptions& options) {
   model.eval();
   at::NoGradGuard no_grad;
   loader.SetEpoch(0);
@@ -55,21 +38,13 @@ absl::StatusOr<Scores> EvaluateOnRanks(
   int64_t correct1 = 0, correct5 = 0, examples = 0;
   // Every rank has as many batches (the sampler pads), so every rank votes
   // as often.
-  at::Tensor stop_flag;
-  if (options.stop_requested != nullptr) {
-    stop_flag =
-        at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
-  }
+  StopVote vote(sync, options.stop_requested);
   for (int64_t batches = 0;
        options.max_batches <= 0 || batches < options.max_batches; ++batches) {
     DTRAIN_ASSIGN_OR_RETURN(absl::optional<data::Batch> batch, loader.Next());
     if (!batch.has_value()) break;
     // Issued before the forward pass, which hides its round trip.
-    std::shared_ptr<backend::Work> vote;
-    if (stop_flag.defined()) {
-      stop_flag.fill_(options.stop_requested->load() ? 1 : 0);
-      vote = backend.AllReduce(stop_flag, ReduceOp::kMax, "stop vote");
-    }
+    vote.Issue();
     const data::Batch& b = *batch;
     // The sampler pads the last round with repeats so that every rank gets as
     // many examples; slots past the dataset's end are those repeats, and are
@@ -87,13 +62,13 @@ absl::StatusOr<Scores> EvaluateOnRanks(
         images = images.index_select(0, index);
         labels = labels.index_select(0, index);
       }
-      images = images.to(device, true);
-      labels = labels.to(device, true);
+      images = images.to(sync.device(), true);
+      labels = labels.to(sync.device(), true);
       at::Tensor output;
       try {
         output = model.forward(images);
       } catch (const std::exception& e) {
-        if (vote != nullptr) vote->Wait(timeout).IgnoreError();
+        vote.Abandon();
         return absl::InternalError(absl::StrCat("validation forward failed: ",
                                                 base::ExceptionMessage(e)));
       }
@@ -103,17 +78,15 @@ absl::StatusOr<Scores> EvaluateOnRanks(
       correct5 += correct[1];
       examples += labels.size(0);
     }
-    if (vote != nullptr) {
-      DTRAIN_RETURN_IF_ERROR(vote->WaitForResult(timeout));
-      if (stop_flag.item<int>() != 0) {
-        return absl::CancelledError(absl::StrCat(
-            "validation stopped by a signal after ", batches + 1, " batches"));
-      }
+    DTRAIN_ASSIGN_OR_RETURN(const bool stop, vote.Collect());
+    if (stop) {
+      return absl::CancelledError(absl::StrCat(
+          "validation stopped by a signal after ", batches + 1, " batches"));
     }
   }
-  DTRAIN_ASSIGN_OR_RETURN(const Scores scores,
-                          ScoresOverRanks(backend, device, timeout, loss_sum,
-                                          correct1, correct5, examples));
+  DTRAIN_ASSIGN_OR_RETURN(
+      const Scores scores,
+      ScoresOverRanks(sync, loss_sum, correct1, correct5, examples));
   if (options.max_batches <= 0 &&
       static_cast<int64_t>(scores.examples) != dataset_size) {
     return absl::InternalError(

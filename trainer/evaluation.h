@@ -18,23 +18,9 @@
 #include "data/loader.h"
 #include "dist/backend/backend.h"
 #include "models/model.h"
+#include "trainer/rank_sync.h"
 
 namespace dtrain::trainer {
-
-// Over every rank's examples.
-struct Scores {
-  double loss = 0;  // mean per example
-  double top1 = 0;  // percent
-  double top5 = 0;  // percent
-  double examples = 0;
-};
-
-// Scores from this rank's sums (one allreduce).
-absl::StatusOr<Scores> ScoresOverRanks(backend::Backend& backend,
-                                       const c10::Device& device,
-                                       absl::Duration timeout, double loss_sum,
-                                       int64_t correct1, int64_t correct5,
-                                       int64_t examples);
 
 struct EvaluationOptions {
   // Batches per rank (0: the whole split, which the ranks must then count
@@ -52,10 +38,11 @@ struct EvaluationOptions {
 // without gradients. kInternal when the model throws, or when the ranks
 // together did not count `dataset_size` examples; kCancelled when stopped
 // (above); backend and loader errors as they are.
-absl::StatusOr<Scores> EvaluateOnRanks(
-    models::Model& model, data::DataLoader& loader, int64_t dataset_size,
-    backend::Backend& backend, const c10::Device& device,
-    absl::Duration timeout, const EvaluationOptions& options = {});
+absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
+                                       data::DataLoader& loader,
+                                       int64_t dataset_size,
+                                       const RankSync& sync,
+                                       const EvaluationOptions& options = {});
 
 }  // namespace dtrain::trainer
 

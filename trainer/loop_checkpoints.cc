@@ -25,7 +25,9 @@ absl::StatusOr<LoopCheckpoints> LoopCheckpoints::Open(
 absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
     data::DataLoader* loader) {
+  resumed_ = false;
   resumed_from_.clear();
+  skipped_.clear();
   std::string bytes;
   absl::Status found = absl::OkStatus();
   std::string path;
@@ -34,6 +36,7 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
     if (latest.ok()) {
       bytes = std::move(latest->bytes);
       path = std::move(latest->path);
+      skipped_ = std::move(latest->skipped);
     } else {
       found = latest.status();
     }
@@ -41,23 +44,30 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
   // Rank 0 sends the checkpoint, nothing (no checkpoint yet) or its error,
   // which every rank then fails with. A checkpoint is never empty.
   if (absl::IsNotFound(found)) found = absl::OkStatus();
-  DTRAIN_RETURN_IF_ERROR(BroadcastBytes(*backend_, 0, &bytes, found,
-                                        options_.device, options_.timeout));
+  const RankSync sync(*backend_, options_.device, options_.timeout);
+  DTRAIN_RETURN_IF_ERROR(sync.Broadcast(0, &bytes, found));
   if (bytes.empty()) return TrainingState();
-  DTRAIN_ASSIGN_OR_RETURN(TrainingState state,
-                          DecodeCheckpoint(bytes, model, optimizer));
+  DTRAIN_ASSIGN_OR_RETURN(
+      TrainingState state,
+      DecodeCheckpoint(bytes, model, optimizer, options_.model_name,
+                       options_.optimizer_name));
   if (loader != nullptr) DTRAIN_RETURN_IF_ERROR(loader->Restore(state.sampler));
+  resumed_ = true;
   resumed_from_ = std::move(path);
   return state;
 }
 
 absl::StatusOr<std::string> LoopCheckpoints::Save(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-    const TrainingState& state) {
+    const TrainingState& state, bool also_best,
+    std::vector<std::string>* warnings) {
   if (!dir_.has_value()) return std::string();
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
                           EncodeCheckpoint(model, optimizer, state));
-  return dir_->Save(state.global_step, bytes);
+  DTRAIN_ASSIGN_OR_RETURN(std::string path,
+                          dir_->Save(state.global_step, bytes, warnings));
+  if (also_best) DTRAIN_RETURN_IF_ERROR(dir_->SaveBest(bytes).status());
+  return path;
 }
 
 absl::StatusOr<std::string> LoopCheckpoints::Save(

@@ -13,7 +13,8 @@
 //       checkpoints.Save(*model, optimizer, step, *loader).status());
 //
 // The optimizer must be one the checkpoint format knows (SGD, optim::Adadelta;
-// trainer/checkpoint/checkpoint.h).
+// trainer/checkpoint/checkpoint.h). //trainer:train keeps its checkpoints
+// through this class too, with the names checked and the best model saved.
 //
 // Thread safety: thread-compatible. Lifetimes: the backend must outlive the
 // object.
@@ -26,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +48,10 @@ struct LoopCheckpointOptions {
   c10::Device device = c10::kCPU;
   // Bounds Resume's collectives.
   absl::Duration timeout = absl::Minutes(5);
+  // What Resume requires of a checkpoint's model_name and optimizer_name
+  // (DecodeCheckpoint's expectations); "" accepts any.
+  std::string model_name;
+  std::string optimizer_name;
 };
 
 class LoopCheckpoints {
@@ -62,22 +68,27 @@ class LoopCheckpoints {
   // `loader` is not null, continues its epoch where the checkpoint stopped
   // (DataLoader::Restore). Returns the checkpoint's TrainingState, or a
   // default one (epoch 0, step 0) when the directory has no checkpoint;
-  // resumed_from() then says which file it was. Every rank fails alike when
-  // rank 0 cannot read the directory or finds only damaged files (kDataLoss
-  // listing them, as kFailedPrecondition on the other ranks); a checkpoint
-  // that does not fit the model fails with DecodeCheckpoint's error.
+  // resumed() and resumed_from() then say whether and from which file.
+  // Every rank fails alike when rank 0 cannot read the directory or finds
+  // only damaged files (kDataLoss listing them; on the other ranks the same
+  // after "rank 0: "); a checkpoint that does not fit the model, or names
+  // another model or optimizer than the options expect, fails with
+  // DecodeCheckpoint's error.
   absl::StatusOr<TrainingState> Resume(torch::nn::Module& model,
                                        torch::optim::Optimizer& optimizer,
                                        data::DataLoader* loader = nullptr);
 
   // Not collective. Rank 0 writes checkpoint-<state.global_step>.dtc
   // (CheckpointDir::Save: atomically, then rotation) and returns its path;
-  // the other ranks return "" at once. EncodeCheckpoint's errors (among
-  // them a state that CheckTrainingState refuses: state.epoch must equal
-  // state.sampler.epoch) and the directory's.
-  absl::StatusOr<std::string> Save(const torch::nn::Module& model,
-                                   const torch::optim::Optimizer& optimizer,
-                                   const TrainingState& state);
+  // the other ranks return "" at once. With `also_best`, the same bytes also
+  // go to best.dtc (CheckpointDir::SaveBest). Lines about files rotation left
+  // alone are appended to `warnings` when given. EncodeCheckpoint's errors
+  // (among them a state that CheckTrainingState refuses: state.epoch must
+  // equal state.sampler.epoch) and the directory's.
+  absl::StatusOr<std::string> Save(
+      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+      const TrainingState& state, bool also_best = false,
+      std::vector<std::string>* warnings = nullptr);
 
   // Save for a loop that has taken `global_step` optimizer steps and reads
   // its data from `loader`: the state holds the step and the loader's
@@ -87,8 +98,14 @@ class LoopCheckpoints {
                                    int64_t global_step,
                                    const data::DataLoader& loader);
 
+  // Whether the last Resume loaded a checkpoint (every rank alike).
+  bool resumed() const { return resumed_; }
   // The file the last Resume loaded, on rank 0 ("" elsewhere or when none).
   const std::string& resumed_from() const { return resumed_from_; }
+  // Rank 0: "<path>: <reason>" for each newer file the last Resume passed
+  // over as damaged, newest first (CheckpointDir::Found::skipped).
+  const std::vector<std::string>& skipped() const { return skipped_; }
+  const std::string& path() const { return path_; }
 
  private:
   LoopCheckpoints(std::string path, absl::optional<CheckpointDir> dir,
@@ -104,7 +121,9 @@ class LoopCheckpoints {
   absl::optional<CheckpointDir> dir_;
   backend::Backend* backend_;
   LoopCheckpointOptions options_;
+  bool resumed_ = false;
   std::string resumed_from_;
+  std::vector<std::string> skipped_;
 };
 
 }  // namespace dtrain::trainer

@@ -15,81 +15,97 @@
 #include "base/status_macros.h"
 
 namespace dtrain::trainer {
-absl::StatusOr<std::vector<double>> AllReduceValues(
-    backend::Backend& backend, const std::vector<double>& values,
-    backend::ReduceOp op, c10::Device device, absl::Duration timeout) {
-  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
-  if (!device.is_cpu()) t = t.to(device);
-  DTRAIN_RETURN_IF_ERROR(backend.AllReduce(t, op)->WaitForResult(timeout));
-  t = t.cpu();
-  const double* p = t.data_ptr<double>();
-  return std::vector<double>(p, p + values.size());
-}
-
-absl::Status BroadcastBytes(backend::Backend& backend, int root,
-                            std::string* bytes, const absl::Status& error,
-                            c10::Device device, absl::Duration timeout) {
-  const bool is_root = backend.rank() == root;
-  // -1 says the root has nothing to send.
-  at::Tensor size = at::full(
-      {1},
-      is_root ? (error.ok() ? static_cast<int64_t>(bytes->size()) : -1) : 0,
-      at::TensorOptions().dtype(at::kLong));
-  if (!device.is_cpu()) size = size.to(device);
-  DTRAIN_RETURN_IF_ERROR(backend.Broadcast(size, root)->WaitForResult(timeout));
-  const int64_t n = size.cpu().item<int64_t>();
-  if (n < 0) {
-    if (is_root) return error;
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank ", root, " has nothing to send (see its log)"));
-  }
-  at::Tensor data = at::empty({n}, at::TensorOptions().dtype(at::kByte));
-  if (is_root && n > 0) std::memcpy(data.data_ptr<uint8_t>(), bytes->data(), n);
-  if (!device.is_cpu()) data = data.to(device);
-  if (n > 0) {
-    DTRAIN_RETURN_IF_ERROR(
-        backend.Broadcast(data, root)->WaitForResult(timeout));
-  }
-  if (!is_root) {
-    data = data.cpu();
-    bytes->assign(reinterpret_cast<const char*>(data.data_ptr<uint8_t>()),
-                  static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 // FNV-1a over the tensor's bytes, on the CPU: exact, whatever the device.
 int64_t BytesFingerprint(const at::Tensor& t) {
   const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
   base::Fnv1a h;
-  h.Update(c.data_ptr(), n);
+  h.Update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   const uint64_t digest = h.digest();
   int64_t out;
   std::memcpy(&out, &digest, sizeof(out));
   return out;
 }
 
+at::Tensor BytesTensor(absl::string_view bytes) {
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())},
+                           at::TensorOptions().dtype(at::kByte));
+  if (!bytes.empty())
+    std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string TensorBytes(const at::Tensor& t) {
+  const at::Tensor c = t.cpu();
+  return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()),
+                     static_cast<size_t>(c.numel()));
+}
+
 }  // namespace
 
-absl::Status CheckIdenticalAcrossRanks(
-    backend::Backend& backend,
-    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-    c10::Device device, absl::Duration timeout) {
+at::Tensor RankSync::OnDevice(const at::Tensor& t) const {
+  return device_.is_cpu() ? t : t.to(device_);
+}
+
+absl::StatusOr<std::vector<double>> RankSync::AllReduce(
+    const std::vector<double>& values, backend::ReduceOp op) const {
+  at::Tensor t =
+      OnDevice(at::tensor(values, at::TensorOptions().dtype(at::kDouble)));
+  DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(t, op)->WaitForResult(timeout_));
+  t = t.cpu();
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+absl::Status RankSync::Broadcast(int root, std::string* bytes,
+                                 const absl::Status& error) const {
+  const bool is_root = rank() == root;
+  // {size, status code, message size}; size -1: the root sends its error.
+  std::vector<int64_t> header = {0, 0, 0};
+  if (is_root) {
+    header = {error.ok() ? static_cast<int64_t>(bytes->size()) : -1,
+              static_cast<int64_t>(error.code()),
+              static_cast<int64_t>(error.message().size())};
+  }
+  at::Tensor head =
+      OnDevice(at::tensor(header, at::TensorOptions().dtype(at::kLong)));
+  DTRAIN_RETURN_IF_ERROR(
+      backend_->Broadcast(head, root)->WaitForResult(timeout_));
+  head = head.cpu();
+  const int64_t n = head[0].item<int64_t>();
+  const int64_t payload = n >= 0 ? n : head[2].item<int64_t>();
+  at::Tensor data = OnDevice(
+      is_root
+          ? BytesTensor(n >= 0 ? absl::string_view(*bytes) : error.message())
+          : at::empty({payload}, at::TensorOptions().dtype(at::kByte)));
+  if (payload > 0) {
+    DTRAIN_RETURN_IF_ERROR(
+        backend_->Broadcast(data, root)->WaitForResult(timeout_));
+  }
+  if (n < 0) {
+    if (is_root) return error;
+    return absl::Status(static_cast<absl::StatusCode>(head[1].item<int64_t>()),
+                        absl::StrCat("rank ", root, ": ", TensorBytes(data)));
+  }
+  if (!is_root) *bytes = TensorBytes(data);
+  return absl::OkStatus();
+}
+
+absl::Status RankSync::CheckIdentical(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
   const int64_t n = static_cast<int64_t>(tensors.size());
   if (n == 0) return absl::OkStatus();
   at::Tensor mine = at::empty({n}, at::TensorOptions().dtype(at::kLong));
   for (int64_t i = 0; i < n; ++i) {
     mine[i] = BytesFingerprint(tensors[static_cast<size_t>(i)].second);
   }
-  at::Tensor high = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
-  at::Tensor low = mine.to(device, /*non_blocking=*/false, /*copy=*/true);
-  DTRAIN_RETURN_IF_ERROR(
-      backend.AllReduce(high, backend::ReduceOp::kMax)->WaitForResult(timeout));
-  DTRAIN_RETURN_IF_ERROR(
-      backend.AllReduce(low, backend::ReduceOp::kMin)->WaitForResult(timeout));
+  at::Tensor high = mine.to(device_, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor low = mine.to(device_, /*non_blocking=*/false, /*copy=*/true);
+  DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(high, backend::ReduceOp::kMax)
+                             ->WaitForResult(timeout_));
+  DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(low, backend::ReduceOp::kMin)
+                             ->WaitForResult(timeout_));
   high = high.cpu();
   low = low.cpu();
   std::vector<std::string> differ;
@@ -101,10 +117,24 @@ absl::Status CheckIdenticalAcrossRanks(
   if (differ.empty()) return absl::OkStatus();
   const std::string names = base::JoinFirst(differ, 5);
   return absl::InternalError(absl::StrCat(
-      "[rank ", backend.rank(), "] ", differ.size(), " of ", n,
+      "[rank ", rank(), "] ", differ.size(), " of ", n,
       " parameters differ between the ranks: ", names,
       "; DDP keeps them identical, so a rank diverged (a nondeterministic "
       "kernel, or a bug)"));
+}
+
+absl::StatusOr<Scores> ScoresOverRanks(const RankSync& sync, double loss_sum,
+                                       int64_t correct1, int64_t correct5,
+                                       int64_t examples) {
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> sums,
+      sync.AllReduce(
+          {loss_sum, static_cast<double>(correct1),
+           static_cast<double>(correct5), static_cast<double>(examples)},
+          backend::ReduceOp::kSum));
+  const double total = std::max(1.0, sums[3]);
+  return Scores{sums[0] / total, 100.0 * sums[1] / total,
+                100.0 * sums[2] / total, sums[3]};
 }
 
 }  // namespace dtrain::trainer

@@ -2,14 +2,20 @@
 
 #include <torch/cuda.h>
 #include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "data/distributed_sampler.h"
+#include "dist/ddp/sync_batch_norm.h"
+#include "models/registry.h"
+#include "models/state_dict/state_dict.h"
 #include "optim/adadelta.h"
 
 namespace dtrain::trainer {
@@ -76,6 +82,120 @@ absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
   l.seed = o.seed;
   l.pin_memory = pin_memory;
   return data::DataLoader::Create(source, std::move(sampler), transforms, l);
+}
+
+absl::StatusOr<BuiltModel> BuildModel(const TrainOptions& o,
+                                      const TrainingData& data,
+                                      backend::Backend& backend,
+                                      c10::Device device) {
+  models::ModelConfig config;
+  config.num_classes = data.num_classes;
+  config.in_channels = data.input_shape[0];
+  config.image_size = data.input_shape[1];
+  config.small_input_stem = o.small_input_stem;
+  if (o.sync_batchnorm && backend.size() > 1) {
+    ddp::SyncBatchNormOptions sync;
+    sync.timeout = o.timeout;
+    config.norm_layer = ddp::SyncBatchNormLayers(backend, sync);
+  }
+  // Every rank builds the same initial weights; DDP broadcasts rank 0's all
+  // the same, which also covers models whose construction is not seeded.
+  torch::manual_seed(o.seed);
+  BuiltModel built;
+  DTRAIN_ASSIGN_OR_RETURN(built.model, models::CreateModel(o.model, config));
+  if (o.sync_batchnorm && !models::FindModel(o.model)->batch_norm) {
+    built.notes.push_back(absl::StrCat(
+        "--sync_batchnorm: ", o.model,
+        " has no batch norm layers; it trains unchanged, as PyTorch's "
+        "convert_sync_batchnorm leaves it"));
+  }
+  built.model->to(device);
+  if (o.init_state_dict.empty()) return built;
+  models::state_dict::LoadOptions load;
+  load.strict = o.init_state_dict_strict;
+  load.exclude = o.init_state_dict_exclude;
+  load.strict_flag = "--init_state_dict_strict";
+  load.exclude_flag = "--init_state_dict_exclude";
+  absl::StatusOr<models::state_dict::LoadReport> loaded =
+      models::state_dict::LoadStateDict(o.init_state_dict, *built.model, load);
+  if (!loaded.ok()) {
+    return absl::Status(
+        loaded.status().code(),
+        absl::StrCat("--init_state_dict: ", loaded.status().message()));
+  }
+  built.notes.push_back(absl::StrCat("weights from ", o.init_state_dict, ": ",
+                                     loaded->Summary()));
+  return built;
+}
+
+absl::StatusOr<optim::LrSchedule> MakeSchedule(
+    const TrainOptions& o, torch::optim::Optimizer& optimizer,
+    int64_t steps_per_epoch) {
+  optim::LrScheduleOptions lr;
+  DTRAIN_ASSIGN_OR_RETURN(lr.kind, optim::ParseLrScheduleKind(o.lr_schedule));
+  lr.step = {o.lr_step_epochs, o.lr_gamma};
+  lr.epochs = *o.epochs;
+  lr.warmup_epochs = o.warmup_epochs;
+  lr.steps_per_epoch = steps_per_epoch;
+  return optim::LrSchedule::Create(optimizer, lr);
+}
+
+ddp::DdpOptions MakeDdpOptions(const TrainOptions& o) {
+  ddp::DdpOptions d;
+  d.bucket_cap_bytes = static_cast<int64_t>(o.bucket_cap_mb * (1 << 20));
+  d.first_bucket_cap_bytes =
+      std::min(d.first_bucket_cap_bytes, d.bucket_cap_bytes);
+  // Without gradient sync nothing else may communicate either: the run
+  // measures what the machine does with no communication at all.
+  d.broadcast_buffers = o.sync_gradients;
+  d.timeout = o.timeout;
+  d.fp16_compression = o.fp16_allreduce;
+  return d;
+}
+
+std::string RunSummary(const TrainOptions& o, const RunMetrics& metrics,
+                       size_t buckets, Precision precision) {
+  const int64_t global_batch = *o.batch_size * metrics.world_size;
+  return absl::StrFormat(
+      "%s: %d parameters, %s, world size %d (%s), batch %d per process "
+      "(global %d%s), %d buckets%s%s%s",
+      o.model, metrics.parameters, metrics.device, metrics.world_size,
+      metrics.backend, *o.batch_size, global_batch,
+      o.accumulate_steps > 1
+          ? absl::StrCat(", ", o.accumulate_steps, " per step: effective ",
+                         global_batch * o.accumulate_steps)
+          : "",
+      buckets, o.fp16_allreduce ? " (float16 on the wire)" : "",
+      precision != Precision::kFloat32
+          ? absl::StrCat(", autocast ", PrecisionName(precision))
+          : "",
+      o.sync_gradients ? "" : ", gradient sync OFF (no-communication bound)");
+}
+
+std::string ResumeLine(const TrainingState& state,
+                       const data::DistributedSampler& sampler,
+                       int64_t dataset_size, int world_size,
+                       const std::string& path) {
+  std::string how;
+  if (state.sampler.num_replicas != world_size) {
+    how =
+        sampler.start() == 0
+            ? absl::StrCat("; saved by ", state.sampler.num_replicas,
+                           " processes at an epoch boundary: continuing "
+                           "exactly as a run of ",
+                           world_size, " would")
+            : absl::StrCat(
+                  "; saved by ", state.sampler.num_replicas,
+                  " processes inside epoch ", state.sampler.epoch, ": the ",
+                  dataset_size - sampler.start(),
+                  " examples it had left are re-partitioned over ", world_size,
+                  " processes (each seen once; its batches differ from an "
+                  "uninterrupted run's)");
+  }
+  return absl::StrCat("resumed from ", path, ": epoch ", sampler.epoch(),
+                      ", example ", sampler.position(), " of ",
+                      sampler.num_samples(), " per rank, step ",
+                      state.global_step, how);
 }
 
 }  // namespace dtrain::trainer

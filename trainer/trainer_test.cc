@@ -30,7 +30,6 @@
 #include "models/registry.h"
 #include "models/state_dict/state_dict.h"
 #include "nlohmann/json.hpp"
-#include "trainer/rank_sync.h"
 #include "trainer/trainer_testing.h"
 
 namespace dtrain::trainer {
@@ -173,25 +172,6 @@ TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
   const int port =
       std::stoi(m.metrics_url.substr(m.metrics_url.rfind(':') + 1));
   EXPECT_FALSE(Listening(port)) << m.metrics_url << " still served";
-}
-
-TEST(TrainerTest, IdentityCheckNamesTheParameterThatDiffers) {
-  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
-    std::vector<std::pair<std::string, at::Tensor>> params = {
-        {"conv.weight", torch::ones({3, 3})},
-        {"fc.bias", torch::full({4}, b.rank() == 1 ? 0.5 : 0.25)},
-        {"fc.weight", torch::zeros({2, 4}, torch::kDouble)}};
-    absl::Status s = CheckIdenticalAcrossRanks(
-        b, params, c10::Device(c10::kCPU), absl::Seconds(30));
-    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-    EXPECT_THAT(std::string(s.message()),
-                ::testing::HasSubstr("1 of 3 parameters differ between the "
-                                     "ranks: fc.bias;"));
-    params.erase(params.begin() + 1);
-    EXPECT_TRUE(CheckIdenticalAcrossRanks(b, params, c10::Device(c10::kCPU),
-                                          absl::Seconds(30))
-                    .ok());
-  });
 }
 
 TEST(TrainerTest, WithoutGradientSyncRanksDrift) {
