@@ -38,13 +38,13 @@
 #include "absl/time/time.h"
 #include "base/duration_flag.h"
 #include "base/machine_limits.h"
+#include "base/metrics_server.h"
 #include "base/open_file_limit.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
-#include "base/metrics_server.h"
 
 ABSL_FLAG(
     std::vector<std::string>, backends,
