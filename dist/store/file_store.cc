@@ -295,11 +295,10 @@ absl::StatusOr<bool> FileStore::Poll(absl::Duration timeout,
     {
       std::lock_guard<std::mutex> lock(mu_);
       bool done = false;
-      const absl::Status s = WithLog([&] {
+      DTRAIN_RETURN_IF_ERROR(WithLog([&] {
         done = probe();
         return absl::OkStatus();
-      });
-      if (!s.ok()) return s;
+      }));
       if (done) return true;
     }
     const absl::Duration left = deadline - absl::Now();
@@ -464,14 +463,13 @@ absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
 absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
                                            absl::Duration timeout) {
   std::optional<std::string> value;
-  const absl::StatusOr<bool> found = Poll(timeout, [&]() {
-    auto it = data_.find(key);
-    if (it == data_.end()) return false;
-    value = it->second;
-    return true;
-  });
-  if (!found.ok()) return found.status();
-  if (!*found) {
+  DTRAIN_ASSIGN_OR_RETURN(const bool found, Poll(timeout, [&]() {
+                            auto it = data_.find(key);
+                            if (it == data_.end()) return false;
+                            value = it->second;
+                            return true;
+                          }));
+  if (!found) {
     const std::string k(key);
     return internal::KeysTimeoutError("get", {k}, {k}, Describe(), timeout);
   }
@@ -481,15 +479,14 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key,
 absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
   DTRAIN_RETURN_IF_ERROR(CheckSizes(key, ""));
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<int64_t> sum;
-  const absl::Status s = WithLog([&]() {
+  int64_t sum = 0;
+  DTRAIN_RETURN_IF_ERROR(WithLog([&]() {
     auto it = data_.find(key);
-    sum = internal::AddToCounter(key, it == data_.end() ? nullptr : &it->second,
-                                 delta);
-    if (!sum.ok()) return sum.status();
-    return AppendLocked(Op::kSet, key, std::to_string(*sum));
-  });
-  if (!s.ok()) return s;
+    DTRAIN_ASSIGN_OR_RETURN(
+        sum, internal::AddToCounter(
+                 key, it == data_.end() ? nullptr : &it->second, delta));
+    return AppendLocked(Op::kSet, key, std::to_string(sum));
+  }));
   return sum;
 }
 
@@ -499,7 +496,7 @@ absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
   DTRAIN_RETURN_IF_ERROR(CheckSizes(key, desired));
   std::lock_guard<std::mutex> lock(mu_);
   std::string result;
-  const absl::Status s = WithLog([&]() {
+  DTRAIN_RETURN_IF_ERROR(WithLog([&]() {
     auto it = data_.find(key);
     const bool swap =
         it == data_.end() ? expected.empty() : it->second == expected;
@@ -509,34 +506,31 @@ absl::StatusOr<std::string> FileStore::CompareSet(absl::string_view key,
     }
     result = std::string(desired);
     return AppendLocked(Op::kSet, key, desired);
-  });
-  if (!s.ok()) return s;
+  }));
   return result;
 }
 
 absl::StatusOr<bool> FileStore::Check(absl::Span<const std::string> keys) {
   std::lock_guard<std::mutex> lock(mu_);
   bool all = true;
-  const absl::Status s = WithLog([&]() {
+  DTRAIN_RETURN_IF_ERROR(WithLog([&]() {
     for (const std::string& k : keys) all = all && data_.contains(k);
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return all;
 }
 
 absl::Status FileStore::Wait(absl::Span<const std::string> keys,
                              absl::Duration timeout) {
   std::vector<std::string> missing;
-  const absl::StatusOr<bool> found = Poll(timeout, [&]() {
-    missing.clear();
-    for (const std::string& k : keys) {
-      if (!data_.contains(k)) missing.push_back(k);
-    }
-    return missing.empty();
-  });
-  if (!found.ok()) return found.status();
-  if (!*found) {
+  DTRAIN_ASSIGN_OR_RETURN(const bool found, Poll(timeout, [&]() {
+                            missing.clear();
+                            for (const std::string& k : keys) {
+                              if (!data_.contains(k)) missing.push_back(k);
+                            }
+                            return missing.empty();
+                          }));
+  if (!found) {
     return internal::KeysTimeoutError("wait", keys, missing, Describe(),
                                       timeout);
   }
@@ -546,23 +540,21 @@ absl::Status FileStore::Wait(absl::Span<const std::string> keys,
 absl::StatusOr<bool> FileStore::Delete(absl::string_view key) {
   std::lock_guard<std::mutex> lock(mu_);
   bool existed = false;
-  const absl::Status s = WithLog([&]() {
+  DTRAIN_RETURN_IF_ERROR(WithLog([&]() {
     existed = data_.contains(key);
     if (!existed) return absl::OkStatus();
     return AppendLocked(Op::kDelete, key, "");
-  });
-  if (!s.ok()) return s;
+  }));
   return existed;
 }
 
 absl::StatusOr<int64_t> FileStore::NumKeys() {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t n = 0;
-  const absl::Status s = WithLog([&]() {
+  DTRAIN_RETURN_IF_ERROR(WithLog([&]() {
     n = static_cast<int64_t>(data_.size());
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return n;
 }
 

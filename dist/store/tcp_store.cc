@@ -87,13 +87,15 @@ absl::Status TcpStore::Hello(int fd) const {
                         Writer().Bytes(options_.token).data(), &ping);
   const absl::Time deadline = absl::Now() + protocol::kHelloTimeout;
   char header[protocol::kHeaderSize];
-  absl::Status s = internal::SendAll(fd, ping.data(), ping.size(), deadline);
-  if (!s.ok()) return s;  // Not even our bytes went out: retry.
+  // If this fails, not even our bytes went out: retry.
+  DTRAIN_RETURN_IF_ERROR(
+      internal::SendAll(fd, ping.data(), ping.size(), deadline));
   const std::string advice = absl::StrCat(
       ". Is another program using this port? Under torchrun's default mode "
       "the ranks use torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True, "
       "set by torchrun); otherwise give the job a free --master_port");
-  s = internal::RecvAll(fd, header, sizeof(header), deadline);
+  const absl::Status s =
+      internal::RecvAll(fd, header, sizeof(header), deadline);
   if (!s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the program listening at ", Describe(),
@@ -127,8 +129,8 @@ absl::Status TcpStore::Hello(int fd) const {
                                                       h.length, " bytes"));
   }
   std::string rest(h.length, '\0');
-  s = internal::RecvAll(fd, rest.data(), rest.size(), deadline);
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(
+      internal::RecvAll(fd, rest.data(), rest.size(), deadline));
   if (h.type == static_cast<uint8_t>(protocol::Reply::kRetry)) {
     // Busy with strangers or short of descriptors: connect again.
     protocol::Reader r(rest);
