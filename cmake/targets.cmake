@@ -1190,7 +1190,7 @@ dtrain_cc_library(dtrain_dist_ddp_testing
 dtrain_cc_test(dtrain_dist_ddp_ddp_cuda_test
   OUTPUT dist/ddp/ddp_cuda_test
   SRCS dist/ddp/ddp_cuda_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_base_cuda_device dtrain_dist_backend dtrain_dist_backend_nccl dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_base_cuda_device dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_nccl dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/ddp:ddp_equivalence_test

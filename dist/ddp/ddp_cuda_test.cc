@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_device.h"
+#include "base/status_macros.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/nccl/nccl_backend.h"
 #include "dist/ddp/ddp.h"
@@ -57,8 +58,7 @@ backend::testing::BackendFactory Nccl() {
   return [](int rank, int world_size, std::shared_ptr<store::Store> store)
              -> absl::StatusOr<std::unique_ptr<backend::Backend>> {
     // The rank's device first, so NCCL's context lands there only.
-    absl::Status s = base::SetCurrentCudaDevice(rank);
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(rank));
     backend::NcclBackendOptions o;
     o.rank = rank;
     o.world_size = world_size;

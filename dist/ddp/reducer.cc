@@ -170,7 +170,7 @@ std::string Reducer::StepNameLocked() const {
 
 absl::Status Reducer::CheckReadyForForward() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.ok()) return broken_;
+  DTRAIN_RETURN_IF_ERROR(broken_);
   if (step_started_) {
     return absl::FailedPreconditionError(absl::StrCat(
         comm_.prefix(), StepNameLocked(),
@@ -270,7 +270,7 @@ void Reducer::KeepFirstError(const absl::Status& s, absl::string_view doing) {
 absl::Status Reducer::Synchronize() {
   const absl::Time start = absl::Now();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!broken_.ok()) return broken_;
+  DTRAIN_RETURN_IF_ERROR(broken_);
   const std::string step_name = StepNameLocked();
 
   StepStats stats;
@@ -464,7 +464,7 @@ absl::Status Reducer::ConfirmLastStep() {
   std::vector<Launched> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) return broken_;
+    DTRAIN_RETURN_IF_ERROR(broken_);
     works = last_works_;
   }
   for (const Launched& l : works) {
