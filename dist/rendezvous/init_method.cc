@@ -292,7 +292,7 @@ absl::StatusOr<InitMethod> ParseInitMethod(absl::string_view url) {
       }
       break;
   }
-  if (!s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(s);
   return method;
 }
 

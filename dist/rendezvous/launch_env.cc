@@ -408,23 +408,22 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
   DTRAIN_ASSIGN_OR_RETURN(const absl::optional<Setting> local_rank,
                           Pick(args.local_rank, "local_rank", env,
                                launcher ? launcher->local_rank : nullptr));
-  absl::StatusOr<absl::optional<Setting>> local_world_size =
-      absl::optional<Setting>();
+  absl::optional<Setting> local_world_size;
   if (args.local_world_size.has_value() || launcher == nullptr ||
       launcher->local_world_size != nullptr) {
-    local_world_size = Pick(args.local_world_size, "local_world_size", env,
-                            launcher ? launcher->local_world_size : nullptr);
+    DTRAIN_ASSIGN_OR_RETURN(
+        local_world_size,
+        Pick(args.local_world_size, "local_world_size", env,
+             launcher ? launcher->local_world_size : nullptr));
   } else {
-    local_world_size = SlurmLocalWorldSize(env);
+    DTRAIN_ASSIGN_OR_RETURN(local_world_size, SlurmLocalWorldSize(env));
   }
-  if (!local_world_size.ok()) return local_world_size.status();
   // The tutorials' explicit form passes --local_rank alone: torchrun's
   // LOCAL_WORLD_SIZE, where set, supplies what no launcher did.
-  if (args.local_rank.has_value() && !local_world_size->has_value()) {
-    local_world_size = ReadInt(env, "LOCAL_WORLD_SIZE");
-    if (!local_world_size.ok()) return local_world_size.status();
+  if (args.local_rank.has_value() && !local_world_size.has_value()) {
+    DTRAIN_ASSIGN_OR_RETURN(local_world_size, ReadInt(env, "LOCAL_WORLD_SIZE"));
   }
-  DTRAIN_RETURN_IF_ERROR(ResolveLocal(local_rank, *local_world_size, launcher,
+  DTRAIN_RETURN_IF_ERROR(ResolveLocal(local_rank, local_world_size, launcher,
                                       args.local_rank.has_value(),
                                       args.local_world_size.has_value(), &s));
   DTRAIN_RETURN_IF_ERROR(Validate(s));
