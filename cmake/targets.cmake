@@ -782,7 +782,7 @@ dtrain_cc_library(dtrain_dist_backend_nccl_watchdog
   PACKAGE dist/backend/nccl
   SRCS dist/backend/nccl/stream_work.cc dist/backend/nccl/watchdog.cc
   HDRS dist/backend/nccl/comm_ops.h dist/backend/nccl/stream_work.h dist/backend/nccl/watchdog.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_internal dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_internal dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend/nccl:nccl
 dtrain_cc_library(dtrain_dist_backend_nccl
@@ -821,7 +821,7 @@ dtrain_cc_library(dtrain_dist_backend_shm_group_barrier
   PACKAGE dist/backend/shm
   SRCS dist/backend/shm/group_barrier.cc
   HDRS dist/backend/shm/group_barrier.h
-  DEPS dtrain_tp_absl)
+  DEPS dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/backend/shm:reduce
 dtrain_cc_library(dtrain_dist_backend_shm_reduce
@@ -1105,7 +1105,7 @@ dtrain_cc_test(dtrain_dist_backend_hierarchical_host_layout_test
 dtrain_cc_test(dtrain_dist_backend_nccl_nccl_backend_test
   OUTPUT dist/backend/nccl/nccl_backend_test
   SRCS dist/backend/nccl/nccl_backend_test.cc
-  DEPS dtrain_dist_backend_nccl dtrain_base_cuda_device dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_nccl dtrain_base_cuda_device dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //dist/backend/nccl:nccl_multiprocess_test
@@ -1168,7 +1168,7 @@ dtrain_cc_test(dtrain_dist_backend_shm_shm_fault_test
 dtrain_cc_test(dtrain_dist_backend_stall_stall_inspector_test
   OUTPUT dist/backend/stall/stall_inspector_test
   SRCS dist/backend/stall/stall_inspector_test.cc
-  DEPS dtrain_dist_backend_stall dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_store dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_stall dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_store dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //dist/ddp:bucket_assignment_test

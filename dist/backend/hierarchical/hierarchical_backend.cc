@@ -130,7 +130,7 @@ class HierarchicalBackend : public Backend {
                                             at::ScalarType dtype) override {
     if (local_ == nullptr) return Backend::AllocateBuffer(numel, dtype);
     at::Tensor buffer;
-    const absl::Status s =
+    DTRAIN_RETURN_IF_ERROR(
         Enqueue(internal::Description{"allocate buffer",
                                       absl::StrCat(numel, " x ",
                                                    c10::toString(dtype))},
@@ -141,8 +141,7 @@ class HierarchicalBackend : public Backend {
                   buffer = *std::move(t);
                   return absl::OkStatus();
                 })
-            ->Wait();
-    if (!s.ok()) return s;
+            ->Wait());
     return buffer;
   }
 

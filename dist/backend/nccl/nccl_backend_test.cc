@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/cuda_device.h"
+#include "base/status_macros.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
@@ -69,8 +70,7 @@ testing::BackendFactory Factory(absl::Duration timeout = absl::Seconds(60)) {
   return
       [timeout](int rank, int world_size, std::shared_ptr<store::Store> store)
           -> absl::StatusOr<std::unique_ptr<Backend>> {
-        absl::Status s = base::SetCurrentCudaDevice(rank);
-        if (!s.ok()) return s;
+        DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(rank));
         NcclBackendOptions o;
         o.rank = rank;
         o.world_size = world_size;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "base/status_macros.h"
+
 namespace dtrain::backend::nccl_internal {
 
 WaitPlan PlanWait(WorkKind kind, bool completed) {
@@ -26,8 +28,7 @@ absl::Status StreamWork::Wait(absl::Duration timeout) {
   const WaitPlan plan = PlanWait(kind_, IsCompleted());
   if (plan.block_host) return CompletionWork::Wait(timeout);
   if (plan.order_stream) {
-    absl::Status s = ops_->OrderCurrentStreamAfter(event_.get());
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(ops_->OrderCurrentStreamAfter(event_.get()));
   }
   // OK while it runs; its error once it failed.
   return status();

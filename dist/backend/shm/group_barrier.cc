@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace dtrain::backend::shm {
 namespace {
@@ -111,8 +112,7 @@ absl::Status GroupBarrier::Arrive(absl::Time deadline) {
     } while (absl::Now() < until);
   }
   while (control_->generation.load(std::memory_order_acquire) == generation) {
-    absl::Status why = WhyNotYet(target, deadline);
-    if (!why.ok()) return why;
+    DTRAIN_RETURN_IF_ERROR(WhyNotYet(target, deadline));
     control_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     FutexWait(&control_->generation, generation,
               std::min(kSlice, deadline - absl::Now()));

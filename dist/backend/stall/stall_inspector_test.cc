@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/backend/stall/inspecting_backend.h"
@@ -59,14 +60,14 @@ TEST(StallInspectorTest, NamesTheRankThatHasNotJoinedWhileWaitingAndOnTimeout) {
         o.world_size = size;
         o.store = store;
         o.timeout = absl::Seconds(3);
-        absl::StatusOr<std::unique_ptr<Backend>> gloo = CreateGlooBackend(o);
-        if (!gloo.ok()) return gloo.status();
+        DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gloo,
+                                CreateGlooBackend(o));
         StallInspectorOptions s;
         s.store = store;
         s.warn_after = absl::Milliseconds(800);
         s.publish_every = absl::Milliseconds(50);
         s.warn = [&](const std::string& line) { warnings.Add(line); };
-        return WithStallInspection(std::move(*gloo), s);
+        return WithStallInspection(std::move(gloo), s);
       },
       [&](Backend& b) {
         ASSERT_TRUE(b.AllReduce(at::ones({10}), ReduceOp::kSum, "bucket 0")
