@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "third_party/cuda_config.h"
 
 #if DTRAIN_HAVE_NCCL
@@ -85,11 +86,10 @@ absl::StatusOr<int> CudaDeviceCount() {
 }
 
 absl::Status SetCurrentCudaDevice(int device) {
-  absl::StatusOr<int> count = CudaDeviceCount();
-  if (!count.ok()) return count.status();
-  if (device < 0 || device >= *count) {
+  DTRAIN_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
+  if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA device ", device, " does not exist (", *count, " visible)"));
+        "CUDA device ", device, " does not exist (", count, " visible)"));
   }
   const cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) {

@@ -236,16 +236,15 @@ absl::Status CheckCanRun() {
     return absl::FailedPreconditionError(
         absl::StrCat("built without NCCL: ", reason));
   }
-  absl::StatusOr<int> runtime_count = base::CudaDeviceCount();
-  if (!runtime_count.ok()) return runtime_count.status();
-  if (*runtime_count == 0) {
+  DTRAIN_ASSIGN_OR_RETURN(const int runtime_count, base::CudaDeviceCount());
+  if (runtime_count == 0) {
     return absl::FailedPreconditionError(
         "no GPU: the CUDA runtime sees no device (check nvidia-smi and "
         "CUDA_VISIBLE_DEVICES)");
   }
   if (!torch::cuda::is_available()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the CUDA runtime sees ", *runtime_count,
+        "the CUDA runtime sees ", runtime_count,
         " GPU(s) but LibTorch sees none: a CPU-only LibTorch? Rebuild with "
         "LIBTORCH_HOME pointing at a CUDA build (docs/GPU.md)"));
   }

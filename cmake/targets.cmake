@@ -85,7 +85,7 @@ dtrain_cc_library(dtrain_base_cuda_device
   PACKAGE base
   SRCS base/cuda_device.cc
   HDRS base/cuda_device.h
-  DEPS dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_cudart
+  DEPS dtrain_base_status_macros dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_cudart
   LINKOPTS -ldl)
 
 # //base:cuda_device_test
