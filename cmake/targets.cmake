@@ -479,7 +479,7 @@ dtrain_cc_library(dtrain_data_transforms
   PACKAGE data
   SRCS data/transforms.cc
   HDRS data/transforms.h
-  DEPS dtrain_data_random dtrain_base_tensor_text dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_data_random dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_torch)
 
 # //data:loader
 dtrain_cc_library(dtrain_data_loader
@@ -1505,7 +1505,7 @@ dtrain_cc_library(dtrain_models_state_dict_safetensors
   PACKAGE models/state_dict
   SRCS models/state_dict/safetensors.cc
   HDRS models/state_dict/safetensors.h
-  DEPS dtrain_base_byte_codec dtrain_tp_absl dtrain_tp_json)
+  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
 
 # //models/state_dict:torch_pickle
 dtrain_cc_library(dtrain_models_state_dict_torch_pickle

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "base/torch_guard.h"
 #include "data/random.h"
@@ -476,7 +477,7 @@ TransformPipeline::Builder& TransformPipeline::Builder::Add(
 }
 
 absl::StatusOr<TransformPipeline> TransformPipeline::Builder::Build() const {
-  if (!status_.ok()) return status_;
+  DTRAIN_RETURN_IF_ERROR(status_);
   return TransformPipeline(transforms_);
 }
 

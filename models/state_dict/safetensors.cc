@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/byte_codec.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace dtrain::models::state_dict {
@@ -87,17 +88,16 @@ absl::StatusOr<std::string> EncodeSafetensors(const SafetensorsFile& file) {
       return Bad(absl::StrCat("cannot write a tensor named '", t.name,
                               "' (empty, reserved or repeated)"));
     }
-    absl::StatusOr<uint64_t> bytes =
-        ByteSize(t.shape, DtypeSize(t.dtype), t.name);
-    if (!bytes.ok()) return bytes.status();
-    if (*bytes != t.data.size()) {
+    DTRAIN_ASSIGN_OR_RETURN(const uint64_t bytes,
+                            ByteSize(t.shape, DtypeSize(t.dtype), t.name));
+    if (bytes != t.data.size()) {
       return Bad(absl::StrCat("'", t.name, "' has ", t.data.size(),
-                              " bytes of data, its shape needs ", *bytes));
+                              " bytes of data, its shape needs ", bytes));
     }
     header[t.name] = {{"dtype", std::string(DtypeName(t.dtype))},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + *bytes}}};
-    offset += *bytes;
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
@@ -329,11 +329,11 @@ absl::StatusOr<SafetensorsFile> DecodeSafetensors(absl::string_view bytes) {
                               ") are outside the ", data.size(),
                               " bytes of data"));
     }
-    absl::StatusOr<uint64_t> size = ByteSize(t.shape, DtypeSize(t.dtype), name);
-    if (!size.ok()) return size.status();
-    if (*size != end - begin) {
+    DTRAIN_ASSIGN_OR_RETURN(const uint64_t size,
+                            ByteSize(t.shape, DtypeSize(t.dtype), name));
+    if (size != end - begin) {
       return Bad(absl::StrCat(where, ": shape [", absl::StrJoin(t.shape, ", "),
-                              "] of ", DtypeName(t.dtype), " needs ", *size,
+                              "] of ", DtypeName(t.dtype), " needs ", size,
                               " bytes, data_offsets give ", end - begin));
     }
     ranges.emplace_back(begin, end);
