@@ -1668,7 +1668,7 @@ dtrain_cc_library(dtrain_experiments_run_training
   PACKAGE experiments
   SRCS experiments/run_training.cc
   HDRS experiments/run_training.h
-  DEPS dtrain_experiments_sweep dtrain_base_atomic_file dtrain_base_posix_io dtrain_tp_absl dtrain_tp_json)
+  DEPS dtrain_experiments_sweep dtrain_base_atomic_file dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
 
 # //experiments:results
 dtrain_cc_library(dtrain_experiments_results
@@ -1703,7 +1703,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_cc_binary(dtrain_experiments_scaling
   OUTPUT experiments/scaling
   SRCS experiments/scaling_main.cc
-  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_tp_absl dtrain_base_metrics_server
+  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl dtrain_base_metrics_server
   DATA experiments/pytorch_reference.py
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train)
 

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "base/atomic_file.h"
 #include "base/posix_io.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace dtrain::experiments {
@@ -140,7 +141,7 @@ absl::Status ReadMetrics(const std::string& path, RunRecord* r) {
   absl::StatusOr<std::string> text = base::ReadFile(path, base::kTextFileLimit);
   if (absl::IsNotFound(text.status()))
     return absl::NotFoundError(absl::StrCat("no metrics file ", path));
-  if (!text.ok()) return text.status();
+  DTRAIN_RETURN_IF_ERROR(text.status());
   try {
     const nlohmann::json m = nlohmann::json::parse(*text);
     if (m.value("format", "") != "dtrain.metrics.v1") {

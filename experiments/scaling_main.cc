@@ -40,6 +40,7 @@
 #include "base/machine_limits.h"
 #include "base/metrics_server.h"
 #include "base/open_file_limit.h"
+#include "base/status_macros.h"
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
@@ -219,12 +220,14 @@ absl::Status RunPlan(const SweepPlan& plan, const Programs& programs,
   for (int i = 0; i < total; ++i) {
     const RunConfig& c = plan.runs[i];
     display.Started(i + 1, total, c.Name());
-    absl::StatusOr<RunRecord> r = RunTraining(
-        c, programs, node_rank, dir, absl::GetFlag(FLAGS_run_timeout).value,
-        [&](absl::Duration t) { display.Tick(i + 1, total, c.Name(), t); });
-    if (!r.ok()) return r.status();
-    display.Finished(i + 1, total, *r);
-    done(*std::move(r));
+    DTRAIN_ASSIGN_OR_RETURN(
+        RunRecord r, RunTraining(c, programs, node_rank, dir,
+                                 absl::GetFlag(FLAGS_run_timeout).value,
+                                 [&](absl::Duration t) {
+                                   display.Tick(i + 1, total, c.Name(), t);
+                                 }));
+    display.Finished(i + 1, total, r);
+    done(std::move(r));
   }
   return absl::OkStatus();
 }
