@@ -463,7 +463,7 @@ dtrain_cc_library(dtrain_data_image_transforms
   PACKAGE data
   SRCS data/image_transforms.cc
   HDRS data/image_transforms.h
-  DEPS dtrain_data_image_decoder dtrain_data_image_resample dtrain_data_random dtrain_tp_absl)
+  DEPS dtrain_data_image_decoder dtrain_data_image_resample dtrain_data_random dtrain_base_status_macros dtrain_tp_absl)
 
 # //data:image_folder
 dtrain_cc_library(dtrain_data_image_folder
@@ -525,7 +525,7 @@ dtrain_cc_library(dtrain_data_image_encoder
   PACKAGE data
   SRCS data/image_encoder.cc
   HDRS data/image_encoder.h
-  DEPS dtrain_data_random dtrain_tp_absl dtrain_tp_jpeg dtrain_tp_png)
+  DEPS dtrain_data_random dtrain_base_status_macros dtrain_tp_absl dtrain_tp_jpeg dtrain_tp_png)
 
 # //bench:data_benchmark
 dtrain_cc_binary(dtrain_bench_data_benchmark
@@ -1676,7 +1676,7 @@ dtrain_cc_library(dtrain_experiments_results
   PACKAGE experiments
   SRCS experiments/results.cc
   HDRS experiments/results.h
-  DEPS dtrain_experiments_run_training dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json)
+  DEPS dtrain_experiments_run_training dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
 
 # //experiments:plots
 dtrain_cc_library(dtrain_experiments_plots

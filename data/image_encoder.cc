@@ -18,6 +18,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "data/random.h"
 
 namespace dtrain::data::testing {
@@ -141,7 +142,7 @@ absl::Status CheckPixels(const Pixels& p) {
 
 absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality,
                                        bool progressive) {
-  if (absl::Status s = CheckPixels(pixels); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckPixels(pixels));
   if (pixels.channels == 2 || pixels.bit_depth != 8 || quality < 1 ||
       quality > 100) {
     return absl::InvalidArgumentError(
@@ -161,7 +162,7 @@ absl::StatusOr<std::string> EncodeJpeg(const Pixels& pixels, int quality,
 
 absl::StatusOr<std::string> EncodePng(const Pixels& pixels, bool interlaced,
                                       bool palette) {
-  if (absl::Status s = CheckPixels(pixels); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(CheckPixels(pixels));
   std::vector<uint8_t> indices;
   std::vector<png_color> colors;
   const uint8_t* data = pixels.samples.data();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "data/image_resample.h"
 
 namespace dtrain::data {
@@ -53,7 +54,7 @@ class RandomResizedCropTransform : public ImageTransform {
 
   absl::Status Apply(const RgbImage& image, uint64_t seed,
                      uint8_t* out) const override {
-    if (absl::Status s = CheckImage(*this, image); !s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(CheckImage(*this, image));
     internal::SplitMix64 rng(seed);
     const internal::CropBox box =
         internal::RandomResizedCropBox(image.height, image.width, scale_min_,
@@ -82,7 +83,7 @@ class ResizeCenterCropTransform : public ImageTransform {
 
   absl::Status Apply(const RgbImage& image, uint64_t,
                      uint8_t* out) const override {
-    if (absl::Status s = CheckImage(*this, image); !s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(CheckImage(*this, image));
     // torchvision's _compute_resized_output_size: the longer side is
     // truncated, not rounded.
     int64_t h = resize_, w = resize_;

@@ -221,9 +221,8 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
         "# processes speedup speedup_min speedup_max efficiency% "
         "efficiency_min% efficiency_max% vs_no_comm%\n";
     for (const ResultRow* r : line_rows) text += DataLine(*r);
-    if (absl::Status s = WriteText(absl::StrCat(dir, "/", slug, ".dat"), text);
-        !s.ok())
-      return s;
+    DTRAIN_RETURN_IF_ERROR(
+        WriteText(absl::StrCat(dir, "/", slug, ".dat"), text));
   }
   // The x axis counts all processes: where they outnumber the cores.
   const int cores_total = machine.nodes_share_cores
@@ -243,9 +242,8 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
       spec.cores_per_node = machine.cores;
     }
     const std::string script = absl::StrCat(dir, "/", name, ".gp");
-    if (absl::Status s = WriteText(script, GnuplotScript(spec)); !s.ok())
-      return s;
-    if (absl::Status s = RunGnuplot(gnuplot, script); !s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(WriteText(script, GnuplotScript(spec)));
+    DTRAIN_RETURN_IF_ERROR(RunGnuplot(gnuplot, script));
     return spec.png_path;
   };
   std::vector<std::string> written;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/atomic_file.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace dtrain::experiments {
@@ -349,8 +350,7 @@ absl::StatusOr<std::vector<std::string>> WriteResults(
         {"results.csv", ToCsv(rows)},
         {"results.json", ToJson(rows, records, skipped, machine)}}) {
     const std::string path = absl::StrCat(dir, "/", name);
-    if (absl::Status s = base::WriteFileAtomically(path, text); !s.ok())
-      return s;
+    DTRAIN_RETURN_IF_ERROR(base::WriteFileAtomically(path, text));
     written.push_back(path);
   }
   return written;

@@ -328,7 +328,7 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
 
 absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
                                  std::ostream& log) {
-  if (absl::Status s = ValidateLaunchOptions(options); !s.ok()) return s;
+  DTRAIN_RETURN_IF_ERROR(ValidateLaunchOptions(options));
   // `o` is what the ranks get: with the port picked for master_port 0, which
   // `reserved` holds until the end.
   LaunchOptions o = options;
