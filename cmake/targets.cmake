@@ -1126,7 +1126,7 @@ dtrain_cc_test(dtrain_dist_backend_nccl_peers_test
 dtrain_cc_test(dtrain_dist_backend_nccl_watchdog_test
   OUTPUT dist/backend/nccl/watchdog_test
   SRCS dist/backend/nccl/watchdog_test.cc
-  DEPS dtrain_dist_backend_nccl_watchdog dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_nccl_watchdog dtrain_base_status_macros dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/backend/shm:group_barrier_test

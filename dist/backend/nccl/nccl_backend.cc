@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "third_party/cuda_config.h"
 
@@ -26,7 +27,6 @@
 #include "absl/time/clock.h"
 #include "base/cuda_device.h"
 #include "base/process_liveness.h"
-#include "base/status_macros.h"
 #include "dist/backend/nccl/peers.h"
 #include "dist/backend/nccl/watchdog.h"
 #include "dist/backend/work.h"
@@ -51,10 +51,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const NcclBackendOptions& options) {
   // Bad arguments are named as such whatever the build has.
   const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
-  if (absl::Status s = internal::CheckMembership(
-          who, options.store.get(), options.rank, options.world_size);
-      !s.ok())
-    return s;
+  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
+      who, options.store.get(), options.rank, options.world_size));
   return absl::FailedPreconditionError(absl::StrCat(
       who, ": this binary was built without NCCL (", DTRAIN_NCCL_MISSING_REASON,
       "); rebuild with CUDA_HOME (and NCCL_HOME) pointing at a CUDA "

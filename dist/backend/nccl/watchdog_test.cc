@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -104,7 +105,7 @@ void Issue(Watchdog& w, Fake& f, WorkKind kind = WorkKind::kCollective,
   f.work = w.Issue(d, kind,
                    [&f](const std::string&,
                         Enqueuer& q) -> absl::StatusOr<Watchdog::Enqueued> {
-                     if (absl::Status s = q.Settle(); !s.ok()) return s;
+                     DTRAIN_RETURN_IF_ERROR(q.Settle());
                      return Watchdog::Enqueued{f.event, {f.tensor}};
                    });
 }
@@ -388,11 +389,11 @@ TEST(WatchdogTest, CallsNeverReachAnAbortedCommunicator) {
                   ++calls;
                   return absl::OkStatus();
                 };
-                if (absl::Status s = q.Call(call); !s.ok()) return s;
+                DTRAIN_RETURN_IF_ERROR(q.Call(call));
                 // Aborted between two library calls of one collective (an
                 // allgather and its copies): the second is never made.
                 w.Abort(absl::AbortedError("a peer failed"));
-                if (absl::Status s = q.Call(call); !s.ok()) return s;
+                DTRAIN_RETURN_IF_ERROR(q.Call(call));
                 return Watchdog::Enqueued{};
               });
   EXPECT_EQ(calls, 1);
