@@ -1459,14 +1459,6 @@ dtrain_cc_library(dtrain_trainer_train_options
   HDRS trainer/train_options.h
   DEPS dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl dtrain_trainer_report_step_log)
 
-# //trainer:amp
-dtrain_cc_library(dtrain_trainer_amp
-  EXPORT_NAME trainer_amp
-  PACKAGE trainer
-  SRCS trainer/amp.cc
-  HDRS trainer/amp.h
-  DEPS dtrain_tp_absl dtrain_tp_torch)
-
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote
   EXPORT_NAME trainer_stop_vote
@@ -1490,6 +1482,14 @@ dtrain_cc_library(dtrain_trainer_evaluation
   SRCS trainer/evaluation.cc
   HDRS trainer/evaluation.h
   DEPS dtrain_trainer_rank_sync dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+
+# //trainer:amp
+dtrain_cc_library(dtrain_trainer_amp
+  EXPORT_NAME trainer_amp
+  PACKAGE trainer
+  SRCS trainer/amp.cc
+  HDRS trainer/amp.h
+  DEPS dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer:training_data
 dtrain_cc_library(dtrain_trainer_training_data
@@ -1603,13 +1603,29 @@ dtrain_cc_library(dtrain_trainer_report_recorder
   HDRS trainer/report/recorder.h
   DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_run_metrics dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_rank_sync dtrain_trainer_train_options)
 
+# //trainer:run_assembly
+dtrain_cc_library(dtrain_trainer_run_assembly
+  EXPORT_NAME trainer_run_assembly
+  PACKAGE trainer
+  SRCS trainer/run_assembly.cc
+  HDRS trainer/run_assembly.h
+  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+
+# //trainer:run_outputs
+dtrain_cc_library(dtrain_trainer_run_outputs
+  EXPORT_NAME trainer_run_outputs
+  PACKAGE trainer
+  SRCS trainer/run_outputs.cc
+  HDRS trainer/run_outputs.h
+  DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_run_assembly dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_models_state_dict dtrain_tp_absl dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+
 # //trainer:trainer
 dtrain_cc_library(dtrain_trainer
   EXPORT_NAME trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_amp dtrain_trainer_evaluation dtrain_trainer_loop_checkpoints dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
+  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
 # //trainer:train_main
 dtrain_cc_library(dtrain_trainer_train_main

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "trainer/rank_sync.h"
@@ -94,6 +96,29 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                      " examples, expected ", dataset_size));
   }
   return scores;
+}
+
+absl::StatusOr<std::string> SanityCheck(models::Model& model,
+                                        data::DataLoader& loader,
+                                        const RankSync& sync, int64_t batches) {
+  const absl::Time start = absl::Now();
+  EvaluationOptions options;
+  options.max_batches = batches;
+  absl::StatusOr<Scores> scores = EvaluateOnRanks(
+      model, loader, loader.sampler().dataset_size(), sync, options);
+  if (!scores.ok()) {
+    return absl::Status(
+        scores.status().code(),
+        absl::StrCat("validation sanity check (the first ", batches,
+                     " validation batches per rank, before training; "
+                     "--num_sanity_val_steps=0 skips it): ",
+                     scores.status().message()));
+  }
+  return absl::StrFormat(
+      "validation sanity check: %d batches per rank, %.0f examples, loss "
+      "%.4f (%.1f s)",
+      batches, scores->examples, scores->loss,
+      absl::ToDoubleSeconds(absl::Now() - start));
 }
 
 }  // namespace dtrain::trainer

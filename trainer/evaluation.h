@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,14 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                        int64_t dataset_size,
                                        const RankSync& sync,
                                        const EvaluationOptions& options = {});
+
+// The first `batches` validation batches per rank before training
+// (Lightning's num_sanity_val_steps), so that a broken split or model fails in
+// seconds instead of after the first epoch. Rank 0's line describing the
+// check, or EvaluateOnRanks' error saying it came from the check.
+absl::StatusOr<std::string> SanityCheck(models::Model& model,
+                                        data::DataLoader& loader,
+                                        const RankSync& sync, int64_t batches);
 
 }  // namespace dtrain::trainer
 

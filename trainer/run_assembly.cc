@@ -1,0 +1,116 @@
+#include "trainer/run_assembly.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/compute_threads.h"
+#include "base/status_macros.h"
+#include "dist/ddp/sync_batch_norm.h"
+#include "trainer/amp.h"
+#include "trainer/run_parts.h"
+
+namespace dtrain::trainer {
+namespace {
+
+// --resume: the newest valid checkpoint into the model, the optimizer and
+// (unless only evaluating, which needs the weights alone, on any number of
+// ranks) the training loader's position.
+absl::Status Resume(const TrainOptions& o, const rendezvous::World& world,
+                    RunParts& p) {
+  Recorder& r = *p.recorder;
+  DTRAIN_ASSIGN_OR_RETURN(
+      p.start,
+      p.checkpoints->Resume(*p.model, *p.optimizer,
+                            o.evaluate ? nullptr : p.train_loader.get()));
+  for (const std::string& skipped : p.checkpoints->skipped())
+    r.Say(absl::StrCat("skipping checkpoint ", skipped));
+  const std::string& from = p.checkpoints->resumed_from();
+  if (!p.checkpoints->resumed()) {
+    r.Say(absl::StrCat("no checkpoint in ", o.checkpoint_dir,
+                       ": starting from the beginning"));
+  } else if (o.evaluate) {
+    r.metrics().resumed_from = from;
+    r.Say(absl::StrCat("loaded ", from, " (step ", p.start.global_step, ")"));
+  } else {
+    r.metrics().resumed_from = from;
+    r.Say(ResumeLine(p.start, p.train_loader->sampler(), p.data->train->size(),
+                     world.world_size, from));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
+                                     const rendezvous::World& world,
+                                     backend::Backend& backend,
+                                     const RunEnvironment& env) {
+  DTRAIN_RETURN_IF_ERROR(Validate(o));
+  // Before anything takes time: a path that cannot be written would
+  // otherwise fail only after training, losing the weights.
+  DTRAIN_RETURN_IF_ERROR(CheckOutputPaths(o, world.rank));
+  base::SetComputeThreads(o.intra_op_threads);
+  RunParts p;
+  DTRAIN_ASSIGN_OR_RETURN(p.device, TrainingDevice(o, env.cuda_device));
+  DTRAIN_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(o.amp));
+  DTRAIN_RETURN_IF_ERROR(CheckPrecision(precision, p.device));
+  p.sync.emplace(backend, p.device, o.timeout);
+  DTRAIN_ASSIGN_OR_RETURN(p.recorder, Recorder::Create(o, env.report, *p.sync));
+  Recorder& r = *p.recorder;
+
+  DTRAIN_ASSIGN_OR_RETURN(p.data, LoadTrainingData(o));
+  r.Say(absl::StrCat("data: ", p.data->description));
+  DTRAIN_ASSIGN_OR_RETURN(BuiltModel built,
+                          BuildModel(o, *p.data, backend, p.device));
+  p.model = std::move(built.model);
+  for (const std::string& note : built.notes) r.Say(note);
+  r.metrics().sync_batchnorm_layers = ddp::LabelSyncBatchNorms(*p.model);
+  DTRAIN_ASSIGN_OR_RETURN(p.optimizer, MakeOptimizer(o, p.model->parameters()));
+  const bool pin = p.device.is_cuda();
+  DTRAIN_ASSIGN_OR_RETURN(p.train_loader,
+                          MakeLoader(p.data->train, p.data->train_transforms, o,
+                                     world, /*shuffle=*/true, pin));
+  DTRAIN_ASSIGN_OR_RETURN(
+      p.val_loader, MakeLoader(p.data->val, p.data->val_transforms, o, world,
+                               /*shuffle=*/false, pin));
+  p.batches_per_epoch = p.train_loader->batches_left();
+  // Created before a checkpoint is loaded, so that the base rates are the
+  // configured ones, not a decayed rate from the checkpoint.
+  const int64_t steps_per_epoch = std::max<int64_t>(
+      1, (p.batches_per_epoch + o.accumulate_steps - 1) / o.accumulate_steps);
+  DTRAIN_ASSIGN_OR_RETURN(p.schedule,
+                          MakeSchedule(o, *p.optimizer, steps_per_epoch));
+  if (!o.checkpoint_dir.empty()) {
+    DTRAIN_ASSIGN_OR_RETURN(
+        p.checkpoints,
+        LoopCheckpoints::Open(
+            o.checkpoint_dir, backend,
+            {o.keep_checkpoints, p.device, o.timeout, o.model, *o.optimizer}));
+  }
+  if (o.resume) DTRAIN_RETURN_IF_ERROR(Resume(o, world, p));
+
+  DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
+                                     p.model, backend, MakeDdpOptions(o)));
+  p.ddp->set_gradient_sync(o.sync_gradients);
+  p.step = std::make_unique<TrainStep>(
+      StepOptions{o.accumulate_steps, precision, o.clip_grad_norm}, *p.model,
+      *p.ddp, *p.optimizer, p.device);
+  p.stop_vote = std::make_unique<StopVote>(*p.sync, env.stop_requested,
+                                           /*collective=*/o.sync_gradients);
+
+  RunMetrics& metrics = r.metrics();
+  metrics.options = o;
+  metrics.world_size = world.world_size;
+  metrics.backend = std::string(backend.name());
+  metrics.backend_layout = backend.layout();
+  metrics.device = p.device.str();
+  metrics.data = p.data->description;
+  metrics.launch_source = std::string(world.launch.source_name());
+  metrics.parameters = models::NumParameters(*p.model);
+  r.Say(RunSummary(o, metrics, p.ddp->buckets().size(), precision));
+  return p;
+}
+
+}  // namespace dtrain::trainer
