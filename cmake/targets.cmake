@@ -1716,7 +1716,7 @@ dtrain_sh_test(dtrain_experiments_pytorch_reference_test
 dtrain_cc_test(dtrain_experiments_results_test
   OUTPUT experiments/results_test
   SRCS experiments/results_test.cc
-  DEPS dtrain_experiments_results dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)
 
 # //experiments:run_training_test
