@@ -1769,7 +1769,7 @@ dtrain_sh_test(dtrain_experiments_pytorch_reference_test
 dtrain_cc_test(dtrain_experiments_results_test
   OUTPUT experiments/results_test
   SRCS experiments/results_test.cc
-  DEPS dtrain_experiments_results dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)
 
 # //experiments:run_training_test
@@ -1783,14 +1783,14 @@ dtrain_cc_test(dtrain_experiments_run_training_test
 dtrain_sh_binary(dtrain_experiments_sim_cluster
   OUTPUT experiments/sim_cluster
   SCRIPT experiments/sim_cluster.sh
-  DATA experiments/pytorch_reference.py
+  DATA experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py experiments/pytorch_reference.py
   DATA_TARGETS dtrain_experiments_scaling)
 
 # //experiments:sim_cluster_commands_test
 dtrain_sh_test(dtrain_experiments_sim_cluster_commands_test
   OUTPUT experiments/sim_cluster_commands_test
   SCRIPT experiments/sim_cluster_commands_test.sh
-  DATA experiments/pytorch_reference.py experiments/sim_cluster.sh tools/testing/shell_test_lib.sh
+  DATA experiments/pytorch_reference.py experiments/sim_cluster.sh experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_experiments_sim_cluster
   TIMEOUT 900
   ARGS experiments/sim_cluster
@@ -1800,7 +1800,7 @@ dtrain_sh_test(dtrain_experiments_sim_cluster_commands_test
 dtrain_sh_test(dtrain_experiments_sim_cluster_test
   OUTPUT experiments/sim_cluster_test
   SCRIPT experiments/sim_cluster_test.sh
-  DATA experiments/pytorch_reference.py experiments/sim_cluster.sh tools/testing/shell_test_lib.sh
+  DATA experiments/pytorch_reference.py experiments/sim_cluster.sh experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_experiments_sim_cluster
   TIMEOUT 300
   ARGS experiments/sim_cluster

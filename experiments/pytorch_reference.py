@@ -4,8 +4,12 @@
 The reference users compare our C++ trainer against: the same data, model,
 optimizer, schedule, sampler and measurements, done the way a PyTorch user
 does them (torch.distributed + DistributedDataParallel, a TensorDataset behind
-a DistributedSampler and a DataLoader). It writes --metrics_json in our
-trainer's format (trainer/run_metrics.cc, "dtrain.metrics.v1"), plus
+a DistributedSampler and a DataLoader), laid out as PyTorch's ImageNet example
+(pytorch/examples, imagenet/main.py): main parses the flags and settles this
+process's rank, main_worker joins the process group and runs the epochs,
+train_one_epoch and validate do one epoch's training and validation, with an
+AverageMeter and the example's progress lines. It writes --metrics_json in
+our trainer's format (trainer/run_metrics.cc, "dtrain.metrics.v1"), plus
 "implementation": "pytorch <version>", so the experiment tools read both.
 
     # one process (world size 1, still wrapped in DDP as ours is)
@@ -33,6 +37,7 @@ _START = time.time()
 
 import argparse  # noqa: E402
 import bisect  # noqa: E402
+import dataclasses  # noqa: E402
 import datetime  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
@@ -280,7 +285,8 @@ def _idx_paths(directory, name):
             for n in (name + ".gz", name, dotted, dotted + ".gz")]
 
 
-def _read_idx(directory, name, np):
+def _read_idx(directory, name):
+    import numpy as np
     tried = _idx_paths(directory, name)
     for path in tried:
         if os.path.exists(path):
@@ -308,10 +314,12 @@ def _read_idx(directory, name, np):
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)
 
 
-def _load_split(directory, train, np, torch):
+def _load_split(directory, train):
+    import numpy as np
+    import torch
     prefix = "train" if train else "t10k"
-    images = _read_idx(directory, f"{prefix}-images-idx3-ubyte", np)
-    labels = _read_idx(directory, f"{prefix}-labels-idx1-ubyte", np)
+    images = _read_idx(directory, f"{prefix}-images-idx3-ubyte")
+    labels = _read_idx(directory, f"{prefix}-labels-idx1-ubyte")
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise ValueError(f"{directory}: {prefix} images {images.shape} and "
                          f"labels {labels.shape} do not match")
@@ -323,30 +331,77 @@ def _load_split(directory, train, np, torch):
     return x, y
 
 
-def _prepare(images, o, torch, F):
+def _prepare(images, args):
     """The deterministic transforms, once over the whole split, as our loader
     precomputes them: Resize (uint8 -> uint8, rounded half to even like
     torchvision), grayscale to 3 channels for ResNet-18, ToTensor's /255 and
     Normalize (torchvision's float32 sub_ then div_)."""
-    if o.image_size is not None and tuple(images.shape[2:]) != (
-            o.image_size, o.image_size):
+    import torch
+    import torch.nn.functional as F
+    if args.image_size is not None and tuple(images.shape[2:]) != (
+            args.image_size, args.image_size):
         chunks = []
         for chunk in images.split(1024):  # bounds the float temporaries
             resized = F.interpolate(chunk.float(),
-                                    size=(o.image_size, o.image_size),
+                                    size=(args.image_size, args.image_size),
                                     mode="bilinear", align_corners=False,
                                     antialias=False)
             chunks.append(resized.round_().clamp_(0, 255).to(torch.uint8))
         images = torch.cat(chunks) if chunks else images.new_empty(
-            (0, images.shape[1], o.image_size, o.image_size))
-    mean, std = STATS[o.dataset]
+            (0, images.shape[1], args.image_size, args.image_size))
+    mean, std = STATS[args.dataset]
     x = images.to(torch.float32).div_(255)
     x.sub_(torch.tensor([mean], dtype=torch.float32).view(1, -1, 1, 1))
     x.div_(torch.tensor([std], dtype=torch.float32).view(1, -1, 1, 1))
-    if o.model == "resnet18" and x.shape[1] == 1:
+    if args.model == "resnet18" and x.shape[1] == 1:
         # The same values per channel as normalising the repeated bytes.
         x = x.repeat(1, 3, 1, 1)
     return x
+
+
+def load_datasets(args, worker):
+    """Both splits decoded and transformed once, every rank the whole set
+    (the sampler picks each rank's share): the train and validation
+    TensorDatasets and a line describing them."""
+    from torch.utils.data import TensorDataset
+    directory = args.data_dir or FASHION_MNIST_DIR
+    train_x, train_y = _load_split(directory, True)
+    val_x, val_y = _load_split(directory, False)
+    if args.train_limit is not None:
+        train_x, train_y = (train_x[:args.train_limit],
+                            train_y[:args.train_limit])
+    if args.val_limit is not None:
+        val_x, val_y = val_x[:args.val_limit], val_y[:args.val_limit]
+    train_x = _prepare(train_x, args)
+    val_x = _prepare(val_x, args)
+    shape = tuple(train_x.shape[1:])
+    description = (f"{args.dataset} from {directory}: {len(train_y)} train, "
+                   f"{len(val_y)} test, {shape[0]}x{shape[1]}x{shape[2]}")
+    worker.say(f"data: {description}")
+    return (TensorDataset(train_x, train_y), TensorDataset(val_x, val_y),
+            description)
+
+
+def make_loaders(args, worker, train_set, val_set):
+    """A DistributedSampler and a DataLoader per split: the training one
+    shuffled by --seed and the epoch, the validation one in order."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    pin = worker.device.type == "cuda"
+    train_sampler = DistributedSampler(train_set,
+                                       num_replicas=worker.world_size,
+                                       rank=worker.rank, shuffle=True,
+                                       seed=args.seed, drop_last=False)
+    val_sampler = DistributedSampler(val_set, num_replicas=worker.world_size,
+                                     rank=worker.rank, shuffle=False,
+                                     drop_last=False)
+    train_loader = DataLoader(train_set, batch_size=args.batch_size,
+                              sampler=train_sampler, num_workers=args.workers,
+                              pin_memory=pin)
+    val_loader = DataLoader(val_set, batch_size=args.batch_size,
+                            sampler=val_sampler, num_workers=args.workers,
+                            pin_memory=pin)
+    return train_loader, val_loader
 
 
 # --- Models ------------------------------------------------------------------
@@ -381,15 +436,18 @@ def _convnet_class(torch, nn, F):
     return ConvNet
 
 
-def _make_model(o, in_channels, image_size, torch, nn, F):
-    if o.model == "convnet":
+def _make_model(args, in_channels, image_size):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    if args.model == "convnet":
         if image_size < 6:
             raise ValueError(f"ConvNet: image_size must be at least 6, got "
                              f"{image_size}")
         return _convnet_class(torch, nn, F)(in_channels, 10, image_size)
     import torchvision
     model = torchvision.models.resnet18(num_classes=10)
-    if o.small_input_stem:
+    if args.small_input_stem:
         model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1,
                                 bias=False)
         # torchvision initialises its convolutions this way in __init__; the
@@ -398,6 +456,41 @@ def _make_model(o, in_channels, image_size, torch, nn, F):
                                 nonlinearity="relu")
         model.maxpool = nn.Identity()
     return model
+
+
+def create_model(args, worker, in_channels, image_size):
+    """The model on this rank's device. Every rank builds the same initial
+    weights (DDP broadcasts rank 0's anyway); afterwards the global generator
+    is seeded per rank, so that dropout draws differ between ranks, as ours
+    (seeded per rank and step)."""
+    import torch
+    torch.manual_seed(args.seed)
+    model = _make_model(args, in_channels, image_size).to(worker.device)
+    torch.manual_seed(args.seed + worker.rank)
+    return model
+
+
+def create_optimizer(args, model):
+    import torch
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=args.lr,
+                               momentum=args.momentum,
+                               weight_decay=args.weight_decay)
+    return torch.optim.Adadelta(model.parameters(), lr=args.lr,
+                                weight_decay=args.weight_decay)
+
+
+def _lr_at(args, epoch):
+    """Step decay: --lr times --lr_gamma every --lr_step_epochs epochs."""
+    return args.lr * math.pow(args.lr_gamma, epoch // args.lr_step_epochs)
+
+
+def adjust_learning_rate(optimizer, epoch, args):
+    """Sets the epoch's learning rate (_lr_at) on every group; returns it."""
+    lr = _lr_at(args, epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
 
 
 # --- Helpers -----------------------------------------------------------------
@@ -421,8 +514,9 @@ class AverageMeter:
         return self.sum / self.count if self.count else 0.0
 
 
-def _topk_correct(output, labels, ks, torch):
+def _topk_correct(output, labels, ks):
     """Correct counts for each k (trainer/meters.cc TopKCorrect)."""
+    import torch
     with torch.no_grad():
         if output.shape[0] == 0:
             return [0 for _ in ks]
@@ -432,6 +526,19 @@ def _topk_correct(output, labels, ks, torch):
         hits = top.eq(labels.view(-1, 1))
         return [int(hits[:, :max(1, min(k, classes))].sum().item())
                 for k in ks]
+
+
+def _progress_line(epoch, batch, batches, batch_time, data_time, losses, top1,
+                   top5, rate):
+    """The ImageNet example's progress line (its ProgressMeter), with the
+    global samples/s."""
+    return (f"Epoch: [{epoch}][{batch}/{batches}]  "
+            f"Time {batch_time.last:.3f} ({batch_time.avg:.3f})  "
+            f"Data {data_time.last:.3f} ({data_time.avg:.3f})  "
+            f"Loss {losses.last:.4f} ({losses.avg:.4f})  "
+            f"Prec@1 {top1.last:.3f} ({top1.avg:.3f})  "
+            f"Prec@5 {top5.last:.3f} ({top5.avg:.3f})  "
+            f"{_thousands(rate)} samples/s")
 
 
 def _percentile(values, p):
@@ -500,52 +607,130 @@ def _set_blas_threads(n):
             continue
 
 
+def _all_reduce(values, op, device):
+    """The values reduced over all ranks as float64, back as a list."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
 # --- Training ----------------------------------------------------------------
 
 
-def train(o, log):
-    import numpy as np
+@dataclasses.dataclass
+class Worker:
+    """This process's place in the job (the launcher's RANK and WORLD_SIZE),
+    the device it trains on, and where rank 0 prints its progress."""
+    rank: int
+    world_size: int
+    device: object  # torch.device
+    log: object  # a text stream
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    def say(self, line):
+        if self.is_main:
+            print(line, file=self.log, flush=True)
+
+
+@dataclasses.dataclass
+class TrainState:
+    """What one epoch hands the next, and the metrics JSON reports."""
+    global_step: int = 0
+    best_top1: float = 0.0
+    startup_seconds: float = 0.0
+    epochs: list = dataclasses.field(default_factory=list)
+
+
+def _device(args, local_rank):
+    """--device on this rank: cpu, or the CUDA device (cuda: LOCAL_RANK's),
+    made current."""
+    import torch
+    if args.device == "cpu":
+        return torch.device("cpu")
+    index = local_rank if args.device == "cuda" else int(args.device[5:])
+    if index >= torch.cuda.device_count():
+        raise RuntimeError(f"--device={args.device}: device {index} "
+                           f"requested (local rank {local_rank}) but only "
+                           f"{torch.cuda.device_count()} visible")
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return device
+
+
+def _config(args, worker):
+    """The resolved flags as the metrics JSON's "config"."""
+    return {
+        "model": args.model,
+        "small_input_stem": args.small_input_stem,
+        "dataset": args.dataset,
+        "data_dir": args.data_dir,
+        "image_size": args.image_size,
+        "train_limit": args.train_limit,
+        "val_limit": args.val_limit,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "epochs": args.epochs,
+        "max_steps": args.max_steps,
+        "optimizer": args.optimizer,
+        "lr": float(args.lr),
+        "momentum": float(args.momentum),
+        "weight_decay": float(args.weight_decay),
+        "lr_step_epochs": args.lr_step_epochs,
+        "lr_gamma": float(args.lr_gamma),
+        "seed": args.seed,
+        "dist_backend": args.dist_backend,
+        "dist_url": args.dist_url,
+        "device": args.device,
+        "bucket_cap_mb": float(args.bucket_cap_mb),
+        "sync_gradients": args.sync_gradients,
+        "intra_op_threads": args.intra_op_threads,
+        "timeout_seconds": float(args.timeout),
+        "world_size": worker.world_size,
+    }
+
+
+def _write_metrics(args, worker, run, state):
+    """Rank 0 (re)writes --metrics_json: `run`'s fixed fields and the state's
+    epochs so far."""
+    if not worker.is_main or not args.metrics_json:
+        return
+    _write_json_atomically(args.metrics_json, {
+        **run,
+        "epochs": state.epochs,
+        "best_top1": state.best_top1,
+        "global_step": state.global_step,
+        "resumed_from": "",
+        "startup_seconds": state.startup_seconds,
+        "wall_seconds": time.time() - _START,
+    })
+
+
+def main_worker(args, log):
+    """One rank's training, as the ImageNet example's main_worker: this
+    rank's threads and device, the process group joined, train_and_validate,
+    the group left."""
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
 
-    torch.set_num_threads(o.intra_op_threads)
-    _set_blas_threads(o.intra_op_threads)
-
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(args.intra_op_threads)
+    _set_blas_threads(args.intra_op_threads)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    rank0 = rank == 0
+    worker = Worker(rank=int(os.environ["RANK"]),
+                    world_size=int(os.environ["WORLD_SIZE"]),
+                    device=_device(args, local_rank), log=log)
 
-    def say(line):
-        if rank0:
-            print(line, file=log, flush=True)
-
-    if o.device == "cpu":
-        device = torch.device("cpu")
-    else:
-        index = local_rank if o.device == "cuda" else int(o.device[5:])
-        if index >= torch.cuda.device_count():
-            raise RuntimeError(f"--device={o.device}: device {index} "
-                               f"requested (local rank {local_rank}) but only "
-                               f"{torch.cuda.device_count()} visible")
-        device = torch.device("cuda", index)
-        torch.cuda.set_device(device)
-
-    init = {"backend": o.dist_backend, "init_method": o.dist_url,
-            "timeout": datetime.timedelta(seconds=o.timeout)}
-    if not o.dist_url.startswith("env://"):
-        init.update(rank=rank, world_size=world_size)
+    init = {"backend": args.dist_backend, "init_method": args.dist_url,
+            "timeout": datetime.timedelta(seconds=args.timeout)}
+    if not args.dist_url.startswith("env://"):
+        init.update(rank=worker.rank, world_size=worker.world_size)
     dist.init_process_group(**init)
     try:
-        result = _train_in_group(o, log, say, rank, world_size, rank0, device,
-                                 np, torch, dist, nn, F,
-                                 DistributedDataParallel, DataLoader,
-                                 TensorDataset, DistributedSampler)
+        result = train_and_validate(args, worker)
         # Ranks that never synchronised (--sync_gradients=false) finish apart;
         # without this, rank 0 (which serves the store) can leave while another
         # is still tearing down its Gloo group, which PyTorch 2.6 answers with
@@ -556,305 +741,251 @@ def train(o, log):
         dist.destroy_process_group()
 
 
-def _train_in_group(o, log, say, rank, world_size, rank0, device, np, torch,
-                    dist, nn, F, DistributedDataParallel, DataLoader,
-                    TensorDataset, DistributedSampler):
-    # Data: both splits decoded and transformed once, every rank the whole
-    # set; the sampler picks each rank's share.
-    directory = o.data_dir or FASHION_MNIST_DIR
-    train_x, train_y = _load_split(directory, True, np, torch)
-    val_x, val_y = _load_split(directory, False, np, torch)
-    if o.train_limit is not None:
-        train_x, train_y = train_x[:o.train_limit], train_y[:o.train_limit]
-    if o.val_limit is not None:
-        val_x, val_y = val_x[:o.val_limit], val_y[:o.val_limit]
-    train_x = _prepare(train_x, o, torch, F)
-    val_x = _prepare(val_x, o, torch, F)
-    shape = tuple(train_x.shape[1:])
-    description = (f"{o.dataset} from {directory}: {len(train_y)} train, "
-                   f"{len(val_y)} test, {shape[0]}x{shape[1]}x{shape[2]}")
-    say(f"data: {description}")
+def train_and_validate(args, worker):
+    """The data, model, optimizer and DDP; then per epoch train_one_epoch,
+    validate, and the metrics JSON rewritten. Returns the exit status."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
 
-    # Every rank builds the same initial weights (DDP broadcasts rank 0's
-    # anyway).
-    torch.manual_seed(o.seed)
-    model = _make_model(o, shape[0], shape[1], torch, nn, F).to(device)
-    # Dropout draws differ between ranks, as ours (seeded per rank and step).
-    torch.manual_seed(o.seed + rank)
+    train_set, val_set, description = load_datasets(args, worker)
+    shape = tuple(train_set.tensors[0].shape[1:])
+    model = create_model(args, worker, shape[0], shape[1])
     parameters = sum(p.numel() for p in model.parameters())
-    if o.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=o.lr,
-                                    momentum=o.momentum,
-                                    weight_decay=o.weight_decay)
-    else:
-        optimizer = torch.optim.Adadelta(model.parameters(), lr=o.lr,
-                                         weight_decay=o.weight_decay)
-
-    pin = device.type == "cuda"
-    train_set = TensorDataset(train_x, train_y)
-    val_set = TensorDataset(val_x, val_y)
-    train_sampler = DistributedSampler(train_set, num_replicas=world_size,
-                                       rank=rank, shuffle=True, seed=o.seed,
-                                       drop_last=False)
-    val_sampler = DistributedSampler(val_set, num_replicas=world_size,
-                                     rank=rank, shuffle=False, drop_last=False)
-    train_loader = DataLoader(train_set, batch_size=o.batch_size,
-                              sampler=train_sampler, num_workers=o.workers,
-                              pin_memory=pin)
-    val_loader = DataLoader(val_set, batch_size=o.batch_size,
-                            sampler=val_sampler, num_workers=o.workers,
-                            pin_memory=pin)
+    optimizer = create_optimizer(args, model)
+    train_loader, val_loader = make_loaders(args, worker, train_set, val_set)
 
     # Without gradient sync nothing else communicates either (as ours).
+    device = worker.device
     ddp = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=o.bucket_cap_mb, broadcast_buffers=o.sync_gradients)
-    say(f"{o.model}: {parameters} parameters, {device}, world size "
-        f"{world_size} ({o.dist_backend}), batch {o.batch_size} per process "
-        f"(global {o.batch_size * world_size}), bucket cap "
-        f"{o.bucket_cap_mb:g} MiB"
-        + ("" if o.sync_gradients
+        bucket_cap_mb=args.bucket_cap_mb,
+        broadcast_buffers=args.sync_gradients)
+    worker.say(
+        f"{args.model}: {parameters} parameters, {device}, world size "
+        f"{worker.world_size} ({args.dist_backend}), batch {args.batch_size} "
+        f"per process (global {args.batch_size * worker.world_size}), bucket "
+        f"cap {args.bucket_cap_mb:g} MiB"
+        + ("" if args.sync_gradients
            else ", gradient sync OFF (no-communication bound)"))
 
-    config = {
-        "model": o.model,
-        "small_input_stem": o.small_input_stem,
-        "dataset": o.dataset,
-        "data_dir": o.data_dir,
-        "image_size": o.image_size,
-        "train_limit": o.train_limit,
-        "val_limit": o.val_limit,
-        "batch_size": o.batch_size,
-        "workers": o.workers,
-        "epochs": o.epochs,
-        "max_steps": o.max_steps,
-        "optimizer": o.optimizer,
-        "lr": float(o.lr),
-        "momentum": float(o.momentum),
-        "weight_decay": float(o.weight_decay),
-        "lr_step_epochs": o.lr_step_epochs,
-        "lr_gamma": float(o.lr_gamma),
-        "seed": o.seed,
-        "dist_backend": o.dist_backend,
-        "dist_url": o.dist_url,
-        "device": o.device,
-        "bucket_cap_mb": float(o.bucket_cap_mb),
-        "sync_gradients": o.sync_gradients,
-        "intra_op_threads": o.intra_op_threads,
-        "timeout_seconds": float(o.timeout),
-        "world_size": world_size,
+    run = {
+        "format": "dtrain.metrics.v1",
+        "implementation": "pytorch " + torch.__version__,
+        "config": _config(args, worker),
+        "backend": args.dist_backend,
+        "device": str(device),
+        "data": description,
+        "parameters": parameters,
     }
-    state = {"global_step": 0, "best_top1": 0.0, "startup_seconds": 0.0,
-             "epochs": []}
-
-    def write_metrics():
-        if not rank0 or not o.metrics_json:
-            return
-        _write_json_atomically(o.metrics_json, {
-            "format": "dtrain.metrics.v1",
-            "implementation": "pytorch " + torch.__version__,
-            "config": config,
-            "backend": o.dist_backend,
-            "device": str(device),
-            "data": description,
-            "parameters": parameters,
-            "epochs": state["epochs"],
-            "best_top1": state["best_top1"],
-            "global_step": state["global_step"],
-            "resumed_from": "",
-            "startup_seconds": state["startup_seconds"],
-            "wall_seconds": time.time() - _START,
-        })
-
-    def all_reduce(values, op):
-        t = torch.tensor(values, dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=op)
-        return t.tolist()
-
-    def train_epoch(epoch):
-        ddp.train()
-        batch_time, data_time = AverageMeter(), AverageMeter()
-        loss_meter, top1, top5 = AverageMeter(), AverageMeter(), AverageMeter()
-        step_seconds = []
-        correct1 = correct5 = examples = 0
-        loss_sum = 0.0
-        limit = (o.max_steps - state["global_step"] if o.max_steps > 0
-                 else len(train_loader))
-        batches = min(len(train_loader), limit)
-        lines = rank0 and o.progress != "none"
-        epoch_start = time.perf_counter()
-        end = epoch_start
-        b = -1
-        for b, (images, labels) in enumerate(train_loader):
-            got = time.perf_counter()
-            data_time.update(got - end)
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            n = labels.shape[0]
-
-            optimizer.zero_grad()
-            if o.sync_gradients:
-                output = ddp(images)
-                loss = F.cross_entropy(output, labels)
-                loss.backward()
-            else:
-                with ddp.no_sync():
-                    output = ddp(images)
-                    loss = F.cross_entropy(output, labels)
-                    loss.backward()
-            optimizer.step()
-            state["global_step"] += 1
-            if not state["startup_seconds"]:
-                state["startup_seconds"] = time.time() - _START
-
-            loss_value = loss.item()
-            c1, c5 = _topk_correct(output, labels, (1, 5), torch)
-            loss_sum += loss_value * n
-            correct1 += c1
-            correct5 += c5
-            examples += n
-            loss_meter.update(loss_value, n)
-            top1.update(100.0 * c1 / n, n)
-            top5.update(100.0 * c5 / n, n)
-            now = time.perf_counter()
-            batch_time.update(now - end)
-            step_seconds.append(now - got)
-            end = now
-            if lines and (b % o.print_freq == 0 or b + 1 == batches):
-                rate = examples * world_size / (now - epoch_start)
-                print(f"Epoch: [{epoch}][{b}/{batches}]  "
-                      f"Time {batch_time.last:.3f} ({batch_time.avg:.3f})  "
-                      f"Data {data_time.last:.3f} ({data_time.avg:.3f})  "
-                      f"Loss {loss_meter.last:.4f} ({loss_meter.avg:.4f})  "
-                      f"Prec@1 {top1.last:.3f} ({top1.avg:.3f})  "
-                      f"Prec@5 {top5.last:.3f} ({top5.avg:.3f})  "
-                      f"{_thousands(rate)} samples/s", file=log, flush=True)
-            if b + 1 >= batches:
-                break
-        stopped = (o.max_steps > 0 and state["global_step"] >= o.max_steps
-                   and b + 1 < len(train_loader))
-        seconds = end - epoch_start
-
-        # PyTorch's DDP overlaps its allreduces with backward inside C++ and
-        # does not expose how long a step waited for them: not measurable
-        # from outside, so 0 (ours measures it in dist/ddp).
-        exposed = 0.0
-        sums = all_reduce([loss_sum, correct1, correct5, examples],
-                          dist.ReduceOp.SUM)
-        maxima = all_reduce([seconds, data_time.sum, exposed],
-                            dist.ReduceOp.MAX)
-        total = max(1.0, sums[3])
-        step_sum = 0.0
-        for s in step_seconds:
-            step_sum += s
-        m = {
-            "epoch": epoch,
-            "steps": len(step_seconds),
-            "samples": int(sums[3]),
-            "lr": lr_at(epoch),
-            "epoch_seconds": maxima[0],
-            "samples_per_second": sums[3] / maxima[0] if maxima[0] > 0
-            else 0.0,
-            "train_loss": sums[0] / total,
-            "train_top1": 100.0 * sums[1] / total,
-            "train_top5": 100.0 * sums[2] / total,
-            "data_seconds": maxima[1],
-            "exposed_communication_seconds": maxima[2],
-            "step_seconds_mean": step_sum / len(step_seconds)
-            if step_seconds else 0.0,
-            "step_seconds_p50": _percentile(step_seconds, 50),
-            "step_seconds_p90": _percentile(step_seconds, 90),
-            "step_seconds_max": _percentile(step_seconds, 100),
-            "step_seconds_histogram": {
-                "bounds": STEP_HISTOGRAM_BOUNDS,
-                "counts": _step_histogram(step_seconds),
-                "sum": step_sum,
-            },
-            "val_loss": None,
-            "val_top1": None,
-            "val_top5": None,
-            "val_seconds": 0.0,
-        }
-        return m, stopped
-
-    def validate(m):
-        start = time.perf_counter()
-        net = ddp.module  # no DDP collectives while ranks count differently
-        net.eval()
-        n_total = len(val_set)
-        loss_sum = 0.0
-        correct1 = correct5 = examples = 0
-        position = 0  # this rank's examples before the batch
-        with torch.no_grad():
-            for images, labels in val_loader:
-                # DistributedSampler pads the last round with repeats: rank r's
-                # i-th example is global slot r + i * world_size, and slots past
-                # the end are the repeats, left out so every test example counts
-                # exactly once.
-                count = labels.shape[0]
-                keep = [j for j in range(count)
-                        if rank + (position + j) * world_size < n_total]
-                position += count
-                if not keep:
-                    continue
-                if len(keep) < count:
-                    index = torch.tensor(keep, dtype=torch.long)
-                    images = images.index_select(0, index)
-                    labels = labels.index_select(0, index)
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                output = net(images)
-                loss_sum += F.cross_entropy(output, labels,
-                                            reduction="sum").item()
-                c1, c5 = _topk_correct(output, labels, (1, 5), torch)
-                correct1 += c1
-                correct5 += c5
-                examples += labels.shape[0]
-        sums = all_reduce([loss_sum, correct1, correct5, examples],
-                          dist.ReduceOp.SUM)
-        total = max(1.0, sums[3])
-        m["val_loss"] = sums[0] / total
-        m["val_top1"] = 100.0 * sums[1] / total
-        m["val_top5"] = 100.0 * sums[2] / total
-        m["val_seconds"] = time.perf_counter() - start
-        if int(sums[3]) != n_total:
-            raise RuntimeError(f"validation counted {sums[3]} examples, "
-                               f"expected {n_total}")
-
-    def lr_at(epoch):
-        return o.lr * math.pow(o.lr_gamma, epoch // o.lr_step_epochs)
-
-    for epoch in range(o.epochs):
-        if o.max_steps > 0 and state["global_step"] >= o.max_steps:
+    state = TrainState()
+    for epoch in range(args.epochs):
+        if args.max_steps > 0 and state.global_step >= args.max_steps:
             break
-        train_sampler.set_epoch(epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(epoch)
-        say(f"Begin training epoch {epoch + 1}/{o.epochs} "
-            f"(lr {lr_at(epoch):g})")
-        m, stopped = train_epoch(epoch)
-        say(f"epoch {epoch + 1}: loss {m['train_loss']:.4f}  top1 "
+        train_loader.sampler.set_epoch(epoch)
+        lr = adjust_learning_rate(optimizer, epoch, args)
+        worker.say(f"Begin training epoch {epoch + 1}/{args.epochs} "
+                   f"(lr {lr:g})")
+        m, stopped = train_one_epoch(train_loader, ddp, optimizer, epoch,
+                                     state, worker, args)
+        worker.say(
+            f"epoch {epoch + 1}: loss {m['train_loss']:.4f}  top1 "
             f"{m['train_top1']:.2f}%  top5 {m['train_top5']:.2f}%  "
             f"{m['epoch_seconds']:.1f} s  {m['samples_per_second']:.0f} "
             f"samples/s  (data {m['data_seconds']:.2f} s, exposed "
             "communication not measured)")
-        if not o.skip_validation:
-            validate(m)
-            state["best_top1"] = max(state["best_top1"], m["val_top1"])
-            say(f" * validation: loss {m['val_loss']:.4f}  Prec@1 "
+        if not args.skip_validation:
+            # No DDP collectives while ranks count differently: the module.
+            m.update(validate(val_loader, ddp.module, worker))
+            state.best_top1 = max(state.best_top1, m["val_top1"])
+            worker.say(
+                f" * validation: loss {m['val_loss']:.4f}  Prec@1 "
                 f"{m['val_top1']:.3f}  Prec@5 {m['val_top5']:.3f}  (best "
-                f"Prec@1 {state['best_top1']:.3f}, {m['val_seconds']:.1f} s)")
+                f"Prec@1 {state.best_top1:.3f}, {m['val_seconds']:.1f} s)")
         for key in m:
             if isinstance(m[key], float):
                 m[key] = _finite(m[key])
-        m["ddp_timeline"] = _ddp_timeline(ddp) if o.sync_gradients else None
-        state["epochs"].append(m)
-        write_metrics()
+        m["ddp_timeline"] = _ddp_timeline(ddp) if args.sync_gradients else None
+        state.epochs.append(m)
+        _write_metrics(args, worker, run, state)
         if stopped:
-            say(f"stopped at --max_steps={o.max_steps}")
+            worker.say(f"stopped at --max_steps={args.max_steps}")
             break
-    write_metrics()
+    _write_metrics(args, worker, run, state)
     return 0
+
+
+def train_one_epoch(train_loader, model, optimizer, epoch, state, worker,
+                    args):
+    """One epoch of `model` (DDP), up to --max_steps in all, with the ImageNet
+    example's progress lines on rank 0. Returns the epoch's metrics (the
+    trainer's per-epoch fields, validation empty) and whether --max_steps
+    stopped it early."""
+    import torch.nn.functional as F
+
+    model.train()
+    batch_time, data_time = AverageMeter(), AverageMeter()
+    losses, top1, top5 = AverageMeter(), AverageMeter(), AverageMeter()
+    step_seconds = []
+    correct1 = correct5 = examples = 0
+    loss_sum = 0.0
+    limit = (args.max_steps - state.global_step if args.max_steps > 0
+             else len(train_loader))
+    batches = min(len(train_loader), limit)
+    lines = worker.is_main and args.progress != "none"
+    epoch_start = time.perf_counter()
+    end = epoch_start
+    b = -1
+    for b, (images, labels) in enumerate(train_loader):
+        got = time.perf_counter()
+        data_time.update(got - end)
+        images = images.to(worker.device, non_blocking=True)
+        labels = labels.to(worker.device, non_blocking=True)
+        n = labels.shape[0]
+
+        optimizer.zero_grad()
+        if args.sync_gradients:
+            output = model(images)
+            loss = F.cross_entropy(output, labels)
+            loss.backward()
+        else:
+            with model.no_sync():
+                output = model(images)
+                loss = F.cross_entropy(output, labels)
+                loss.backward()
+        optimizer.step()
+        state.global_step += 1
+        if not state.startup_seconds:
+            state.startup_seconds = time.time() - _START
+
+        loss_value = loss.item()
+        c1, c5 = _topk_correct(output, labels, (1, 5))
+        loss_sum += loss_value * n
+        correct1 += c1
+        correct5 += c5
+        examples += n
+        losses.update(loss_value, n)
+        top1.update(100.0 * c1 / n, n)
+        top5.update(100.0 * c5 / n, n)
+        now = time.perf_counter()
+        batch_time.update(now - end)
+        step_seconds.append(now - got)
+        end = now
+        if lines and (b % args.print_freq == 0 or b + 1 == batches):
+            rate = examples * worker.world_size / (now - epoch_start)
+            print(_progress_line(epoch, b, batches, batch_time, data_time,
+                                 losses, top1, top5, rate),
+                  file=worker.log, flush=True)
+        if b + 1 >= batches:
+            break
+    stopped = (args.max_steps > 0 and state.global_step >= args.max_steps
+               and b + 1 < len(train_loader))
+    totals = [loss_sum, correct1, correct5, examples]
+    return _epoch_metrics(epoch, _lr_at(args, epoch), totals,
+                          end - epoch_start, data_time.sum, step_seconds,
+                          worker), stopped
+
+
+def _epoch_metrics(epoch, lr, totals, seconds, data_seconds, step_seconds,
+                   worker):
+    """An epoch's metrics over all ranks (trainer/run_metrics.cc's fields):
+    totals ([loss sum, top-1 correct, top-5 correct, examples]) summed, the
+    epoch's and the data's seconds the slowest rank's; the step times are
+    this rank's."""
+    import torch.distributed as dist
+
+    # PyTorch's DDP overlaps its allreduces with backward inside C++ and
+    # does not expose how long a step waited for them: not measurable
+    # from outside, so 0 (ours measures it in dist/ddp).
+    exposed = 0.0
+    sums = _all_reduce(totals, dist.ReduceOp.SUM, worker.device)
+    maxima = _all_reduce([seconds, data_seconds, exposed], dist.ReduceOp.MAX,
+                         worker.device)
+    total = max(1.0, sums[3])
+    step_sum = 0.0
+    for s in step_seconds:
+        step_sum += s
+    return {
+        "epoch": epoch,
+        "steps": len(step_seconds),
+        "samples": int(sums[3]),
+        "lr": lr,
+        "epoch_seconds": maxima[0],
+        "samples_per_second": sums[3] / maxima[0] if maxima[0] > 0 else 0.0,
+        "train_loss": sums[0] / total,
+        "train_top1": 100.0 * sums[1] / total,
+        "train_top5": 100.0 * sums[2] / total,
+        "data_seconds": maxima[1],
+        "exposed_communication_seconds": maxima[2],
+        "step_seconds_mean": step_sum / len(step_seconds)
+        if step_seconds else 0.0,
+        "step_seconds_p50": _percentile(step_seconds, 50),
+        "step_seconds_p90": _percentile(step_seconds, 90),
+        "step_seconds_max": _percentile(step_seconds, 100),
+        "step_seconds_histogram": {
+            "bounds": STEP_HISTOGRAM_BOUNDS,
+            "counts": _step_histogram(step_seconds),
+            "sum": step_sum,
+        },
+        "val_loss": None,
+        "val_top1": None,
+        "val_top5": None,
+        "val_seconds": 0.0,
+    }
+
+
+def validate(val_loader, model, worker):
+    """Loss, top-1 and top-5 over the whole validation split, every example
+    counted once across the ranks; `model` is the bare module (no DDP
+    collectives). Returns the metrics' val_* fields."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    start = time.perf_counter()
+    model.eval()
+    n_total = len(val_loader.dataset)
+    loss_sum = 0.0
+    correct1 = correct5 = examples = 0
+    position = 0  # this rank's examples before the batch
+    with torch.no_grad():
+        for images, labels in val_loader:
+            # DistributedSampler pads the last round with repeats: rank r's
+            # i-th example is global slot r + i * world_size, and slots past
+            # the end are the repeats, left out so every test example counts
+            # exactly once.
+            count = labels.shape[0]
+            keep = [j for j in range(count)
+                    if worker.rank + (position + j) * worker.world_size
+                    < n_total]
+            position += count
+            if not keep:
+                continue
+            if len(keep) < count:
+                index = torch.tensor(keep, dtype=torch.long)
+                images = images.index_select(0, index)
+                labels = labels.index_select(0, index)
+            images = images.to(worker.device, non_blocking=True)
+            labels = labels.to(worker.device, non_blocking=True)
+            output = model(images)
+            loss_sum += F.cross_entropy(output, labels,
+                                        reduction="sum").item()
+            c1, c5 = _topk_correct(output, labels, (1, 5))
+            correct1 += c1
+            correct5 += c5
+            examples += labels.shape[0]
+    sums = _all_reduce([loss_sum, correct1, correct5, examples],
+                       dist.ReduceOp.SUM, worker.device)
+    total = max(1.0, sums[3])
+    seconds = time.perf_counter() - start
+    if int(sums[3]) != n_total:
+        raise RuntimeError(f"validation counted {sums[3]} examples, "
+                           f"expected {n_total}")
+    return {
+        "val_loss": sums[0] / total,
+        "val_top1": 100.0 * sums[1] / total,
+        "val_top5": 100.0 * sums[2] / total,
+        "val_seconds": seconds,
+    }
 
 
 def _ddp_timeline(ddp):
@@ -903,8 +1034,11 @@ def _probe():
 
 
 def main(argv):
+    """The flags parsed, this process's place in the job settled, then
+    main_worker; returns the exit status. Our launcher (or torchrun) starts
+    one process per rank, as the ImageNet example's main spawns them."""
     try:
-        o = _parse_flags(argv)
+        args = _parse_flags(argv)
     except FlagError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
@@ -928,8 +1062,8 @@ def main(argv):
         return 2
     # OpenMP and OpenBLAS size their pools when torch loads; our launcher
     # (and torchrun, for OpenMP) set these too.
-    os.environ.setdefault("OMP_NUM_THREADS", str(o.intra_op_threads))
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(o.intra_op_threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.intra_op_threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.intra_op_threads))
     # PyTorch 2.4+ serves env:// and tcp:// stores through libuv by default,
     # and Debian 13's PyTorch 2.6 is built without it ("use_libuv was
     # requested but PyTorch was build without libuv support"). The store only
@@ -937,19 +1071,19 @@ def main(argv):
     # PyTorch 1.13 ignores the variable.
     os.environ.setdefault("USE_LIBUV", "0")
 
-    if o.probe:
+    if args.probe:
         return _probe()
     import torch
     import torch.distributed as dist
-    if o.dist_backend == "nccl" or o.device != "cpu":
+    if args.dist_backend == "nccl" or args.device != "cpu":
         if not torch.cuda.is_available() or not dist.is_nccl_available():
-            print(f"{PROG}: --dist_backend={o.dist_backend} "
-                  f"--device={o.device}: no CUDA device is usable (this "
+            print(f"{PROG}: --dist_backend={args.dist_backend} "
+                  f"--device={args.device}: no CUDA device is usable (this "
                   f"PyTorch {torch.__version__} has no CUDA or NCCL, or no GPU "
                   "is visible); train with --device=cpu --dist_backend=gloo",
                   file=sys.stderr)
             return 2
-    if o.model == "resnet18":
+    if args.model == "resnet18":
         try:
             import torchvision  # noqa: F401
         except ImportError as e:
@@ -958,7 +1092,7 @@ def main(argv):
                   file=sys.stderr)
             return 2
     try:
-        return train(o, sys.stderr)
+        return main_worker(args, sys.stderr)
     except KeyboardInterrupt:
         print(f"{PROG}: [rank {rank}] interrupted", file=sys.stderr)
         return 1

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/atomic_file.h"
 #include "base/status_macros.h"
@@ -38,6 +40,56 @@ double Median(std::vector<double> v) {
 
 std::string Opt(const absl::optional<double>& v, const char* format) {
   return v ? absl::StrFormat(format, *v) : std::string("-");
+}
+
+// A fraction as a whole percentage: "96%".
+std::string Percent(double fraction) {
+  return absl::StrFormat("%.0f%%", 100 * fraction);
+}
+
+std::string OptPercent(const absl::optional<double>& fraction) {
+  return fraction ? Percent(*fraction) : std::string("-");
+}
+
+// The cells as aligned lines, columns two spaces apart: the first
+// `text_columns` left-aligned (text), the rest right-aligned (numbers); a
+// rule under the first line, the header.
+std::string AlignColumns(const std::vector<std::vector<std::string>>& cells,
+                         size_t text_columns) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& line : cells)
+    for (size_t i = 0; i < line.size(); ++i)
+      width[i] = std::max(width[i], line[i].size());
+  std::string out;
+  for (size_t l = 0; l < cells.size(); ++l) {
+    std::string line;
+    for (size_t i = 0; i < cells[l].size(); ++i) {
+      const std::string pad(width[i] - cells[l][i].size(), ' ');
+      line += i < text_columns ? cells[l][i] + pad : pad + cells[l][i];
+      if (i + 1 < cells[l].size()) line += "  ";
+    }
+    out += line + "\n";
+    if (l == 0) out += std::string(line.size(), '-') + "\n";
+  }
+  return out;
+}
+
+// A CSV's records, one per line (the i-th on line i + 1), each split at its
+// commas.
+absl::StatusOr<std::vector<std::vector<std::string>>> SplitCsv(
+    absl::string_view text) {
+  absl::ConsumeSuffix(&text, "\n");
+  std::vector<std::vector<std::string>> records;
+  if (text.empty()) return records;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    absl::ConsumeSuffix(&line, "\r");
+    if (absl::StrContains(line, '"')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", records.size() + 1, ": quoted fields are not supported"));
+    }
+    records.push_back(absl::StrSplit(line, ','));
+  }
+  return records;
 }
 
 }  // namespace
@@ -280,30 +332,14 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
                    : std::string("1 run"),
         absl::StrFormat("%.0f", r.samples_per_second),
         Opt(r.speedup, "%.2fx"),
-        r.efficiency ? absl::StrFormat("%.0f%%", 100 * *r.efficiency) : "-",
-        r.communication_efficiency
-            ? absl::StrFormat("%.0f%%", 100 * *r.communication_efficiency)
-            : "-",
-        absl::StrFormat("%.0f%%", 100 * r.exposed_share),
+        OptPercent(r.efficiency),
+        OptPercent(r.communication_efficiency),
+        Percent(r.exposed_share),
         absl::StrFormat("%.1f", r.wall_seconds),
     });
   }
-  std::vector<size_t> width(cells[0].size(), 0);
-  for (const auto& line : cells)
-    for (size_t i = 0; i < line.size(); ++i)
-      width[i] = std::max(width[i], line[i].size());
-  for (size_t l = 0; l < cells.size(); ++l) {
-    std::string line;
-    for (size_t i = 0; i < cells[l].size(); ++i) {
-      // Text left-aligned, numbers right-aligned.
-      const bool text = i < 3;
-      const std::string pad(width[i] - cells[l][i].size(), ' ');
-      line += text ? cells[l][i] + pad : pad + cells[l][i];
-      if (i + 1 < cells[l].size()) line += "  ";
-    }
-    out += line + "\n";
-    if (l == 0) out += std::string(line.size(), '-') + "\n";
-  }
+  // impl, backend and model are text.
+  out += AlignColumns(cells, 3);
 
   // The legend.
   out += "\n";
@@ -337,6 +373,102 @@ std::string TableText(const std::vector<ResultRow>& rows,
   for (const std::string& s : skipped)
     absl::StrAppend(&out, "skipped ", s, "\n");
   return out;
+}
+
+absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
+                                             const std::string& csv_path,
+                                             const Machine& machine) {
+  auto error = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(csv_path, ": ", what));
+  };
+  absl::StatusOr<std::vector<std::vector<std::string>>> records = SplitCsv(csv);
+  if (!records.ok()) return error(records.status().message());
+  if (records->size() < 2) return error("no results");
+  const std::vector<std::string>& names = records->front();
+  std::map<std::string, size_t> column;
+  for (const char* name :
+       {"link_rate", "measured_link_gbit", "hosts", "ranks_per_host",
+        "implementation", "backend", "model", "world_size", "batch_size",
+        "samples_per_second", "no_comm_samples_per_second",
+        "communication_efficiency", "exposed_share", "step_seconds_p50",
+        "failed"}) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) return error(absl::StrCat("no column ", name));
+    column[name] = it - names.begin();
+  }
+
+  std::vector<std::vector<std::string>> cells = {
+      {"link", "measured", "impl", "backend", "model", "hosts", "ranks/host",
+       "batch/proc", "samples/s", "no-comm samples/s", "vs no-comm",
+       "exposed comm", "step s p50", "failed"}};
+  int most_ranks = 0;
+  for (size_t l = 1; l < records->size(); ++l) {
+    const std::vector<std::string>& record = (*records)[l];
+    if (record.size() != names.size()) {
+      return error(absl::StrCat("line ", l + 1, " has ", record.size(),
+                                " fields, the header ", names.size()));
+    }
+    auto field = [&](const char* name) -> const std::string& {
+      return record[column.at(name)];
+    };
+    // The numbers; an empty field (a value the run did not have) is none.
+    absl::optional<double> samples, bound, communication, exposed, p50;
+    for (const auto& [name, value] :
+         {std::pair<const char*, absl::optional<double>*>{"samples_per_second",
+                                                          &samples},
+          {"no_comm_samples_per_second", &bound},
+          {"communication_efficiency", &communication},
+          {"exposed_share", &exposed},
+          {"step_seconds_p50", &p50}}) {
+      if (field(name).empty()) continue;
+      double v = 0;
+      if (!absl::SimpleAtod(field(name), &v)) {
+        return error(absl::StrCat("line ", l + 1, ": ", name, " '", field(name),
+                                  "' is not a number"));
+      }
+      *value = v;
+    }
+    int world_size = 0;
+    if (!absl::SimpleAtoi(field("world_size"), &world_size)) {
+      return error(absl::StrCat("line ", l + 1, ": world_size '",
+                                field("world_size"), "' is not a number"));
+    }
+    most_ranks = std::max(most_ranks, world_size);
+    const std::string& measured = field("measured_link_gbit");
+    cells.push_back({
+        field("link_rate"),
+        measured.empty() ? "-" : measured,
+        field("implementation"),
+        field("backend"),
+        field("model"),
+        field("hosts"),
+        field("ranks_per_host"),
+        field("batch_size"),
+        Opt(samples, "%.0f"),
+        Opt(bound, "%.0f"),
+        OptPercent(communication),
+        OptPercent(exposed),
+        Opt(p50, "%.4f"),
+        field("failed"),
+    });
+  }
+  // link, measured, impl, backend and model are text.
+  return absl::StrCat(
+      AlignColumns(cells, 5), "\ncombined: ", csv_path,
+      " (measured: Gbit/s of one TCP stream through the shaped link)\n",
+      "every host shares this machine's ", machine.cores, " cores",
+      most_ranks > machine.cores
+          ? ": runs of more ranks in total than that take turns on the cores"
+          : "",
+      "\n");
+}
+
+absl::StatusOr<std::string> ReadClusterTable(const std::string& csv_path,
+                                             const Machine& machine) {
+  absl::StatusOr<std::string> csv =
+      base::ReadFile(csv_path, base::kTextFileLimit);
+  if (!csv.ok()) return csv.status();
+  return ClusterTableText(*csv, csv_path, machine);
 }
 
 absl::StatusOr<std::vector<std::string>> WriteResults(

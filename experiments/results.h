@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
 #include "experiments/run_training.h"
 
@@ -131,6 +132,21 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
 std::string TableText(const std::vector<ResultRow>& rows,
                       const Machine& machine,
                       const std::vector<std::string>& skipped);
+
+// //experiments:sim_cluster's combined table, printed at its end: a line per
+// row of its combined CSV (every link rate's results.csv rows, with
+// link_rate, measured_link_gbit, hosts and ranks_per_host in front), aligned
+// as FormatTable's; then where the CSV is, and the cores of the machine every
+// simulated host shares, with a note where a run had more ranks. `csv` is
+// the file's text (\n or \r\n line ends, no quoted fields), `csv_path` where
+// it is. Errors for a missing column, a field that does not parse, or no rows.
+absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
+                                             const std::string& csv_path,
+                                             const Machine& machine);
+
+// ClusterTableText of the file at `csv_path`.
+absl::StatusOr<std::string> ReadClusterTable(const std::string& csv_path,
+                                             const Machine& machine);
 
 // Writes <dir>/table.txt (TableText), results.csv and results.json, each
 // atomically, and returns their paths in that order. Stops at the first

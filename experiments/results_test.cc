@@ -4,8 +4,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -206,6 +209,115 @@ TEST(ResultsTest, TableSaysSingleRunOrGivesTheSpread) {
                                "configuration"));
   EXPECT_THAT(table, HasSubstr("40% of 3"));  // (3000 - 2000) / 2500
   EXPECT_THAT(table, Not(HasSubstr("single run")));
+}
+
+// The exact layout: text left-aligned, numbers right-aligned, two spaces
+// apart, a rule as wide as the header under it.
+TEST(ResultsTest, TableColumnsAreAligned) {
+  RunRecord bad = Record(4, true, 0);
+  bad.ok = false;
+  const std::string table =
+      FormatTable(Summarize({Record(1, true, 3000), Record(2, true, 4800),
+                             Record(2, false, 5000),
+                             Record(4, true, 5400, 0, "gloo+shm"), bad}),
+                  Machine{2, "", 1});
+  const std::string header =
+      "impl    backend   model    procs  batch/proc  epoch s  spread  "
+      "samples/s  speedup  efficiency  vs no-comm  exposed comm  wall s";
+  EXPECT_THAT(
+      table,
+      HasSubstr(absl::StrCat(
+          "\n\n", header, "\n", std::string(header.size(), '-'), "\n",
+          "dtrain  gloo      convnet      1         128    20.00   1 run  "
+          "     3000    1.00x        100%        100%            0%    21.0\n"
+          "dtrain  gloo      convnet      2          64    12.50   1 run  "
+          "     4800    1.60x         80%         96%           12%    13.5\n"
+          "dtrain  gloo+shm  convnet     4*          32    11.11   1 run  "
+          "     5400    1.80x         45%           -           14%    12.1\n"
+          "dtrain  gloo      convnet     4*          32   FAILED",
+          std::string(header.size() - 53, ' '), "\n\n")));
+}
+
+// sim_cluster's combined CSV as Python's csv module writes it (\r\n), its
+// columns found by name: the table as sim_cluster printed it before the
+// runner did, an empty measured rate or value as "-".
+TEST(ResultsTest, ClusterTableFromTheCombinedCsv) {
+  const std::string csv =
+      "link_rate,measured_link_gbit,hosts,ranks_per_host,implementation,"
+      "backend,model,world_size,batch_size,failed,samples_per_second,"
+      "no_comm_samples_per_second,communication_efficiency,exposed_share,"
+      "step_seconds_p50\r\n"
+      "1gbit,0.953,2,1,dtrain,gloo,convnet,2,64,0,2052.5,905.748,2.26571,"
+      "0.00247676,0.0475364\r\n"
+      "1gbit,0.953,2,2,dtrain,gloo+shm,resnet18,4,32,1,0,,,0,0\r\n"
+      "25gbit,,2,1,pytorch,gloo,convnet,2,64,0,12345.5,,,0.995,1.23456789\r\n";
+  absl::StatusOr<std::string> table =
+      ClusterTableText(csv, "out/combined.csv", Machine{2, "", 2, true});
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string header =
+      "link    measured  impl     backend   model     hosts  ranks/host  "
+      "batch/proc  samples/s  no-comm samples/s  vs no-comm  exposed comm  "
+      "step s p50  failed";
+  EXPECT_EQ(
+      *table,
+      absl::StrCat(
+          header, "\n", std::string(header.size(), '-'), "\n",
+          "1gbit   0.953     dtrain   gloo      convnet       2           1  "
+          "        64       2052                906        227%            0%"
+          "      0.0475       0\n"
+          "1gbit   0.953     dtrain   gloo+shm  resnet18      2           2  "
+          "        32          0                  -           -            0%"
+          "      0.0000       1\n"
+          "25gbit  -         pytorch  gloo      convnet       2           1  "
+          "        64      12346                  -           -          100%"
+          "      1.2346       0\n"
+          "\n"
+          "combined: out/combined.csv (measured: Gbit/s of one TCP stream "
+          "through the shaped link)\n"
+          "every host shares this machine's 2 cores: runs of more ranks in "
+          "total than that take turns on the cores\n"));
+
+  // Runs within the cores: no note. \n line ends do as well.
+  table = ClusterTableText(absl::StrReplaceAll(csv, {{"\r", ""}}), "c.csv",
+                           Machine{4, "", 2, true});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(*table,
+              HasSubstr("\nevery host shares this machine's 4 cores\n"));
+}
+
+TEST(ResultsTest, ClusterTableErrorsNameTheFileAndWhat) {
+  const Machine machine{2, "", 2, true};
+  const std::string header =
+      "link_rate,measured_link_gbit,hosts,ranks_per_host,implementation,"
+      "backend,model,world_size,batch_size,failed,samples_per_second,"
+      "no_comm_samples_per_second,communication_efficiency,exposed_share,"
+      "step_seconds_p50\n";
+  const std::string row =
+      "1gbit,0.9,2,1,dtrain,gloo,convnet,2,64,0,2052,,,0,0\n";
+  ASSERT_TRUE(ClusterTableText(header + row, "c.csv", machine).ok());
+  for (const auto& [csv, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"", "c.csv: no results"},
+           {header, "c.csv: no results"},
+           {absl::StrReplaceAll(header + row, {{"step_seconds_p50", "p50"}}),
+            "c.csv: no column step_seconds_p50"},
+           {header + absl::StrReplaceAll(row, {{"2052", "fast"}}),
+            "c.csv: line 2: samples_per_second 'fast' is not a number"},
+           {header + absl::StrReplaceAll(row, {{"convnet,2", "convnet,two"}}),
+            "c.csv: line 2: world_size 'two' is not a number"},
+           {header + "1gbit,0.9\n",
+            "c.csv: line 2 has 2 fields, the header 15"},
+           {header + absl::StrReplaceAll(row, {{"dtrain", "\"dtrain\""}}),
+            "c.csv: line 2: quoted fields are not supported"},
+       }) {
+    absl::StatusOr<std::string> table = ClusterTableText(csv, "c.csv", machine);
+    ASSERT_FALSE(table.ok()) << csv;
+    EXPECT_EQ(table.status().message(), message);
+  }
+  absl::StatusOr<std::string> missing =
+      ReadClusterTable("/no/such/combined.csv", machine);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("/no/such/combined.csv"));
 }
 
 TEST(ResultsTest, ThisMachineCountsItsCores) {

@@ -118,6 +118,10 @@ ABSL_FLAG(std::string, run_id, "",
 ABSL_FLAG(dtrain::base::DurationFlag, run_timeout,
           dtrain::base::DurationFlag(absl::Minutes(10)),
           "Stop a training that runs longer than this.");
+ABSL_FLAG(std::string, cluster_table, "",
+          "Only print the combined table of //experiments:sim_cluster's CSV "
+          "at this path (its combined.csv; relative to the directory bazel "
+          "run was started in), as sim_cluster ends with it; runs nothing.");
 ABSL_FLAG(std::string, train_binary, "",
           "The train binary (default: from this binary's runfiles).");
 ABSL_FLAG(std::string, launch_binary, "",
@@ -167,7 +171,8 @@ std::string Runfile(const char* argv0, const std::string& relative) {
   return "";
 }
 
-std::string OutputDir(const std::string& flag) {
+// A path flag: relative ones are taken from where bazel run was started.
+std::string UserPath(const std::string& flag) {
   if (flag.empty() || flag[0] == '/') return flag;
   const char* base = std::getenv("BUILD_WORKING_DIRECTORY");
   return base != nullptr ? absl::StrCat(base, "/", flag) : flag;
@@ -262,11 +267,19 @@ int Main(int argc, char** argv) {
       "scaling [flags]: speedup and efficiency of data-parallel training over "
       "1, 2 and 4 processes");
   absl::ParseCommandLine(argc, argv);
-  base::RaiseOpenFileLimitOrWarn("scaling");
   auto fail = [](const absl::Status& s) {
     std::cerr << "scaling: " << s.message() << "\n";
     return 2;
   };
+  if (const std::string csv = absl::GetFlag(FLAGS_cluster_table);
+      !csv.empty()) {
+    absl::StatusOr<std::string> table =
+        ReadClusterTable(UserPath(csv), ThisMachine(1));
+    if (!table.ok()) return fail(table.status());
+    std::cout << *table;
+    return 0;
+  }
+  base::RaiseOpenFileLimitOrWarn("scaling");
 
   SweepOptions o;
   o.backends = absl::GetFlag(FLAGS_backends);
@@ -328,7 +341,7 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<SweepPlan> plan = PlanSweep(o);
   if (!plan.ok()) return fail(plan.status());
-  const std::string dir = OutputDir(absl::GetFlag(FLAGS_output_dir));
+  const std::string dir = UserPath(absl::GetFlag(FLAGS_output_dir));
   if (dir.empty())
     return fail(absl::InvalidArgumentError("--output_dir: empty"));
   std::error_code mkdir_error;

@@ -159,6 +159,12 @@ if [[ -z $scaling ]]; then
 fi
 [[ -x $scaling ]] || die "--scaling: '$scaling' is not an executable"
 scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
+# The Python helpers (experiments/sim_cluster_*.py): from the runfiles, else beside this script in
+# the source tree.
+helpers=$runfiles/$workspace/experiments
+if [[ -z $runfiles || ! -f $helpers/sim_cluster_combine.py ]]; then
+  helpers=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+fi
 
 # --- What the machine must have -----------------------------------------------------------------
 
@@ -166,6 +172,10 @@ scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
 for tool in ip tc unshare python3; do
   command -v "$tool" >/dev/null \
     || die "'$tool' is not installed (tools/setup.sh installs it: ip and tc are iproute2, unshare util-linux)"
+done
+for helper in free_ports link_receive link_send combine; do
+  [[ -f $helpers/sim_cluster_$helper.py ]] \
+    || die "cannot find sim_cluster_$helper.py in $helpers: run through 'bazel run //experiments:sim_cluster'"
 done
 
 # --- Teardown -----------------------------------------------------------------------------------
@@ -317,20 +327,7 @@ shape() {
 # A base port below the ephemeral range (where Gloo's own connections live) whose next 256 ports,
 # as many as the sweep's runs may take, are free in host 0's namespace (only our runs use it).
 pick_port() {
-  ip netns exec "${PREFIX}host0" python3 -c '
-import random, socket
-for _ in range(100):
-    base = random.randrange(20000, 32000 - 256)
-    try:
-        held = []
-        for p in range(base, base + 256):
-            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("0.0.0.0", p)); held.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in held: s.close()'
+  ip netns exec "${PREFIX}host0" python3 "$helpers/sim_cluster_free_ports.py"
 }
 
 # One TCP stream from host 1 to host 0 for $link_check seconds; the receiver's Gbit/s go to
@@ -339,31 +336,13 @@ measure_link() {
   local dir=$1
   local out=$dir/link_check.txt
   rm -f "$dir/link_port"
-  ip netns exec "${PREFIX}host0" python3 -c '
-import socket, sys, time
-s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(1)
-open(sys.argv[2] + ".tmp", "w").write(str(s.getsockname()[1]))
-__import__("os").rename(sys.argv[2] + ".tmp", sys.argv[2])
-s.settimeout(20); c, _ = s.accept(); c.settimeout(20)
-n, t0 = 0, None
-while True:
-    b = c.recv(1 << 20)
-    if not b: break
-    if t0 is None: t0 = time.monotonic()
-    n += len(b)
-t = time.monotonic() - t0
-print("%.3f Gbit/s: %d bytes in %.3f s, one TCP stream host 1 -> host 0" % (n * 8 / t / 1e9, n, t))
-' "$SUBNET.1" "$dir/link_port" >"$out" 2>&1 &
+  ip netns exec "${PREFIX}host0" python3 "$helpers/sim_cluster_link_receive.py" "$SUBNET.1" "$dir/link_port" \
+    >"$out" 2>&1 &
   procs+=($!)
   local receiver=$!
   for _ in $(seq 100); do [[ -f $dir/link_port ]] && break; sleep 0.1; done
-  ip netns exec "${PREFIX}host1" python3 -c '
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
-buf, end = b"\0" * (1 << 20), time.monotonic() + float(sys.argv[3])
-while time.monotonic() < end: c.sendall(buf)
-c.close()
-' "$SUBNET.1" "$(cat "$dir/link_port" 2>/dev/null || echo 0)" "$link_check" >>"$out" 2>&1 &
+  ip netns exec "${PREFIX}host1" python3 "$helpers/sim_cluster_link_send.py" "$SUBNET.1" \
+    "$(cat "$dir/link_port" 2>/dev/null || echo 0)" "$link_check" >>"$out" 2>&1 &
   procs+=($!)
   wait_gone $((link_check + 25)) "$receiver" "$!"
   stop_nodes # reaps both (and stops them if the check hung)
@@ -453,44 +432,7 @@ done
 
 combine_args=()
 for rate in "${rate_list[@]}"; do combine_args+=("$rate" "${measured[$rate]}" "$output_dir/$rate/results.csv"); done
-python3 - "$hosts" "$output_dir/combined.csv" "${combine_args[@]}" <<'EOF' || die "cannot write the combined CSV"
-import csv, os, sys
-hosts, out, rest = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-rows = []
-for i in range(0, len(rest), 3):
-    rate, measured, path = rest[i:i + 3]
-    for r in csv.DictReader(open(path)):
-        rows.append({"link_rate": rate, "measured_link_gbit": measured, "hosts": hosts,
-                     "ranks_per_host": int(r["world_size"]) // hosts, **r})
-if not rows:
-    sys.exit("no results")
-with open(out, "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-
-def pct(v):
-    return "%.0f%%" % (100 * float(v)) if v else "-"
-cols = [("link", lambda r: r["link_rate"]), ("measured", lambda r: r["measured_link_gbit"] or "-"),
-        ("impl", lambda r: r["implementation"]), ("backend", lambda r: r["backend"]),
-        ("model", lambda r: r["model"]), ("hosts", lambda r: str(r["hosts"])),
-        ("ranks/host", lambda r: str(r["ranks_per_host"])), ("batch/proc", lambda r: r["batch_size"]),
-        ("samples/s", lambda r: "%.0f" % float(r["samples_per_second"])),
-        ("no-comm samples/s", lambda r: "%.0f" % float(r["no_comm_samples_per_second"])
-         if r["no_comm_samples_per_second"] else "-"),
-        ("vs no-comm", lambda r: pct(r["communication_efficiency"])),
-        ("exposed comm", lambda r: pct(r["exposed_share"])),
-        ("step s p50", lambda r: "%.4f" % float(r["step_seconds_p50"])),
-        ("failed", lambda r: r["failed"])]
-table = [[c[0] for c in cols]] + [[c[1](r) for c in cols] for r in rows]
-widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
-for n, t in enumerate(table):
-    print("  ".join(v.ljust(w) if i < 5 else v.rjust(w) for i, (v, w) in enumerate(zip(t, widths))))
-    if n == 0:
-        print("-" * (sum(widths) + 2 * (len(widths) - 1)))
-print("\ncombined: %s (measured: Gbit/s of one TCP stream through the shaped link)" % out)
-cores = len(os.sched_getaffinity(0))
-most = max(int(r["world_size"]) for r in rows)
-print("every host shares this machine's %d cores%s" % (cores, (
-    ": runs of more ranks in total than that take turns on the cores" if most > cores else "")))
-EOF
+python3 "$helpers/sim_cluster_combine.py" "$hosts" "$output_dir/combined.csv" "${combine_args[@]}" \
+  || die "cannot write the combined CSV"
+# The table from the runner's own code (experiments/results.cc).
+"$scaling" --cluster_table="$output_dir/combined.csv" || die "cannot print the combined table"
