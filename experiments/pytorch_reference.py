@@ -9,7 +9,7 @@ a DistributedSampler and a DataLoader), laid out as PyTorch's ImageNet example
 process's rank, main_worker joins the process group and runs the epochs,
 train_one_epoch and validate do one epoch's training and validation, with an
 AverageMeter and the example's progress lines. It writes --metrics_json in
-our trainer's format (trainer/run_metrics.cc, "dtrain.metrics.v1"), plus
+our trainer's format (trainer/report/run_metrics.cc, "dtrain.metrics.v1"), plus
 "implementation": "pytorch <version>", so the experiment tools read both.
 
     # one process (world size 1, still wrapped in DDP as ours is)
@@ -52,7 +52,7 @@ PROG = "pytorch_reference"
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 # data/transforms.h.
 STATS = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
-# trainer/run_metrics.cc StepHistogramBounds().
+# trainer/report/run_metrics.cc StepHistogramBounds().
 STEP_HISTOGRAM_BOUNDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                          0.5, 1.0, 2.5, 5.0, 10.0]
 
@@ -497,7 +497,7 @@ def adjust_learning_rate(optimizer, epoch, args):
 
 
 class AverageMeter:
-    """The tutorials' AverageMeter (trainer/meters.h)."""
+    """The tutorials' AverageMeter (trainer/report/meters.h)."""
 
     def __init__(self):
         self.last = 0.0
@@ -515,7 +515,7 @@ class AverageMeter:
 
 
 def _topk_correct(output, labels, ks):
-    """Correct counts for each k (trainer/meters.cc TopKCorrect)."""
+    """Correct counts for each k (trainer/report/meters.cc TopKCorrect)."""
     import torch
     with torch.no_grad():
         if output.shape[0] == 0:
@@ -542,7 +542,7 @@ def _progress_line(epoch, batch, batches, batch_time, data_time, losses, top1,
 
 
 def _percentile(values, p):
-    """numpy's default (linear) percentile, as trainer/meters.cc."""
+    """numpy's default (linear) percentile, as trainer/report/meters.cc."""
     if not values:
         return 0.0
     v = sorted(values)
@@ -887,7 +887,7 @@ def train_one_epoch(train_loader, model, optimizer, epoch, state, worker,
 
 def _epoch_metrics(epoch, lr, totals, seconds, data_seconds, step_seconds,
                    worker):
-    """An epoch's metrics over all ranks (trainer/run_metrics.cc's fields):
+    """An epoch's metrics over all ranks (trainer/report/run_metrics.cc's fields):
     totals ([loss sum, top-1 correct, top-5 correct, examples]) summed, the
     epoch's and the data's seconds the slowest rank's; the step times are
     this rank's."""

@@ -45,7 +45,7 @@ struct RunRecord {
   double data_seconds = 0;
   double step_seconds_p50 = 0;
   double step_seconds_p90 = 0;
-  // Over trainer/run_metrics.h's StepHistogramBounds().
+  // Over trainer/report/run_metrics.h's StepHistogramBounds().
   std::vector<int64_t> step_histogram;
   double step_seconds_sum = 0;
 };
@@ -72,7 +72,7 @@ absl::StatusOr<RunRecord> RunTraining(
     const std::string& dir, absl::Duration timeout,
     const std::function<void(absl::Duration)>& tick);
 
-// Reads a metrics file (trainer/run_metrics.h's JSON) into `record`.
+// Reads a metrics file (trainer/report/run_metrics.h's JSON) into `record`.
 absl::Status ReadMetrics(const std::string& path, RunRecord* record);
 
 // CUDA devices that programs.train's LibTorch sees; 0 when it has no CUDA or

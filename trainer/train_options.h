@@ -174,7 +174,7 @@ struct TrainOptions {
   // Batches between progress lines (and --log_jsonl lines).
   int print_freq = 10;
 
-  // Live metrics while the run lasts (trainer/live_report.h,
+  // Live metrics while the run lasts (trainer/report/live_report.h,
   // docs/MONITORING.md). metrics_port: -1 off, 0 a free port, else rank 0
   // serves Prometheus's /metrics on it, or with metrics_ranks "all" every
   // rank on metrics_port + its local rank. metrics_bind: the address served
@@ -185,7 +185,7 @@ struct TrainOptions {
   std::string metrics_bind = "0.0.0.0";
   std::string metrics_run_id;
   // One JSON line per logged step and epoch end; rank 0 only unless the path
-  // holds "{rank}" (trainer/step_log.h). Empty: none.
+  // holds "{rank}" (trainer/report/step_log.h). Empty: none.
   std::string log_jsonl;
 };
 

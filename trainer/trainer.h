@@ -12,7 +12,7 @@
 //                           Train(resolved, world, *backend, context));
 //
 // While it runs, live metrics and JSON lines as the options ask
-// (trainer/live_report.h). Per epoch: the sampler's epoch, the step
+// (trainer/report/live_report.h). Per epoch: the sampler's epoch, the step
 // learning-rate schedule, a training pass with the tutorial's meters (batch
 // time, data time, loss, top-1, top-5) shown by rank 0, a validation pass, the
 // best top-1 so far, a checkpoint and the metrics file.

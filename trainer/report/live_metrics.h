@@ -1,6 +1,6 @@
 // A training run's live Prometheus metrics, one set per rank, updated by the
 // training loop after every step and read by a scrape at any time
-// (trainer/metrics_server.h serves them). Names follow Prometheus's
+// (base/metrics_server.h serves them). Names follow Prometheus's
 // conventions (base units, _seconds, _total) with the prefix dtrain_train_,
 // so that they never mix with the sweep's ddp_ results
 // (experiments/prometheus_export.h); docs/MONITORING.md has the table:

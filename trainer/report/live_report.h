@@ -13,7 +13,7 @@
 // metrics are current for as long as the run lasts.
 //
 // Thread-compatible: the training thread calls it; scrapes read the metrics
-// concurrently (trainer/live_metrics.h).
+// concurrently (trainer/report/live_metrics.h).
 #ifndef DTRAIN_TRAINER_REPORT_LIVE_REPORT_H_
 #define DTRAIN_TRAINER_REPORT_LIVE_REPORT_H_
 
