@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,7 @@ TEST(LoopCheckpointsTest, WithoutACheckpointEveryRankStartsAtZero) {
         checkpoints->Resume(*model, optimizer);
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(*state, TrainingState());
+    EXPECT_FALSE(checkpoints->resumed());
     EXPECT_EQ(checkpoints->resumed_from(), "");
   });
   // Rank 0 created the directory.
@@ -157,6 +159,82 @@ TEST(LoopCheckpointsTest, SavesTheStateItIsGiven) {
     EXPECT_EQ(*resumed, state);
     EXPECT_THAT(checkpoints->resumed_from(),
                 EndsWith("checkpoint-000000013.dtc"));
+  });
+}
+
+TEST(LoopCheckpointsTest, ADamagedNewerFileIsSkippedAndNamed) {
+  const std::string dir = TempDir("skipped");
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    TrainingState state;
+    state.global_step = 4;
+    ASSERT_TRUE(checkpoints->Save(*model, optimizer, state).ok());
+    if (b.rank() == 0) {
+      std::ofstream(dir + "/checkpoint-000000009.dtc") << "not a checkpoint";
+    }
+    absl::StatusOr<TrainingState> resumed =
+        checkpoints->Resume(*model, optimizer);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->global_step, 4);
+    EXPECT_TRUE(checkpoints->resumed());
+    if (b.rank() == 0) {
+      ASSERT_EQ(checkpoints->skipped().size(), 1u);
+      EXPECT_THAT(checkpoints->skipped()[0],
+                  HasSubstr("checkpoint-000000009.dtc: "));
+    } else {
+      EXPECT_TRUE(checkpoints->skipped().empty());
+    }
+  });
+}
+
+TEST(LoopCheckpointsTest, TheBestIsSavedFromTheSameBytes) {
+  const std::string dir = TempDir("best");
+  backend::testing::RunRanks(1, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    TrainingState state;
+    state.global_step = 7;
+    absl::StatusOr<std::string> path =
+        checkpoints->Save(*model, optimizer, state, /*also_best=*/true);
+    ASSERT_TRUE(path.ok()) << path.status();
+    auto read = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    EXPECT_EQ(read(dir + "/best.dtc"), read(*path));
+  });
+}
+
+TEST(LoopCheckpointsTest, ACheckpointOfAnotherModelOrOptimizerIsRefused) {
+  const std::string dir = TempDir("names");
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    {
+      absl::StatusOr<LoopCheckpoints> checkpoints =
+          LoopCheckpoints::Open(dir, b);
+      ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+      TrainingState state;
+      state.model_name = "linear";
+      state.optimizer_name = "sgd";
+      ASSERT_TRUE(checkpoints->Save(*model, optimizer, state).ok());
+    }
+    LoopCheckpointOptions options;
+    options.model_name = "convnet";
+    absl::StatusOr<LoopCheckpoints> checkpoints =
+        LoopCheckpoints::Open(dir, b, options);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    absl::StatusOr<TrainingState> resumed =
+        checkpoints->Resume(*model, optimizer);
+    EXPECT_EQ(resumed.status().code(), absl::StatusCode::kFailedPrecondition)
+        << resumed.status();
+    EXPECT_THAT(std::string(resumed.status().message()),
+                AllOf(HasSubstr("linear"), HasSubstr("convnet")));
   });
 }
 
