@@ -2093,7 +2093,7 @@ dtrain_sh_test(dtrain_trainer_imagefolder_test
   OUTPUT trainer/imagefolder_test
   SCRIPT trainer/imagefolder_test.sh
   DATA tools/testing/shell_test_lib.sh
-  DATA_TARGETS dtrain_trainer_train dtrain_data_make_image_folder dtrain_tools_launch
+  DATA_TARGETS dtrain_trainer_train dtrain_tools_launch dtrain_data_make_image_folder
   TIMEOUT 300
   ARGS trainer/train tools/launch/launch data/make_image_folder)
 

@@ -21,6 +21,7 @@ import glob as globlib
 import os
 import shlex
 import sys
+import types
 
 # Folders whose BUILD files are not project targets: offline stand-ins for Bazel's own repositories,
 # and //third_party (its targets are the system libraries, mapped below).
@@ -133,12 +134,29 @@ def read_packages(root):
                                  (_path, what))
             return fail
 
-        env = {kind: rule(kind) for kind in KNOWN_ATTRS}
+        rules = {kind: rule(kind) for kind in KNOWN_ATTRS}
+
+        def load(label, *symbols, _path=path, _rules=rules):
+            """A project .bzl file of macros over the rules above (native.<rule>)."""
+            if not label.startswith("//") or ":" not in label:
+                raise BuildError("%s: load(%r): only //package:file.bzl labels of this "
+                                 "repository are supported" % (_path, label))
+            bzl_package, bzl_file = label[2:].split(":", 1)
+            bzl_path = os.path.join(root, bzl_package, bzl_file)
+            module = {"native": types.SimpleNamespace(**_rules)}
+            with open(bzl_path) as f:
+                exec(compile(f.read(), bzl_path, "exec"), module)  # This repository's .bzl.
+            for symbol in symbols:
+                if symbol not in module:
+                    raise BuildError("%s: load(%r): no %s there" % (_path, label, symbol))
+                env[symbol] = module[symbol]
+
+        env = dict(rules)
         env["glob"] = glob
         env["package"] = lambda **kwargs: None
         env["exports_files"] = lambda srcs, **kwargs: files.update(srcs)
         env["select"] = unsupported("select")
-        env["load"] = unsupported("load")
+        env["load"] = load
         env["genrule"] = unsupported("genrule")
         with open(path) as f:
             code = compile(f.read(), path, "exec")
