@@ -972,6 +972,12 @@ dtrain_cc_library(dtrain_dist_tsan_suppressions
   ALWAYSLINK
   TESTONLY)
 
+# //dist/backend:backend_names
+dtrain_cc_library(dtrain_dist_backend_backend_names
+  EXPORT_NAME backend_backend_names
+  PACKAGE dist/backend
+  HDRS dist/backend/backend_names.h)
+
 # //dist/backend/hierarchical:host_layout
 dtrain_cc_library(dtrain_dist_backend_hierarchical_host_layout
   EXPORT_NAME backend_hierarchical_host_layout
@@ -1002,7 +1008,7 @@ dtrain_cc_library(dtrain_dist_backend_factory
   PACKAGE dist/backend
   SRCS dist/backend/factory.cc
   HDRS dist/backend/factory.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_nccl dtrain_dist_backend_shm dtrain_dist_backend_stall dtrain_dist_store dtrain_tp_absl)
+  DEPS dtrain_dist_backend dtrain_dist_backend_backend_names dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_nccl dtrain_dist_backend_shm dtrain_dist_backend_stall dtrain_dist_store dtrain_tp_absl)
 
 # //dist/backend:testing
 dtrain_cc_library(dtrain_dist_backend_testing
@@ -1010,7 +1016,7 @@ dtrain_cc_library(dtrain_dist_backend_testing
   PACKAGE dist/backend
   SRCS dist/backend/backend_testing.cc
   HDRS dist/backend/backend_testing.h
-  DEPS dtrain_dist_backend dtrain_dist_store dtrain_dist_store_hash_store dtrain_dist_tsan_suppressions dtrain_tp_absl dtrain_tp_gtest
+  DEPS dtrain_dist_backend dtrain_dist_tsan_suppressions dtrain_dist_store dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gtest
   TESTONLY)
 
 # //dist/backend:factory_test
@@ -1457,7 +1463,7 @@ dtrain_cc_library(dtrain_trainer_train_options
   PACKAGE trainer
   SRCS trainer/train_options.cc
   HDRS trainer/train_options.h
-  DEPS dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl dtrain_trainer_report_step_log)
+  DEPS dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_dist_backend_backend_names dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl dtrain_trainer_report_step_log)
 
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote

@@ -13,6 +13,7 @@
 #include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "base/user_path.h"
+#include "dist/backend/backend_names.h"
 #include "models/model_catalog.h"
 #include "models/state_dict/state_dict_path.h"
 #include "trainer/report/step_log.h"
@@ -195,11 +196,11 @@ absl::Status Validate(const TrainOptions& o) {
                    "needs weights: --init_state_dict, or --checkpoint_dir "
                    "with --resume");
   }
-  if (o.dist_backend != "gloo" && o.dist_backend != "nccl" &&
-      o.dist_backend != "shm") {
-    return Invalid("dist_backend",
-                   absl::StrCat("unknown backend '", o.dist_backend,
-                                "'; known: gloo, nccl, shm"));
+  if (!Known(backend::KnownBackends(), o.dist_backend)) {
+    return Invalid(
+        "dist_backend",
+        absl::StrCat("unknown backend '", o.dist_backend, "'; known: ",
+                     absl::StrJoin(backend::KnownBackends(), ", ")));
   }
   if (!o.shm && o.dist_backend != "gloo") {
     return Invalid("shm", absl::StrCat("--shm=false applies to the gloo "

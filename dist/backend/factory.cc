@@ -9,8 +9,6 @@
 
 namespace dtrain::backend {
 
-std::vector<std::string> KnownBackends() { return {"gloo", "nccl", "shm"}; }
-
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBare(

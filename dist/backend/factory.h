@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
+#include "dist/backend/backend_names.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/store/store.h"
 
@@ -46,9 +47,6 @@ struct BackendConfig {
   // `timeout`; infinite: off.
   absl::Duration stall_warning = absl::ZeroDuration();
 };
-
-// The names CreateBackend knows.
-std::vector<std::string> KnownBackends();
 
 // kInvalidArgument naming the known backends for an unknown name; otherwise the
 // chosen backend's own result.
