@@ -1442,11 +1442,74 @@ dtrain_cc_binary(dtrain_examples_own_model_train_own_model
   SRCS examples/own_model/train_own_model.cc
   DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch dtrain_trainer_loop_checkpoints)
 
+# //trainer/options:common
+dtrain_cc_library(dtrain_trainer_options_common
+  EXPORT_NAME trainer_options_common
+  PACKAGE trainer/options
+  HDRS trainer/options/common.h
+  DEPS dtrain_tp_absl)
+
 # //models/state_dict:state_dict_path
 dtrain_cc_library(dtrain_models_state_dict_state_dict_path
   EXPORT_NAME models_state_dict_state_dict_path
   PACKAGE models/state_dict
   HDRS models/state_dict/state_dict_path.h
+  DEPS dtrain_tp_absl)
+
+# //trainer/options:checkpoint_options
+dtrain_cc_library(dtrain_trainer_options_checkpoint_options
+  EXPORT_NAME trainer_options_checkpoint_options
+  PACKAGE trainer/options
+  SRCS trainer/options/checkpoint_options.cc
+  HDRS trainer/options/checkpoint_options.h
+  DEPS dtrain_trainer_options_common dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
+
+# //trainer/options:data_options
+dtrain_cc_library(dtrain_trainer_options_data_options
+  EXPORT_NAME trainer_options_data_options
+  PACKAGE trainer/options
+  SRCS trainer/options/data_options.cc
+  HDRS trainer/options/data_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/options:data_parallel_options
+dtrain_cc_library(dtrain_trainer_options_data_parallel_options
+  EXPORT_NAME trainer_options_data_parallel_options
+  PACKAGE trainer/options
+  SRCS trainer/options/data_parallel_options.cc
+  HDRS trainer/options/data_parallel_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/options:launch_options
+dtrain_cc_library(dtrain_trainer_options_launch_options
+  EXPORT_NAME trainer_options_launch_options
+  PACKAGE trainer/options
+  SRCS trainer/options/launch_options.cc
+  HDRS trainer/options/launch_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_dist_backend_backend_names dtrain_tp_absl)
+
+# //trainer/options:model_options
+dtrain_cc_library(dtrain_trainer_options_model_options
+  EXPORT_NAME trainer_options_model_options
+  PACKAGE trainer/options
+  SRCS trainer/options/model_options.cc
+  HDRS trainer/options/model_options.h
+  DEPS dtrain_trainer_options_common dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
+
+# //trainer/options:optimizer_options
+dtrain_cc_library(dtrain_trainer_options_optimizer_options
+  EXPORT_NAME trainer_options_optimizer_options
+  PACKAGE trainer/options
+  SRCS trainer/options/optimizer_options.cc
+  HDRS trainer/options/optimizer_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/report:report_options
+dtrain_cc_library(dtrain_trainer_report_report_options
+  EXPORT_NAME trainer_report_report_options
+  PACKAGE trainer/report
+  SRCS trainer/report/report_options.cc
+  HDRS trainer/report/report_options.h
   DEPS dtrain_tp_absl)
 
 # //trainer/report:step_log
@@ -1463,7 +1526,7 @@ dtrain_cc_library(dtrain_trainer_train_options
   PACKAGE trainer
   SRCS trainer/train_options.cc
   HDRS trainer/train_options.h
-  DEPS dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_user_path dtrain_dist_backend_backend_names dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl dtrain_trainer_report_step_log)
+  DEPS dtrain_base_status_macros dtrain_base_user_path dtrain_tp_absl dtrain_trainer_options_checkpoint_options dtrain_trainer_options_common dtrain_trainer_options_data_options dtrain_trainer_options_data_parallel_options dtrain_trainer_options_launch_options dtrain_trainer_options_model_options dtrain_trainer_options_optimizer_options dtrain_trainer_report_report_options dtrain_trainer_report_step_log)
 
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote
@@ -1591,7 +1654,7 @@ dtrain_cc_library(dtrain_trainer_report_live_report
   PACKAGE trainer/report
   SRCS trainer/report/live_report.cc
   HDRS trainer/report/live_report.h
-  DEPS dtrain_trainer_report_live_metrics dtrain_trainer_report_run_metrics dtrain_trainer_report_step_log dtrain_base_metrics_server dtrain_base_status_macros dtrain_tp_absl dtrain_trainer_train_options)
+  DEPS dtrain_trainer_report_live_metrics dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_step_log dtrain_base_metrics_server dtrain_base_status_macros dtrain_tp_absl)
 
 # //trainer/report:progress
 dtrain_cc_library(dtrain_trainer_report_progress
@@ -1599,7 +1662,7 @@ dtrain_cc_library(dtrain_trainer_report_progress
   PACKAGE trainer/report
   SRCS trainer/report/progress.cc
   HDRS trainer/report/progress.h
-  DEPS dtrain_trainer_report_meters dtrain_tp_absl dtrain_trainer_train_options)
+  DEPS dtrain_trainer_report_meters dtrain_trainer_report_report_options dtrain_tp_absl)
 
 # //trainer/report:recorder
 dtrain_cc_library(dtrain_trainer_report_recorder
@@ -1607,7 +1670,7 @@ dtrain_cc_library(dtrain_trainer_report_recorder
   PACKAGE trainer/report
   SRCS trainer/report/recorder.cc
   HDRS trainer/report/recorder.h
-  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_run_metrics dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_rank_sync dtrain_trainer_train_options)
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_rank_sync)
 
 # //trainer:run_assembly
 dtrain_cc_library(dtrain_trainer_run_assembly

@@ -28,7 +28,7 @@ absl::Status Resume(const TrainOptions& o, const rendezvous::World& world,
     r.Say(absl::StrCat("skipping checkpoint ", skipped));
   const std::string& from = p.checkpoints->resumed_from();
   if (!p.checkpoints->resumed()) {
-    r.Say(absl::StrCat("no checkpoint in ", o.checkpoint_dir,
+    r.Say(absl::StrCat("no checkpoint in ", o.checkpoint.checkpoint_dir,
                        ": starting from the beginning"));
   } else if (o.evaluate) {
     r.metrics().resumed_from = from;
@@ -51,13 +51,18 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
   // Before anything takes time: a path that cannot be written would
   // otherwise fail only after training, losing the weights.
   DTRAIN_RETURN_IF_ERROR(CheckOutputPaths(o, world.rank));
-  base::SetComputeThreads(o.intra_op_threads);
+  base::SetComputeThreads(o.launch.intra_op_threads);
   RunParts p;
   DTRAIN_ASSIGN_OR_RETURN(p.device, TrainingDevice(o, env.cuda_device));
-  DTRAIN_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(o.amp));
+  DTRAIN_ASSIGN_OR_RETURN(const Precision precision,
+                          ParsePrecision(o.optim.amp));
   DTRAIN_RETURN_IF_ERROR(CheckPrecision(precision, p.device));
-  p.sync.emplace(backend, p.device, o.timeout);
-  DTRAIN_ASSIGN_OR_RETURN(p.recorder, Recorder::Create(o, env.report, *p.sync));
+  p.sync.emplace(backend, p.device, o.launch.timeout);
+  Recorder::Setup report = env.report;
+  report.epochs = *o.optim.epochs;
+  report.clips_gradients = o.optim.clip_grad_norm > 0;
+  DTRAIN_ASSIGN_OR_RETURN(p.recorder,
+                          Recorder::Create(o.report, report, *p.sync));
   Recorder& r = *p.recorder;
 
   DTRAIN_ASSIGN_OR_RETURN(p.data, LoadTrainingData(o));
@@ -79,26 +84,29 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
   // Created before a checkpoint is loaded, so that the base rates are the
   // configured ones, not a decayed rate from the checkpoint.
   const int64_t steps_per_epoch = std::max<int64_t>(
-      1, (p.batches_per_epoch + o.accumulate_steps - 1) / o.accumulate_steps);
+      1, (p.batches_per_epoch + o.optim.accumulate_steps - 1) /
+             o.optim.accumulate_steps);
   DTRAIN_ASSIGN_OR_RETURN(p.schedule,
                           MakeSchedule(o, *p.optimizer, steps_per_epoch));
-  if (!o.checkpoint_dir.empty()) {
+  if (!o.checkpoint.checkpoint_dir.empty()) {
     DTRAIN_ASSIGN_OR_RETURN(
         p.checkpoints,
         LoopCheckpoints::Open(
-            o.checkpoint_dir, backend,
-            {o.keep_checkpoints, p.device, o.timeout, o.model, *o.optimizer}));
+            o.checkpoint.checkpoint_dir, backend,
+            {o.checkpoint.keep_checkpoints, p.device, o.launch.timeout,
+             o.model.name, *o.optim.optimizer}));
   }
-  if (o.resume) DTRAIN_RETURN_IF_ERROR(Resume(o, world, p));
+  if (o.checkpoint.resume) DTRAIN_RETURN_IF_ERROR(Resume(o, world, p));
 
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
                                      p.model, backend, MakeDdpOptions(o)));
-  p.ddp->set_gradient_sync(o.sync_gradients);
+  p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   p.step = std::make_unique<TrainStep>(
-      StepOptions{o.accumulate_steps, precision, o.clip_grad_norm}, *p.model,
-      *p.ddp, *p.optimizer, p.device);
-  p.stop_vote = std::make_unique<StopVote>(*p.sync, env.stop_requested,
-                                           /*collective=*/o.sync_gradients);
+      StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},
+      *p.model, *p.ddp, *p.optimizer, p.device);
+  p.stop_vote =
+      std::make_unique<StopVote>(*p.sync, env.stop_requested,
+                                 /*collective=*/o.parallel.sync_gradients);
 
   RunMetrics& metrics = r.metrics();
   metrics.options = o;

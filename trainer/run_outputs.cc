@@ -19,29 +19,30 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   state.sampler = sampler;
   state.global_step = global_step;
   state.best_top1 = best_top1;
-  state.model_name = o_.model;
-  state.optimizer_name = *o_.optimizer;
+  state.model_name = o_.model.name;
+  state.optimizer_name = *o_.optim.optimizer;
   state.seed = o_.seed;
   std::vector<std::string> warnings;
   DTRAIN_RETURN_IF_ERROR(
       p_.checkpoints->Save(*p_.model, *p_.optimizer, state, best, &warnings)
           .status());
   for (const std::string& warning : warnings) p_.recorder->Say(warning);
-  if (o_.state_dict_with_checkpoints) return StateDict(global_step);
+  if (o_.checkpoint.state_dict_with_checkpoints) return StateDict(global_step);
   return absl::OkStatus();
 }
 
 absl::Status RunOutputs::StateDict(int64_t global_step) {
-  if (!rank0_ || o_.save_state_dict.empty()) return absl::OkStatus();
+  if (!rank0_ || o_.checkpoint.save_state_dict.empty()) return absl::OkStatus();
   DTRAIN_RETURN_IF_ERROR(ConfirmLastStep(global_step));
-  if (absl::Status s =
-          models::state_dict::SaveStateDict(*p_.model, o_.save_state_dict);
+  if (absl::Status s = models::state_dict::SaveStateDict(
+          *p_.model, o_.checkpoint.save_state_dict);
       !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("--save_state_dict: ", s.message()));
   }
-  p_.recorder->Say(absl::StrCat("state_dict written to ", o_.save_state_dict,
-                                " at step ", global_step));
+  p_.recorder->Say(absl::StrCat("state_dict written to ",
+                                o_.checkpoint.save_state_dict, " at step ",
+                                global_step));
   return absl::OkStatus();
 }
 

@@ -24,7 +24,7 @@ namespace dtrain::trainer {
 // the options: the choice itself is made once, before the backend exists.
 absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
                                            int cuda_device) {
-  if (o.device == "cpu") {
+  if (o.launch.device == "cpu") {
     if (cuda_device < 0) return c10::Device(c10::kCPU);
     return absl::InvalidArgumentError(
         absl::StrCat("--device=cpu, but TrainContext::cuda_device is ",
@@ -32,14 +32,14 @@ absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
   }
   if (cuda_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--device=", o.device,
+        "--device=", o.launch.device,
         ": TrainContext::cuda_device is not set; choose it with "
         "ChooseCudaDevice and make it current before creating the backend"));
   }
   if (!torch::cuda::is_available() ||
       cuda_device >= static_cast<int>(torch::cuda::device_count())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", o.device, ": cuda:", cuda_device,
+        "--device=", o.launch.device, ": cuda:", cuda_device,
         " is not usable from LibTorch (it sees ",
         torch::cuda::is_available() ? torch::cuda::device_count() : 0,
         " CUDA devices; a CPU-only LibTorch sees none)"));
@@ -49,19 +49,19 @@ absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
 
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const TrainOptions& o, std::vector<torch::Tensor> params) {
-  if (*o.optimizer == "sgd") {
+  if (*o.optim.optimizer == "sgd") {
     return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
-        std::move(params), torch::optim::SGDOptions(*o.lr)
-                               .momentum(*o.momentum)
-                               .weight_decay(*o.weight_decay)));
+        std::move(params), torch::optim::SGDOptions(*o.optim.lr)
+                               .momentum(*o.optim.momentum)
+                               .weight_decay(*o.optim.weight_decay)));
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::move(params));
   DTRAIN_ASSIGN_OR_RETURN(
       std::unique_ptr<optim::Adadelta> adadelta,
-      optim::Adadelta::Create(
-          std::move(groups),
-          optim::AdadeltaOptions(*o.lr).weight_decay(*o.weight_decay)));
+      optim::Adadelta::Create(std::move(groups),
+                              optim::AdadeltaOptions(*o.optim.lr)
+                                  .weight_decay(*o.optim.weight_decay)));
   return std::unique_ptr<torch::optim::Optimizer>(std::move(adadelta));
 }
 
@@ -77,8 +77,8 @@ absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
   DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
                           data::DistributedSampler::Create(source->size(), s));
   data::LoaderOptions l;
-  l.batch_size = *o.batch_size;
-  l.num_workers = o.workers;
+  l.batch_size = *o.data.batch_size;
+  l.num_workers = o.data.workers;
   l.seed = o.seed;
   l.pin_memory = pin_memory;
   return data::DataLoader::Create(source, std::move(sampler), transforms, l);
@@ -92,39 +92,42 @@ absl::StatusOr<BuiltModel> BuildModel(const TrainOptions& o,
   config.num_classes = data.num_classes;
   config.in_channels = data.input_shape[0];
   config.image_size = data.input_shape[1];
-  config.small_input_stem = o.small_input_stem;
-  if (o.sync_batchnorm && backend.size() > 1) {
+  config.small_input_stem = o.model.small_input_stem;
+  if (o.parallel.sync_batchnorm && backend.size() > 1) {
     ddp::SyncBatchNormOptions sync;
-    sync.timeout = o.timeout;
+    sync.timeout = o.launch.timeout;
     config.norm_layer = ddp::SyncBatchNormLayers(backend, sync);
   }
   // Every rank builds the same initial weights; DDP broadcasts rank 0's all
   // the same, which also covers models whose construction is not seeded.
   torch::manual_seed(o.seed);
   BuiltModel built;
-  DTRAIN_ASSIGN_OR_RETURN(built.model, models::CreateModel(o.model, config));
-  if (o.sync_batchnorm && !models::FindModel(o.model)->batch_norm) {
+  DTRAIN_ASSIGN_OR_RETURN(built.model,
+                          models::CreateModel(o.model.name, config));
+  if (o.parallel.sync_batchnorm &&
+      !models::FindModel(o.model.name)->batch_norm) {
     built.notes.push_back(absl::StrCat(
-        "--sync_batchnorm: ", o.model,
+        "--sync_batchnorm: ", o.model.name,
         " has no batch norm layers; it trains unchanged, as PyTorch's "
         "convert_sync_batchnorm leaves it"));
   }
   built.model->to(device);
-  if (o.init_state_dict.empty()) return built;
+  if (o.model.init_state_dict.empty()) return built;
   models::state_dict::LoadOptions load;
-  load.strict = o.init_state_dict_strict;
-  load.exclude = o.init_state_dict_exclude;
+  load.strict = o.model.init_state_dict_strict;
+  load.exclude = o.model.init_state_dict_exclude;
   load.strict_flag = "--init_state_dict_strict";
   load.exclude_flag = "--init_state_dict_exclude";
   absl::StatusOr<models::state_dict::LoadReport> loaded =
-      models::state_dict::LoadStateDict(o.init_state_dict, *built.model, load);
+      models::state_dict::LoadStateDict(o.model.init_state_dict, *built.model,
+                                        load);
   if (!loaded.ok()) {
     return absl::Status(
         loaded.status().code(),
         absl::StrCat("--init_state_dict: ", loaded.status().message()));
   }
-  built.notes.push_back(absl::StrCat("weights from ", o.init_state_dict, ": ",
-                                     loaded->Summary()));
+  built.notes.push_back(absl::StrCat("weights from ", o.model.init_state_dict,
+                                     ": ", loaded->Summary()));
   return built;
 }
 
@@ -132,44 +135,49 @@ absl::StatusOr<optim::LrSchedule> MakeSchedule(
     const TrainOptions& o, torch::optim::Optimizer& optimizer,
     int64_t steps_per_epoch) {
   optim::LrScheduleOptions lr;
-  DTRAIN_ASSIGN_OR_RETURN(lr.kind, optim::ParseLrScheduleKind(o.lr_schedule));
-  lr.step = {o.lr_step_epochs, o.lr_gamma};
-  lr.epochs = *o.epochs;
-  lr.warmup_epochs = o.warmup_epochs;
+  DTRAIN_ASSIGN_OR_RETURN(lr.kind,
+                          optim::ParseLrScheduleKind(o.optim.lr_schedule));
+  lr.step = {o.optim.lr_step_epochs, o.optim.lr_gamma};
+  lr.epochs = *o.optim.epochs;
+  lr.warmup_epochs = o.optim.warmup_epochs;
   lr.steps_per_epoch = steps_per_epoch;
   return optim::LrSchedule::Create(optimizer, lr);
 }
 
 ddp::DdpOptions MakeDdpOptions(const TrainOptions& o) {
   ddp::DdpOptions d;
-  d.bucket_cap_bytes = static_cast<int64_t>(o.bucket_cap_mb * (1 << 20));
+  d.bucket_cap_bytes =
+      static_cast<int64_t>(o.parallel.bucket_cap_mb * (1 << 20));
   d.first_bucket_cap_bytes =
       std::min(d.first_bucket_cap_bytes, d.bucket_cap_bytes);
   // Without gradient sync nothing else may communicate either: the run
   // measures what the machine does with no communication at all.
-  d.broadcast_buffers = o.sync_gradients;
-  d.timeout = o.timeout;
-  d.fp16_compression = o.fp16_allreduce;
+  d.broadcast_buffers = o.parallel.sync_gradients;
+  d.timeout = o.launch.timeout;
+  d.fp16_compression = o.parallel.fp16_allreduce;
   return d;
 }
 
 std::string RunSummary(const TrainOptions& o, const RunMetrics& metrics,
                        size_t buckets, Precision precision) {
-  const int64_t global_batch = *o.batch_size * metrics.world_size;
+  const int64_t global_batch = *o.data.batch_size * metrics.world_size;
   return absl::StrFormat(
       "%s: %d parameters, %s, world size %d (%s), batch %d per process "
       "(global %d%s), %d buckets%s%s%s",
-      o.model, metrics.parameters, metrics.device, metrics.world_size,
-      metrics.backend, *o.batch_size, global_batch,
-      o.accumulate_steps > 1
-          ? absl::StrCat(", ", o.accumulate_steps, " per step: effective ",
-                         global_batch * o.accumulate_steps)
+      o.model.name, metrics.parameters, metrics.device, metrics.world_size,
+      metrics.backend, *o.data.batch_size, global_batch,
+      o.optim.accumulate_steps > 1
+          ? absl::StrCat(", ", o.optim.accumulate_steps,
+                         " per step: effective ",
+                         global_batch * o.optim.accumulate_steps)
           : "",
-      buckets, o.fp16_allreduce ? " (float16 on the wire)" : "",
+      buckets, o.parallel.fp16_allreduce ? " (float16 on the wire)" : "",
       precision != Precision::kFloat32
           ? absl::StrCat(", autocast ", PrecisionName(precision))
           : "",
-      o.sync_gradients ? "" : ", gradient sync OFF (no-communication bound)");
+      o.parallel.sync_gradients
+          ? ""
+          : ", gradient sync OFF (no-communication bound)");
 }
 
 std::string ResumeLine(const TrainingState& state,

@@ -282,15 +282,16 @@ bool Specified(absl::string_view name) {
 
 absl::StatusOr<TrainOptions> OptionsFromFlags() {
   TrainOptions o;
-  o.model = absl::GetFlag(FLAGS_model);
-  o.small_input_stem = absl::GetFlag(FLAGS_small_input_stem);
-  o.dataset = absl::GetFlag(FLAGS_dataset);
-  o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  if (Specified("image_size")) o.image_size = absl::GetFlag(FLAGS_image_size);
+  o.model.name = absl::GetFlag(FLAGS_model);
+  o.model.small_input_stem = absl::GetFlag(FLAGS_small_input_stem);
+  o.data.dataset = absl::GetFlag(FLAGS_dataset);
+  o.data.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (Specified("image_size"))
+    o.data.image_size = absl::GetFlag(FLAGS_image_size);
   if (Specified("train_limit"))
-    o.train_limit = absl::GetFlag(FLAGS_train_limit);
-  if (Specified("val_limit")) o.val_limit = absl::GetFlag(FLAGS_val_limit);
-  o.synthetic_shape.clear();
+    o.data.train_limit = absl::GetFlag(FLAGS_train_limit);
+  if (Specified("val_limit")) o.data.val_limit = absl::GetFlag(FLAGS_val_limit);
+  o.data.synthetic_shape.clear();
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_synthetic_shape), ',')) {
     int64_t d = 0;
@@ -298,82 +299,89 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(
           absl::StrCat("--synthetic_shape: '", part, "' is not a number"));
     }
-    o.synthetic_shape.push_back(d);
+    o.data.synthetic_shape.push_back(d);
   }
-  o.synthetic_train_size = absl::GetFlag(FLAGS_synthetic_train_size);
-  o.synthetic_val_size = absl::GetFlag(FLAGS_synthetic_val_size);
-  if (Specified("batch_size")) o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  o.workers = absl::GetFlag(FLAGS_workers);
-  if (Specified("epochs")) o.epochs = absl::GetFlag(FLAGS_epochs);
-  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.data.synthetic_train_size = absl::GetFlag(FLAGS_synthetic_train_size);
+  o.data.synthetic_val_size = absl::GetFlag(FLAGS_synthetic_val_size);
+  if (Specified("batch_size"))
+    o.data.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.data.workers = absl::GetFlag(FLAGS_workers);
+  if (Specified("epochs")) o.optim.epochs = absl::GetFlag(FLAGS_epochs);
+  o.optim.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.skip_validation = absl::GetFlag(FLAGS_skip_validation);
   o.num_sanity_val_steps = absl::GetFlag(FLAGS_num_sanity_val_steps);
-  if (Specified("optimizer")) o.optimizer = absl::GetFlag(FLAGS_optimizer);
-  if (Specified("lr")) o.lr = absl::GetFlag(FLAGS_lr);
-  if (Specified("momentum")) o.momentum = absl::GetFlag(FLAGS_momentum);
+  if (Specified("optimizer"))
+    o.optim.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (Specified("lr")) o.optim.lr = absl::GetFlag(FLAGS_lr);
+  if (Specified("momentum")) o.optim.momentum = absl::GetFlag(FLAGS_momentum);
   if (Specified("weight_decay"))
-    o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  o.lr_step_epochs = absl::GetFlag(FLAGS_lr_step_epochs);
-  o.lr_gamma = absl::GetFlag(FLAGS_lr_gamma);
-  o.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
-  o.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
-  o.accumulate_steps = absl::GetFlag(FLAGS_accumulate_steps);
-  o.amp = absl::GetFlag(FLAGS_amp);
-  o.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+    o.optim.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optim.lr_step_epochs = absl::GetFlag(FLAGS_lr_step_epochs);
+  o.optim.lr_gamma = absl::GetFlag(FLAGS_lr_gamma);
+  o.optim.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  o.optim.warmup_epochs = absl::GetFlag(FLAGS_warmup_epochs);
+  o.optim.accumulate_steps = absl::GetFlag(FLAGS_accumulate_steps);
+  o.optim.amp = absl::GetFlag(FLAGS_amp);
+  o.optim.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
   o.evaluate = absl::GetFlag(FLAGS_evaluate);
-  o.fp16_allreduce = absl::GetFlag(FLAGS_fp16_allreduce);
+  o.parallel.fp16_allreduce = absl::GetFlag(FLAGS_fp16_allreduce);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.dist_backend = absl::GetFlag(FLAGS_dist_backend);
-  o.dist_url = absl::GetFlag(FLAGS_dist_url);
-  o.shm = absl::GetFlag(FLAGS_shm);
-  if (Specified("world_size")) o.world_size = absl::GetFlag(FLAGS_world_size);
-  if (Specified("rank")) o.rank = absl::GetFlag(FLAGS_rank);
-  if (Specified("local_rank")) o.local_rank = absl::GetFlag(FLAGS_local_rank);
+  o.launch.dist_backend = absl::GetFlag(FLAGS_dist_backend);
+  o.launch.dist_url = absl::GetFlag(FLAGS_dist_url);
+  o.launch.shm = absl::GetFlag(FLAGS_shm);
+  if (Specified("world_size"))
+    o.launch.world_size = absl::GetFlag(FLAGS_world_size);
+  if (Specified("rank")) o.launch.rank = absl::GetFlag(FLAGS_rank);
+  if (Specified("local_rank"))
+    o.launch.local_rank = absl::GetFlag(FLAGS_local_rank);
   if (Specified("local_world_size"))
-    o.local_world_size = absl::GetFlag(FLAGS_local_world_size);
+    o.launch.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   if (Specified("master_addr"))
-    o.master_addr = absl::GetFlag(FLAGS_master_addr);
+    o.launch.master_addr = absl::GetFlag(FLAGS_master_addr);
   if (Specified("master_port"))
-    o.master_port = absl::GetFlag(FLAGS_master_port);
-  o.timeout = absl::GetFlag(FLAGS_timeout).value;
-  o.device = absl::GetFlag(FLAGS_device);
-  o.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
-  o.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
-  o.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
-  o.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
-  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  o.init_state_dict = absl::GetFlag(FLAGS_init_state_dict);
-  o.init_state_dict_strict = absl::GetFlag(FLAGS_init_state_dict_strict);
-  o.init_state_dict_exclude =
+    o.launch.master_port = absl::GetFlag(FLAGS_master_port);
+  o.launch.timeout = absl::GetFlag(FLAGS_timeout).value;
+  o.launch.device = absl::GetFlag(FLAGS_device);
+  o.parallel.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  o.parallel.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
+  o.parallel.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
+  o.launch.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  o.checkpoint.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.model.init_state_dict = absl::GetFlag(FLAGS_init_state_dict);
+  o.model.init_state_dict_strict = absl::GetFlag(FLAGS_init_state_dict_strict);
+  o.model.init_state_dict_exclude =
       absl::StrSplit(absl::GetFlag(FLAGS_init_state_dict_exclude), ',',
                      absl::SkipWhitespace());
-  o.save_state_dict = absl::GetFlag(FLAGS_save_state_dict);
-  o.state_dict_with_checkpoints =
+  o.checkpoint.save_state_dict = absl::GetFlag(FLAGS_save_state_dict);
+  o.checkpoint.state_dict_with_checkpoints =
       absl::GetFlag(FLAGS_state_dict_with_checkpoints);
-  o.resume = absl::GetFlag(FLAGS_resume);
+  o.checkpoint.resume = absl::GetFlag(FLAGS_resume);
   // A group the launcher restarted (--max_restarts) continues from its last
   // checkpoint rather than from the beginning.
   // (The project's launcher's restarts, and torchrun's --max_restarts.)
   DTRAIN_ASSIGN_OR_RETURN(const int restart,
                           rendezvous::RestartCount(rendezvous::ProcessEnv()));
-  if (restart > 0 && !o.checkpoint_dir.empty()) o.resume = true;
-  o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
-  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
-  o.metrics_json = absl::GetFlag(FLAGS_metrics_json);
-  DTRAIN_ASSIGN_OR_RETURN(o.progress,
+  if (restart > 0 && !o.checkpoint.checkpoint_dir.empty())
+    o.checkpoint.resume = true;
+  o.checkpoint.checkpoint_every_steps =
+      absl::GetFlag(FLAGS_checkpoint_every_steps);
+  o.checkpoint.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  o.report.metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  DTRAIN_ASSIGN_OR_RETURN(o.report.progress,
                           ParseProgressStyle(absl::GetFlag(FLAGS_progress)));
-  o.print_freq = absl::GetFlag(FLAGS_print_freq);
-  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  o.metrics_ranks = absl::GetFlag(FLAGS_metrics_ranks);
-  o.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
-  o.metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
-  o.log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
+  o.report.print_freq = absl::GetFlag(FLAGS_print_freq);
+  o.report.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.report.metrics_ranks = absl::GetFlag(FLAGS_metrics_ranks);
+  o.report.metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
+  o.report.metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
+  o.report.log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
   // Under `bazel run` the process starts in its runfiles tree: relative
   // paths mean the directory the user ran it from.
   const char* working_dir = std::getenv("BUILD_WORKING_DIRECTORY");
   for (std::string* path :
-       {&o.data_dir, &o.checkpoint_dir, &o.init_state_dict, &o.save_state_dict,
-        &o.metrics_json, &o.log_jsonl}) {
+       {&o.data.data_dir, &o.checkpoint.checkpoint_dir,
+        &o.model.init_state_dict, &o.checkpoint.save_state_dict,
+        &o.report.metrics_json, &o.report.log_jsonl}) {
     *path =
         base::ResolveUserPath(*path, working_dir != nullptr ? working_dir : "");
   }
@@ -434,10 +442,10 @@ int Spawn(int argc, char** argv) {
 // touches CUDA, so that no context lands on another rank's GPU.
 absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
                                      const rendezvous::World& world) {
-  if (options.device == "cpu") return -1;
+  if (options.launch.device == "cpu") return -1;
   if (!torch::cuda::is_available()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", options.device,
+        "--device=", options.launch.device,
         ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
         "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
         "README) or train with --device=cpu --dist_backend=gloo"));
@@ -449,8 +457,9 @@ absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
   placement.local_rank = world.local_rank;
   placement.local_world_size = world.local_world_size;
   placement.local_inferred = world.launch.local_inferred;
-  DTRAIN_ASSIGN_OR_RETURN(const int device,
-                          ChooseCudaDevice(options.device, placement, visible));
+  DTRAIN_ASSIGN_OR_RETURN(
+      const int device,
+      ChooseCudaDevice(options.launch.device, placement, visible));
   DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
   return device;
 }
@@ -494,14 +503,14 @@ int Main(int argc, char** argv) {
   }
 
   rendezvous::InitOptions init;
-  init.url = options->dist_url;
-  init.timeout = options->timeout;
-  init.args.rank = options->rank;
-  init.args.world_size = options->world_size;
-  init.args.local_rank = options->local_rank;
-  init.args.local_world_size = options->local_world_size;
-  init.args.master_addr = options->master_addr;
-  init.args.master_port = options->master_port;
+  init.url = options->launch.dist_url;
+  init.timeout = options->launch.timeout;
+  init.args.rank = options->launch.rank;
+  init.args.world_size = options->launch.world_size;
+  init.args.local_rank = options->launch.local_rank;
+  init.args.local_world_size = options->launch.local_world_size;
+  init.args.master_addr = options->launch.master_addr;
+  init.args.master_port = options->launch.master_port;
   init.bind_host = absl::GetFlag(FLAGS_store_bind);
   absl::StatusOr<rendezvous::World> world =
       rendezvous::InitWorld(init, rendezvous::ProcessEnv());
@@ -527,13 +536,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   backend::BackendConfig config;
-  config.name = options->dist_backend;
+  config.name = options->launch.dist_backend;
   config.rank = world->rank;
   config.world_size = world->world_size;
   config.store = world->store;
-  config.timeout = options->timeout;
+  config.timeout = options->launch.timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
-  config.shm = options->shm;
+  config.shm = options->launch.shm;
   config.cuda_device = std::max(0, *cuda_device);
   config.stall_warning = absl::GetFlag(FLAGS_stall_warning).value;
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =

@@ -19,47 +19,47 @@ using ::testing::HasSubstr;
 TEST(TrainOptionsTest, ConvNetDefaultsAreTheBooks) {
   absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->model, "convnet");
-  EXPECT_EQ(o->dataset, "fashion-mnist");
-  EXPECT_EQ(*o->optimizer, "adadelta");
-  EXPECT_EQ(*o->lr, 0.5);
-  EXPECT_EQ(*o->batch_size, 128);
-  EXPECT_EQ(*o->epochs, 1);
-  EXPECT_EQ(o->dist_backend, "gloo");
-  EXPECT_TRUE(o->shm);
-  EXPECT_EQ(o->dist_url, "env://");
-  EXPECT_EQ(o->intra_op_threads, 1);
-  EXPECT_FALSE(o->image_size.has_value());
+  EXPECT_EQ(o->model.name, "convnet");
+  EXPECT_EQ(o->data.dataset, "fashion-mnist");
+  EXPECT_EQ(*o->optim.optimizer, "adadelta");
+  EXPECT_EQ(*o->optim.lr, 0.5);
+  EXPECT_EQ(*o->data.batch_size, 128);
+  EXPECT_EQ(*o->optim.epochs, 1);
+  EXPECT_EQ(o->launch.dist_backend, "gloo");
+  EXPECT_TRUE(o->launch.shm);
+  EXPECT_EQ(o->launch.dist_url, "env://");
+  EXPECT_EQ(o->launch.intra_op_threads, 1);
+  EXPECT_FALSE(o->data.image_size.has_value());
   EXPECT_TRUE(Validate(*o).ok());
 }
 
 TEST(TrainOptionsTest, ResNetDefaultsAreTheAwsTutorials) {
   TrainOptions in;
-  in.model = "resnet18";
-  in.dataset = "stl10";
-  in.data_dir = "/data/stl10";
+  in.model.name = "resnet18";
+  in.data.dataset = "stl10";
+  in.data.data_dir = "/data/stl10";
   absl::StatusOr<TrainOptions> o = ResolveDefaults(in);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(*o->optimizer, "sgd");
-  EXPECT_EQ(*o->lr, 0.1);
-  EXPECT_EQ(*o->momentum, 0.9);
-  EXPECT_EQ(*o->weight_decay, 1e-4);
-  EXPECT_EQ(*o->batch_size, 32);
-  EXPECT_EQ(*o->epochs, 2);
-  EXPECT_EQ(*o->image_size, 224);
+  EXPECT_EQ(*o->optim.optimizer, "sgd");
+  EXPECT_EQ(*o->optim.lr, 0.1);
+  EXPECT_EQ(*o->optim.momentum, 0.9);
+  EXPECT_EQ(*o->optim.weight_decay, 1e-4);
+  EXPECT_EQ(*o->data.batch_size, 32);
+  EXPECT_EQ(*o->optim.epochs, 2);
+  EXPECT_EQ(*o->data.image_size, 224);
   EXPECT_TRUE(Validate(*o).ok());
 }
 
 TEST(TrainOptionsTest, ExplicitValuesWin) {
   TrainOptions in;
-  in.lr = 0.01;
-  in.batch_size = 32;
-  in.optimizer = "sgd";
+  in.optim.lr = 0.01;
+  in.data.batch_size = 32;
+  in.optim.optimizer = "sgd";
   absl::StatusOr<TrainOptions> o = ResolveDefaults(in);
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(*o->lr, 0.01);
-  EXPECT_EQ(*o->batch_size, 32);
-  EXPECT_EQ(*o->momentum, 0.9);  // SGD's default once SGD is chosen
+  EXPECT_EQ(*o->optim.lr, 0.01);
+  EXPECT_EQ(*o->data.batch_size, 32);
+  EXPECT_EQ(*o->optim.momentum, 0.9);  // SGD's default once SGD is chosen
 }
 
 // Each bad value fails naming its flag.
@@ -69,54 +69,60 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
     const char* flag;
   };
   const Case cases[] = {
-      {[](TrainOptions& o) { o.dataset = "imagenet"; }, "--dataset"},
-      {[](TrainOptions& o) { o.dataset = "stl10"; }, "--data_dir"},
-      {[](TrainOptions& o) { o.batch_size = 0; }, "--batch_size"},
-      {[](TrainOptions& o) { o.epochs = 0; }, "--epochs"},
-      {[](TrainOptions& o) { o.lr = -1; }, "--lr"},
-      {[](TrainOptions& o) { o.optimizer = "adam"; }, "--optimizer"},
-      {[](TrainOptions& o) { o.momentum = 0.9; }, "--momentum"},
-      {[](TrainOptions& o) { o.dist_backend = "mpi"; }, "--dist_backend"},
+      {[](TrainOptions& o) { o.data.dataset = "imagenet"; }, "--dataset"},
+      {[](TrainOptions& o) { o.data.dataset = "stl10"; }, "--data_dir"},
+      {[](TrainOptions& o) { o.data.batch_size = 0; }, "--batch_size"},
+      {[](TrainOptions& o) { o.optim.epochs = 0; }, "--epochs"},
+      {[](TrainOptions& o) { o.optim.lr = -1; }, "--lr"},
+      {[](TrainOptions& o) { o.optim.optimizer = "adam"; }, "--optimizer"},
+      {[](TrainOptions& o) { o.optim.momentum = 0.9; }, "--momentum"},
+      {[](TrainOptions& o) { o.launch.dist_backend = "mpi"; },
+       "--dist_backend"},
       {[](TrainOptions& o) {
-         o.dist_backend = "shm";
-         o.shm = false;
+         o.launch.dist_backend = "shm";
+         o.launch.shm = false;
        },
        "--shm"},
-      {[](TrainOptions& o) { o.dist_url = "http://x"; }, "--dist_url"},
-      {[](TrainOptions& o) { o.save_state_dict = "w.ckpt"; },
+      {[](TrainOptions& o) { o.launch.dist_url = "http://x"; }, "--dist_url"},
+      {[](TrainOptions& o) { o.checkpoint.save_state_dict = "w.ckpt"; },
        "--save_state_dict"},
-      {[](TrainOptions& o) { o.init_state_dict = "w.bin"; },
+      {[](TrainOptions& o) { o.model.init_state_dict = "w.bin"; },
        "--init_state_dict"},
-      {[](TrainOptions& o) { o.init_state_dict_exclude = {"fc"}; },
+      {[](TrainOptions& o) { o.model.init_state_dict_exclude = {"fc"}; },
        "--init_state_dict_exclude: needs --init_state_dict"},
-      {[](TrainOptions& o) { o.init_state_dict_strict = false; },
+      {[](TrainOptions& o) { o.model.init_state_dict_strict = false; },
        "--init_state_dict_strict: needs --init_state_dict"},
-      {[](TrainOptions& o) { o.state_dict_with_checkpoints = true; },
+      {[](TrainOptions& o) { o.checkpoint.state_dict_with_checkpoints = true; },
        "--state_dict_with_checkpoints"},
-      {[](TrainOptions& o) { o.device = "tpu"; }, "--device"},
-      {[](TrainOptions& o) { o.device = "cuda:x"; }, "--device"},
-      {[](TrainOptions& o) { o.device = "cuda"; }, "--dist_backend"},
-      {[](TrainOptions& o) { o.dist_backend = "nccl"; }, "--dist_backend"},
-      {[](TrainOptions& o) { o.resume = true; }, "--resume"},
-      {[](TrainOptions& o) { o.workers = -1; }, "--workers"},
-      {[](TrainOptions& o) { o.intra_op_threads = 0; }, "--intra_op_threads"},
-      {[](TrainOptions& o) { o.small_input_stem = true; },
+      {[](TrainOptions& o) { o.launch.device = "tpu"; }, "--device"},
+      {[](TrainOptions& o) { o.launch.device = "cuda:x"; }, "--device"},
+      {[](TrainOptions& o) { o.launch.device = "cuda"; }, "--dist_backend"},
+      {[](TrainOptions& o) { o.launch.dist_backend = "nccl"; },
+       "--dist_backend"},
+      {[](TrainOptions& o) { o.checkpoint.resume = true; }, "--resume"},
+      {[](TrainOptions& o) { o.data.workers = -1; }, "--workers"},
+      {[](TrainOptions& o) { o.launch.intra_op_threads = 0; },
+       "--intra_op_threads"},
+      {[](TrainOptions& o) { o.model.small_input_stem = true; },
        "--small_input_stem"},
-      {[](TrainOptions& o) { o.timeout = absl::ZeroDuration(); }, "--timeout"},
+      {[](TrainOptions& o) { o.launch.timeout = absl::ZeroDuration(); },
+       "--timeout"},
       {[](TrainOptions& o) {
-         o.sync_batchnorm = true;
-         o.sync_gradients = false;
+         o.parallel.sync_batchnorm = true;
+         o.parallel.sync_gradients = false;
        },
        "--sync_batchnorm"},
       {[](TrainOptions& o) {
-         o.dataset = "synthetic";
-         o.synthetic_shape = {1, 0, 28};
+         o.data.dataset = "synthetic";
+         o.data.synthetic_shape = {1, 0, 28};
        },
        "--synthetic_shape"},
-      {[](TrainOptions& o) { o.metrics_port = 65536; }, "--metrics_port"},
-      {[](TrainOptions& o) { o.metrics_port = -2; }, "--metrics_port"},
-      {[](TrainOptions& o) { o.metrics_ranks = "1"; }, "--metrics_ranks"},
-      {[](TrainOptions& o) { o.metrics_bind = ""; }, "--metrics_bind"},
+      {[](TrainOptions& o) { o.report.metrics_port = 65536; },
+       "--metrics_port"},
+      {[](TrainOptions& o) { o.report.metrics_port = -2; }, "--metrics_port"},
+      {[](TrainOptions& o) { o.report.metrics_ranks = "1"; },
+       "--metrics_ranks"},
+      {[](TrainOptions& o) { o.report.metrics_bind = ""; }, "--metrics_bind"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());
@@ -139,27 +145,27 @@ TEST(TrainOptionsTest, KnobsBeyondTheMachineAreRefused) {
     std::string message;
   };
   const Case cases[] = {
-      {[](TrainOptions& o) { o.workers = 100000; },
+      {[](TrainOptions& o) { o.data.workers = 100000; },
        absl::StrCat("--workers=100000: at most ", threads.max, " (",
                     threads.why, ")")},
-      {[](TrainOptions& o) { o.intra_op_threads = 100000; },
+      {[](TrainOptions& o) { o.launch.intra_op_threads = 100000; },
        absl::StrCat("--intra_op_threads=100000: at most ", threads.max, " (",
                     threads.why, ")")},
-      {[](TrainOptions& o) { o.batch_size = int64_t{1} << 40; },
+      {[](TrainOptions& o) { o.data.batch_size = int64_t{1} << 40; },
        "--batch_size=1099511627776: at most 1048576"},
-      {[](TrainOptions& o) { o.accumulate_steps = int64_t{1} << 62; },
+      {[](TrainOptions& o) { o.optim.accumulate_steps = int64_t{1} << 62; },
        "--accumulate_steps=4611686018427387904: at most"},
-      {[](TrainOptions& o) { o.bucket_cap_mb = 1e300; },
+      {[](TrainOptions& o) { o.parallel.bucket_cap_mb = 1e300; },
        "--bucket_cap_mb=1e+300: at most"},
-      {[](TrainOptions& o) { o.bucket_cap_mb = std::nan(""); },
+      {[](TrainOptions& o) { o.parallel.bucket_cap_mb = std::nan(""); },
        "--bucket_cap_mb=nan: must be a finite number > 0"},
       {[](TrainOptions& o) {
-         o.bucket_cap_mb = std::numeric_limits<double>::infinity();
+         o.parallel.bucket_cap_mb = std::numeric_limits<double>::infinity();
        },
        "--bucket_cap_mb=inf: must be a finite number > 0"},
       {[](TrainOptions& o) {
-         o.dataset = "synthetic";
-         o.synthetic_train_size = int64_t{1} << 40;
+         o.data.dataset = "synthetic";
+         o.data.synthetic_train_size = int64_t{1} << 40;
        },
        "--synthetic_train_size: 1099511627776 + 512 examples of 1x28x28"},
   };
@@ -178,16 +184,16 @@ TEST(TrainOptionsTest, KnobsBeyondTheMachineAreRefused) {
 TEST(TrainOptionsTest, OversubscriptionWithinTheBoundsPasses) {
   absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());
   ASSERT_TRUE(o.ok());
-  o->workers = static_cast<int>(base::ThreadLimit().max);
-  o->intra_op_threads = static_cast<int>(base::ThreadLimit().max);
-  o->batch_size = 4096;
-  o->bucket_cap_mb = 64;
+  o->data.workers = static_cast<int>(base::ThreadLimit().max);
+  o->launch.intra_op_threads = static_cast<int>(base::ThreadLimit().max);
+  o->data.batch_size = 4096;
+  o->parallel.bucket_cap_mb = 64;
   EXPECT_TRUE(Validate(*o).ok()) << Validate(*o);
 }
 
 TEST(TrainOptionsTest, UnknownModelListsTheKnownOnes) {
   TrainOptions in;
-  in.model = "vgg";
+  in.model.name = "vgg";
   absl::StatusOr<TrainOptions> o = ResolveDefaults(in);
   ASSERT_FALSE(o.ok());
   EXPECT_THAT(o.status().message(), HasSubstr("convnet, resnet18"));

@@ -96,7 +96,7 @@ absl::Status Run::Setup() {
                         context_.log_is_terminal,
                         context_.start,
                         {world_.rank, world_.world_size, world_.local_rank,
-                         o_.model, std::string(backend_.name())}},
+                         o_.model.name, std::string(backend_.name())}},
                        context_.cuda_device,
                        context_.stop_requested}));
   outputs_.emplace(o_, world_.rank, p_);
@@ -110,14 +110,14 @@ absl::Status Run::Setup() {
 
 absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   model_->train();
-  const int64_t per_step = o_.accumulate_steps;
+  const int64_t per_step = o_.optim.accumulate_steps;
   const int64_t batches_left = train_loader_->batches_left();
   // Resumed inside an epoch: checkpoints fall on step boundaries.
   const int64_t first_step = (p_.batches_per_epoch - batches_left) / per_step;
   const int64_t steps =
       std::min((batches_left + per_step - 1) / per_step,
-               o_.max_steps > 0 ? o_.max_steps - global_step_
-                                : std::numeric_limits<int64_t>::max());
+               o_.optim.max_steps > 0 ? o_.optim.max_steps - global_step_
+                                      : std::numeric_limits<int64_t>::max());
   recorder_->StartEpoch(epoch, steps,
                         p_.schedule->LearningRate(epoch, first_step));
   for (int64_t s = 0; s < steps && train_loader_->batches_left() > 0; ++s) {
@@ -131,8 +131,8 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
         Record(outcome, p_.schedule->LearningRate(epoch, first_step + s))));
     DTRAIN_ASSIGN_OR_RETURN(signal_stop_, p_.stop_vote->Collect());
     if (signal_stop_) break;
-    if (o_.checkpoint_every_steps > 0 &&
-        global_step_ % o_.checkpoint_every_steps == 0 &&
+    if (o_.checkpoint.checkpoint_every_steps > 0 &&
+        global_step_ % o_.checkpoint.checkpoint_every_steps == 0 &&
         train_loader_->batches_left() > 0) {
       DTRAIN_RETURN_IF_ERROR(
           Checkpoint(train_loader_->state(), /*best=*/false));
@@ -147,13 +147,14 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
                               global_step_));
   // Stopped inside the epoch (max_steps, a signal): the checkpoint keeps the
   // position.
-  return ((o_.max_steps > 0 && global_step_ >= o_.max_steps) || signal_stop_) &&
+  return ((o_.optim.max_steps > 0 && global_step_ >= o_.optim.max_steps) ||
+          signal_stop_) &&
          train_loader_->batches_left() > 0;
 }
 
 absl::StatusOr<StepOutcome> Run::Step(int64_t epoch, int64_t s) {
   const int64_t micro_batches =
-      std::min(o_.accumulate_steps, train_loader_->batches_left());
+      std::min(o_.optim.accumulate_steps, train_loader_->batches_left());
   DTRAIN_RETURN_IF_ERROR(p_.step->Begin(micro_batches));
   for (int64_t j = 0; j < micro_batches; ++j) {
     const absl::Time wait = absl::Now();
@@ -167,8 +168,8 @@ absl::StatusOr<StepOutcome> Run::Step(int64_t epoch, int64_t s) {
     at::Tensor images = batch->images.to(p_.device, /*non_blocking=*/true);
     at::Tensor labels = batch->labels.to(p_.device, /*non_blocking=*/true);
     // One seed per micro-batch: with accumulate_steps 1, per step.
-    torch::manual_seed(
-        StepSeed(o_.seed, world_.rank, global_step_ * o_.accumulate_steps + j));
+    torch::manual_seed(StepSeed(o_.seed, world_.rank,
+                                global_step_ * o_.optim.accumulate_steps + j));
     if (absl::Status st = p_.step->MicroBatch(images, labels); !st.ok()) {
       return absl::Status(
           st.code(), absl::StrCat("epoch ", epoch, " step ", s, " micro-batch ",
@@ -186,7 +187,7 @@ StepRecord Run::Record(const StepOutcome& outcome, double lr) const {
   r.correct5 = outcome.correct5;
   r.grad_norm = outcome.grad_norm;
   r.skipped = outcome.skipped;
-  if (o_.sync_gradients) r.ddp = &p_.ddp->last_step_stats();
+  if (o_.parallel.sync_gradients) r.ddp = &p_.ddp->last_step_stats();
   r.global_step = global_step_;
   r.learning_rate = lr;
   return r;
@@ -195,7 +196,8 @@ StepRecord Run::Record(const StepOutcome& outcome, double lr) const {
 absl::Status Run::Validate(EpochMetrics* m) {
   const absl::Time start = absl::Now();
   EvaluationOptions options;
-  if (o_.sync_gradients) options.stop_requested = context_.stop_requested;
+  if (o_.parallel.sync_gradients)
+    options.stop_requested = context_.stop_requested;
   DTRAIN_ASSIGN_OR_RETURN(
       const Scores scores,
       EvaluateOnRanks(*p_.model, *p_.val_loader, p_.data->val->size(), *p_.sync,
@@ -231,9 +233,10 @@ absl::Status Run::ValidateEpoch(const data::SamplerState& next, int64_t epoch,
 }
 
 absl::StatusOr<TrainResult> Run::Evaluate() {
-  if (!Resumed() && o_.init_state_dict.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--evaluate: no checkpoint in ", o_.checkpoint_dir, " to evaluate"));
+  if (!Resumed() && o_.model.init_state_dict.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--evaluate: no checkpoint in ",
+                     o_.checkpoint.checkpoint_dir, " to evaluate"));
   }
   EpochMetrics m;
   m.epoch = p_.start.epoch;
@@ -242,7 +245,7 @@ absl::StatusOr<TrainResult> Run::Evaluate() {
   const std::string& from = recorder_->metrics().resumed_from;
   Say(absl::StrFormat(
       " * evaluation of %s: loss %.4f  Prec@1 %.3f  Prec@5 %.3f  (%.1f s)",
-      from.empty() ? o_.init_state_dict : from, *m.val_loss, *m.val_top1,
+      from.empty() ? o_.model.init_state_dict : from, *m.val_loss, *m.val_top1,
       *m.val_top5, m.val_seconds));
   recorder_->metrics().epochs.push_back(m);
   // --evaluate --save_state_dict: also turns a checkpoint into weights.
@@ -254,14 +257,16 @@ absl::StatusOr<TrainResult> Run::Evaluate() {
 absl::StatusOr<TrainResult> Run::Execute() {
   DTRAIN_RETURN_IF_ERROR(Setup());
   if (o_.evaluate) return Evaluate();
-  const bool done = p_.start.epoch >= *o_.epochs ||
-                    (o_.max_steps > 0 && global_step_ >= o_.max_steps);
+  const bool done =
+      p_.start.epoch >= *o_.optim.epochs ||
+      (o_.optim.max_steps > 0 && global_step_ >= o_.optim.max_steps);
   if (done && Resumed()) {
     Say(absl::StrCat(
         "nothing left to train: the checkpoint is at epoch ", p_.start.epoch,
-        " of ", *o_.epochs, ", step ", global_step_,
-        o_.max_steps > 0 ? absl::StrCat(" (--max_steps=", o_.max_steps, ")")
-                         : "",
+        " of ", *o_.optim.epochs, ", step ", global_step_,
+        o_.optim.max_steps > 0
+            ? absl::StrCat(" (--max_steps=", o_.optim.max_steps, ")")
+            : "",
         "; raise --epochs or --max_steps to train further"));
   }
   if (!done && !o_.skip_validation && o_.num_sanity_val_steps > 0) {
@@ -270,12 +275,12 @@ absl::StatusOr<TrainResult> Run::Execute() {
                                         o_.num_sanity_val_steps));
     Say(line);
   }
-  for (int64_t epoch = p_.start.epoch; epoch < *o_.epochs; ++epoch) {
-    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;
+  for (int64_t epoch = p_.start.epoch; epoch < *o_.optim.epochs; ++epoch) {
+    if (o_.optim.max_steps > 0 && global_step_ >= o_.optim.max_steps) break;
     train_loader_->SetEpoch(epoch);
     DTRAIN_RETURN_IF_ERROR(p_.schedule->SetEpoch(epoch));
     Say(absl::StrFormat("Begin training epoch %d/%d (lr %g)", epoch + 1,
-                        *o_.epochs, p_.schedule->LearningRate(epoch)));
+                        *o_.optim.epochs, p_.schedule->LearningRate(epoch)));
     EpochMetrics m;
     DTRAIN_ASSIGN_OR_RETURN(const bool stopped, TrainEpoch(epoch, &m));
     // The epoch's checkpoint comes before its validation: a damaged
@@ -290,15 +295,15 @@ absl::StatusOr<TrainResult> Run::Execute() {
     recorder_->metrics().epochs.push_back(m);
     DTRAIN_RETURN_IF_ERROR(recorder_->WriteMetrics(best_top1_, global_step_));
     if (signal_stop_) {
-      return absl::CancelledError(
-          absl::StrCat("stopped by a signal at step ", global_step_,
-                       !o_.checkpoint_dir.empty()
-                           ? absl::StrCat("; checkpoint in ", o_.checkpoint_dir,
-                                          " (continue with --resume)")
-                           : "; no --checkpoint_dir, nothing saved"));
+      return absl::CancelledError(absl::StrCat(
+          "stopped by a signal at step ", global_step_,
+          !o_.checkpoint.checkpoint_dir.empty()
+              ? absl::StrCat("; checkpoint in ", o_.checkpoint.checkpoint_dir,
+                             " (continue with --resume)")
+              : "; no --checkpoint_dir, nothing saved"));
     }
     if (stopped) {
-      Say(absl::StrCat("stopped at --max_steps=", o_.max_steps));
+      Say(absl::StrCat("stopped at --max_steps=", o_.optim.max_steps));
       break;
     }
   }
@@ -306,7 +311,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
 }
 
 absl::StatusOr<TrainResult> Run::Finish() {
-  if (o_.sync_gradients && world_.world_size > 1) {
+  if (o_.parallel.sync_gradients && world_.world_size > 1) {
     std::vector<std::pair<std::string, at::Tensor>> parameters;
     for (const auto& p : model_->named_parameters()) {
       parameters.emplace_back(p.key(), p.value());

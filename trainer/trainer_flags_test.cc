@@ -24,9 +24,9 @@ using testing::TrainOnRanks;
 
 TEST(TrainerFlagsTest, AccumulationCountsOptimizerStepsAndResumesExactly) {
   TrainOptions o = SmallRun();  // 384 examples, batch 16: 24 batches
-  o.epochs = 1;
+  o.optim.epochs = 1;
   o.skip_validation = true;
-  o.accumulate_steps = 5;  // 4 steps of 5 batches and one of 4
+  o.optim.accumulate_steps = 5;  // 4 steps of 5 batches and one of 4
   std::ostringstream log;
   auto full = TrainOnRanks(o, 1, &log);
   ASSERT_TRUE(full[0].ok()) << full[0].status();
@@ -37,13 +37,13 @@ TEST(TrainerFlagsTest, AccumulationCountsOptimizerStepsAndResumesExactly) {
 
   // Interrupted after 2 optimizer steps (10 batches), then resumed.
   TrainOptions part = o;
-  part.checkpoint_dir = TempDir("accumulate_resume");
-  part.max_steps = 2;
+  part.checkpoint.checkpoint_dir = TempDir("accumulate_resume");
+  part.optim.max_steps = 2;
   auto first = TrainOnRanks(part, 1);
   ASSERT_TRUE(first[0].ok()) << first[0].status();
   TrainOptions rest = o;
-  rest.checkpoint_dir = part.checkpoint_dir;
-  rest.resume = true;
+  rest.checkpoint.checkpoint_dir = part.checkpoint.checkpoint_dir;
+  rest.checkpoint.resume = true;
   auto second = TrainOnRanks(rest, 1);
   ASSERT_TRUE(second[0].ok()) << second[0].status();
   EXPECT_EQ(second[0]->metrics.epochs[0].steps, 3);
@@ -59,8 +59,8 @@ TEST(TrainerFlagsTest, AccumulationCountsOptimizerStepsAndResumesExactly) {
 TEST(TrainerFlagsTest, CosineScheduleWithWarmupSetsTheRatePerStep) {
   TrainOptions o = SmallRun();  // Adadelta, lr 0.5; 24 steps per epoch
   o.skip_validation = true;
-  o.lr_schedule = "cosine";
-  o.warmup_epochs = 0.5;  // 12 steps
+  o.optim.lr_schedule = "cosine";
+  o.optim.warmup_epochs = 0.5;  // 12 steps
   auto r = TrainOnRanks(o, 1);
   ASSERT_TRUE(r[0].ok()) << r[0].status();
   const RunMetrics& m = r[0]->metrics;
@@ -74,8 +74,8 @@ TEST(TrainerFlagsTest, CosineScheduleWithWarmupSetsTheRatePerStep) {
 
 TEST(TrainerFlagsTest, ClippingAndBFloat16Train) {
   TrainOptions o = SmallRun();
-  o.clip_grad_norm = 0.5;
-  o.amp = "bf16";
+  o.optim.clip_grad_norm = 0.5;
+  o.optim.amp = "bf16";
   auto r = TrainOnRanks(o, 2);
   ASSERT_TRUE(r[0].ok()) << r[0].status();
   ASSERT_TRUE(r[1].ok()) << r[1].status();
@@ -95,7 +95,7 @@ TEST(TrainerFlagsTest, ClippingAndBFloat16Train) {
 // comparable number for number.)
 TEST(TrainerFlagsTest, Float16AllreduceTrains) {
   TrainOptions o = SmallRun();
-  o.fp16_allreduce = true;
+  o.parallel.fp16_allreduce = true;
   std::ostringstream log;
   auto half = TrainOnRanks(o, 2, &log);
   ASSERT_TRUE(half[0].ok()) << half[0].status();
@@ -109,16 +109,17 @@ TEST(TrainerFlagsTest, Float16AllreduceTrains) {
 
 TEST(TrainerFlagsTest, EvaluateReportsWhatTheLastValidationReported) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
-  o.checkpoint_dir = TempDir("evaluate");
-  o.save_state_dict = o.checkpoint_dir + "/final.safetensors";
+  o.optim.epochs = 1;
+  o.checkpoint.checkpoint_dir = TempDir("evaluate");
+  o.checkpoint.save_state_dict =
+      o.checkpoint.checkpoint_dir + "/final.safetensors";
   auto trained = TrainOnRanks(o, 2);
   ASSERT_TRUE(trained[0].ok()) << trained[0].status();
   const EpochMetrics& last = trained[0]->metrics.epochs.back();
 
   TrainOptions from_weights = SmallRun();
   from_weights.evaluate = true;
-  from_weights.init_state_dict = o.save_state_dict;
+  from_weights.model.init_state_dict = o.checkpoint.save_state_dict;
   std::ostringstream log;
   auto evaluated = TrainOnRanks(from_weights, 2, &log);
   ASSERT_TRUE(evaluated[0].ok()) << evaluated[0].status();
@@ -127,17 +128,18 @@ TEST(TrainerFlagsTest, EvaluateReportsWhatTheLastValidationReported) {
   EXPECT_EQ(m.global_step, 0);
   EXPECT_EQ(*m.epochs[0].val_top1, *last.val_top1);
   EXPECT_DOUBLE_EQ(*m.epochs[0].val_loss, *last.val_loss);
-  EXPECT_THAT(log.str(), HasSubstr("evaluation of " + o.save_state_dict));
+  EXPECT_THAT(log.str(),
+              HasSubstr("evaluation of " + o.checkpoint.save_state_dict));
 
   TrainOptions from_checkpoint = SmallRun();
   from_checkpoint.evaluate = true;
-  from_checkpoint.checkpoint_dir = o.checkpoint_dir;
-  from_checkpoint.resume = true;
+  from_checkpoint.checkpoint.checkpoint_dir = o.checkpoint.checkpoint_dir;
+  from_checkpoint.checkpoint.resume = true;
   auto again = TrainOnRanks(from_checkpoint, 1);
   ASSERT_TRUE(again[0].ok()) << again[0].status();
   EXPECT_EQ(*again[0]->metrics.epochs[0].val_top1, *last.val_top1);
 
-  from_checkpoint.checkpoint_dir = TempDir("evaluate_empty");
+  from_checkpoint.checkpoint.checkpoint_dir = TempDir("evaluate_empty");
   auto nothing = TrainOnRanks(from_checkpoint, 1);
   ASSERT_FALSE(nothing[0].ok());
   EXPECT_THAT(std::string(nothing[0].status().message()),

@@ -107,25 +107,26 @@ std::vector<absl::StatusOr<TrainResult>> TrainProbed(
 
 TrainOptions ProbeRun() {
   TrainOptions o = SmallRun();
-  o.model = "probe";
+  o.model.name = "probe";
   o.num_sanity_val_steps = 0;
   return *ResolveDefaults(o);
 }
 
 TEST(TrainerLifecycleTest, EvaluatesTheNewestCheckpointOnTwoRanksAndSavesIt) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
-  o.max_steps = 5;
+  o.optim.epochs = 1;
+  o.optim.max_steps = 5;
   o.skip_validation = true;
-  o.checkpoint_dir = TempDir("evaluate2");
+  o.checkpoint.checkpoint_dir = TempDir("evaluate2");
   auto trained = TrainOnRanks(o, 2);
   ASSERT_TRUE(trained[0].ok()) << trained[0].status();
 
   TrainOptions e = SmallRun();
-  e.checkpoint_dir = o.checkpoint_dir;
-  e.resume = true;
+  e.checkpoint.checkpoint_dir = o.checkpoint.checkpoint_dir;
+  e.checkpoint.resume = true;
   e.evaluate = true;
-  e.save_state_dict = o.checkpoint_dir + "/weights.safetensors";
+  e.checkpoint.save_state_dict =
+      o.checkpoint.checkpoint_dir + "/weights.safetensors";
   std::ostringstream log;
   auto evaluated = TrainOnRanks(e, 2, &log);
   for (int r = 0; r < 2; ++r) {
@@ -141,21 +142,22 @@ TEST(TrainerLifecycleTest, EvaluatesTheNewestCheckpointOnTwoRanksAndSavesIt) {
   std::shared_ptr<models::Model> reread =
       *models::CreateModel("convnet", config);
   ASSERT_TRUE(
-      models::state_dict::LoadStateDict(e.save_state_dict, *reread).ok());
+      models::state_dict::LoadStateDict(e.checkpoint.save_state_dict, *reread)
+          .ok());
   TrainResult from_file{trained[0]->metrics, reread};
   ExpectSameParameters(from_file, *trained[0]);
 }
 
 TEST(TrainerLifecycleTest, ResumesAtAnEpochBoundaryWithFewerProcesses) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
+  o.optim.epochs = 1;
   o.skip_validation = true;
-  o.checkpoint_dir = TempDir("fewer_boundary");
+  o.checkpoint.checkpoint_dir = TempDir("fewer_boundary");
   ASSERT_TRUE(TrainOnRanks(o, 2)[0].ok());
 
   TrainOptions rest = o;
-  rest.epochs = 2;
-  rest.resume = true;
+  rest.optim.epochs = 2;
+  rest.checkpoint.resume = true;
   std::ostringstream log;
   auto resumed = TrainOnRanks(rest, 1, &log);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
@@ -171,16 +173,16 @@ TEST(TrainerLifecycleTest, ResumesAtAnEpochBoundaryWithFewerProcesses) {
 TEST(TrainerLifecycleTest, ResumesInsideAnEpochWithMoreProcesses) {
   // One process stops after 6 of its 24 steps (96 of 384 examples)...
   TrainOptions o = SmallRun();
-  o.epochs = 1;
+  o.optim.epochs = 1;
   o.skip_validation = true;
-  o.max_steps = 6;
-  o.checkpoint_dir = TempDir("more_inside");
+  o.optim.max_steps = 6;
+  o.checkpoint.checkpoint_dir = TempDir("more_inside");
   ASSERT_TRUE(TrainOnRanks(o, 1)[0].ok());
 
   // ... and two go on with the 288 examples left, 144 each in 9 steps.
   TrainOptions rest = o;
-  rest.max_steps = 0;
-  rest.resume = true;
+  rest.optim.max_steps = 0;
+  rest.checkpoint.resume = true;
   std::ostringstream log;
   auto resumed = TrainOnRanks(rest, 2, &log);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
@@ -196,25 +198,25 @@ TEST(TrainerLifecycleTest, ResumesInsideAnEpochWithMoreProcesses) {
 
 TEST(TrainerLifecycleTest, SaysWhenAResumedRunHasNothingLeftAndStillSaves) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
+  o.optim.epochs = 1;
   o.skip_validation = true;
-  o.checkpoint_dir = TempDir("nothing_left");
+  o.checkpoint.checkpoint_dir = TempDir("nothing_left");
   auto trained = TrainOnRanks(o, 1);
   ASSERT_TRUE(trained[0].ok());
   TrainOptions again = o;
-  again.resume = true;
-  again.save_state_dict = o.checkpoint_dir + "/w.pt";
+  again.checkpoint.resume = true;
+  again.checkpoint.save_state_dict = o.checkpoint.checkpoint_dir + "/w.pt";
   std::ostringstream log;
   auto resumed = TrainOnRanks(again, 1, &log);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
   EXPECT_THAT(log.str(), HasSubstr("nothing left to train"));
   EXPECT_THAT(log.str(), HasSubstr("raise --epochs"));
-  EXPECT_TRUE(std::filesystem::exists(again.save_state_dict));
+  EXPECT_TRUE(std::filesystem::exists(again.checkpoint.save_state_dict));
 }
 
 TEST(TrainerLifecycleTest, SignalDuringAStepStopsAtItsEnd) {
   TrainOptions o = ProbeRun();
-  o.checkpoint_dir = TempDir("stop_mid_step");
+  o.checkpoint.checkpoint_dir = TempDir("stop_mid_step");
   // Rank 1 is signalled during its 5th step; rank 0 learns it by the vote.
   auto results = TrainProbed(
       o, 2,
@@ -227,13 +229,13 @@ TEST(TrainerLifecycleTest, SignalDuringAStepStopsAtItsEnd) {
     EXPECT_EQ(results[r].status().code(), absl::StatusCode::kCancelled);
     EXPECT_THAT(results[r].status().message(), HasSubstr("at step 5;"));
   }
-  EXPECT_TRUE(
-      std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000005.dtc"));
+  EXPECT_TRUE(std::filesystem::exists(o.checkpoint.checkpoint_dir +
+                                      "/checkpoint-000000005.dtc"));
 }
 
 TEST(TrainerLifecycleTest, SignalInAnEpochsLastStepSkipsItsValidation) {
   TrainOptions o = ProbeRun();
-  o.checkpoint_dir = TempDir("stop_last_step");
+  o.checkpoint.checkpoint_dir = TempDir("stop_last_step");
   std::ostringstream log;
   // 12 steps per epoch on 2 ranks: the signal comes during the 12th.
   auto results = TrainProbed(
@@ -246,13 +248,13 @@ TEST(TrainerLifecycleTest, SignalInAnEpochsLastStepSkipsItsValidation) {
   EXPECT_THAT(results[0].status().message(), HasSubstr("at step 12;"));
   EXPECT_THAT(log.str(), Not(HasSubstr("* validation")));
   // The epoch ended: its checkpoint starts the next one.
-  EXPECT_TRUE(
-      std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000012.dtc"));
+  EXPECT_TRUE(std::filesystem::exists(o.checkpoint.checkpoint_dir +
+                                      "/checkpoint-000000012.dtc"));
 }
 
 TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
   TrainOptions o = ProbeRun();
-  o.checkpoint_dir = TempDir("stop_validation");
+  o.checkpoint.checkpoint_dir = TempDir("stop_validation");
   std::ostringstream log;
   auto results = TrainProbed(
       o, 2,
@@ -268,13 +270,14 @@ TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
               HasSubstr("validation of epoch 1 stopped by a signal"));
   EXPECT_THAT(log.str(), Not(HasSubstr("* validation")));
   // Written before the validation began.
-  EXPECT_TRUE(
-      std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000012.dtc"));
-  EXPECT_FALSE(std::filesystem::exists(o.checkpoint_dir + "/best.dtc"));
+  EXPECT_TRUE(std::filesystem::exists(o.checkpoint.checkpoint_dir +
+                                      "/checkpoint-000000012.dtc"));
+  EXPECT_FALSE(
+      std::filesystem::exists(o.checkpoint.checkpoint_dir + "/best.dtc"));
 
   // The resumed run goes on with epoch 2.
   TrainOptions rest = o;
-  rest.resume = true;
+  rest.checkpoint.resume = true;
   const auto leave_alone = [](int, Probe&) {};
   auto resumed = TrainProbed(rest, 2, leave_alone, nullptr);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
@@ -285,7 +288,7 @@ TEST(TrainerLifecycleTest, SignalDuringValidationStopsItWithTheEpochSaved) {
 TEST(TrainerLifecycleTest, FailingValidationIsFoundBeforeTheFirstStep) {
   TrainOptions o = ProbeRun();
   o.num_sanity_val_steps = 2;
-  o.checkpoint_dir = TempDir("sanity");
+  o.checkpoint.checkpoint_dir = TempDir("sanity");
   const auto fail_eval = [](int, Probe& p) { p.fail_eval = true; };
   auto results = TrainProbed(o, 2, fail_eval, nullptr);
   ASSERT_FALSE(results[0].ok());
@@ -293,11 +296,11 @@ TEST(TrainerLifecycleTest, FailingValidationIsFoundBeforeTheFirstStep) {
               HasSubstr("validation sanity check"));
   EXPECT_THAT(results[0].status().message(),
               HasSubstr("probe: evaluation refused"));
-  EXPECT_TRUE(std::filesystem::is_empty(o.checkpoint_dir));
+  EXPECT_TRUE(std::filesystem::is_empty(o.checkpoint.checkpoint_dir));
 
   // Passing, it says so and changes nothing of the training.
   TrainOptions fine = SmallRun();
-  fine.epochs = 1;
+  fine.optim.epochs = 1;
   fine.num_sanity_val_steps = 2;
   std::ostringstream log;
   auto checked = TrainOnRanks(fine, 1, &log);
@@ -311,7 +314,7 @@ TEST(TrainerLifecycleTest, FailingValidationIsFoundBeforeTheFirstStep) {
 TEST(TrainerLifecycleTest, UnwritableOutputsAreRefusedBeforeTraining) {
   const std::string dir = TempDir("unwritable");
   TrainOptions o = SmallRun();
-  o.save_state_dict = dir + "/missing/w.pt";
+  o.checkpoint.save_state_dict = dir + "/missing/w.pt";
   std::ostringstream log;
   auto results = TrainOnRanks(o, 1, &log);
   ASSERT_FALSE(results[0].ok());
@@ -321,19 +324,19 @@ TEST(TrainerLifecycleTest, UnwritableOutputsAreRefusedBeforeTraining) {
   EXPECT_THAT(log.str(), Not(HasSubstr("epoch 1:")));
 
   TrainOptions m = SmallRun();
-  m.metrics_json = dir;  // a directory
+  m.report.metrics_json = dir;  // a directory
   EXPECT_THAT(TrainOnRanks(m, 1)[0].status().message(),
               HasSubstr("--metrics_json: cannot write"));
 
   // Rank 0's log only: the other ranks check nothing. With "{rank}", every
   // rank checks its own.
   TrainOptions log0 = SmallRun();
-  log0.epochs = 1;
-  log0.max_steps = 1;
-  log0.log_jsonl = dir + "/log.jsonl";
+  log0.optim.epochs = 1;
+  log0.optim.max_steps = 1;
+  log0.report.log_jsonl = dir + "/log.jsonl";
   auto logged = TrainOnRanks(log0, 2);
   EXPECT_TRUE(logged[0].ok() && logged[1].ok()) << logged[1].status();
-  log0.log_jsonl = dir + "/none/log.{rank}.jsonl";
+  log0.report.log_jsonl = dir + "/none/log.{rank}.jsonl";
   auto refused = TrainOnRanks(log0, 2);
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(refused[r].status().message(),

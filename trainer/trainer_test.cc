@@ -47,7 +47,7 @@ using testing::TrainOnRanks;
 TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
   std::ostringstream log;
   TrainOptions o = SmallRun();
-  o.metrics_json = TempDir("one_rank") + "/metrics.json";
+  o.report.metrics_json = TempDir("one_rank") + "/metrics.json";
   auto results = TrainOnRanks(o, 1, &log);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   const RunMetrics& m = results[0]->metrics;
@@ -64,7 +64,7 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
   EXPECT_THAT(log.str(), HasSubstr("validation"));
 
   absl::StatusOr<std::string> text =
-      base::ReadFile(o.metrics_json, base::kTextFileLimit);
+      base::ReadFile(o.report.metrics_json, base::kTextFileLimit);
   ASSERT_TRUE(text.ok()) << text.status();
   const nlohmann::json json = nlohmann::json::parse(*text);
   EXPECT_EQ(json["format"], "dtrain.metrics.v1");
@@ -87,7 +87,7 @@ TEST(TrainerTest, OneRankLearnsAndReportsEveryEpoch) {
 
 TEST(TrainerTest, TwoRanksEndIdenticalAndCountEveryTestExampleOnce) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
+  o.optim.epochs = 1;
   auto results = TrainOnRanks(o, 2);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
@@ -119,12 +119,12 @@ bool Listening(int port) {
 TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
   TrainOptions o = SmallRun();
   const std::string dir = TempDir("live");
-  o.log_jsonl = dir + "/steps.{rank}.jsonl";
-  o.print_freq = 5;
-  o.metrics_port = 0;
-  o.metrics_ranks = "all";
-  o.metrics_bind = "127.0.0.1";
-  o.metrics_json = dir + "/metrics.json";
+  o.report.log_jsonl = dir + "/steps.{rank}.jsonl";
+  o.report.print_freq = 5;
+  o.report.metrics_port = 0;
+  o.report.metrics_ranks = "all";
+  o.report.metrics_bind = "127.0.0.1";
+  o.report.metrics_json = dir + "/metrics.json";
   auto results = TrainOnRanks(o, 2);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
@@ -143,7 +143,7 @@ TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
       const int64_t epoch = static_cast<int64_t>(i / 4);
       EXPECT_EQ(l["rank"], rank);
       EXPECT_EQ(l["epoch"], epoch);
-      EXPECT_DOUBLE_EQ(l["lr"].get<double>(), *o.lr);
+      EXPECT_DOUBLE_EQ(l["lr"].get<double>(), *o.optim.lr);
       if (i % 4 == 3) {
         EXPECT_EQ(l["event"], "epoch");
         EXPECT_EQ(l["step"], 12 * (epoch + 1));
@@ -163,12 +163,12 @@ TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
   // Rank 0 served, the metrics JSON says where, and serving ended with Train.
   ASSERT_THAT(m.metrics_url, HasSubstr("http://127.0.0.1:"));
   const std::string json_text =
-      base::ReadFile(o.metrics_json, base::kTextFileLimit).value_or("");
+      base::ReadFile(o.report.metrics_json, base::kTextFileLimit).value_or("");
   const nlohmann::json json = nlohmann::json::parse(json_text);
   EXPECT_EQ(json["metrics_url"], m.metrics_url);
   EXPECT_EQ(json["config"]["metrics_port"], 0);
   EXPECT_EQ(json["config"]["metrics_ranks"], "all");
-  EXPECT_EQ(json["config"]["log_jsonl"], o.log_jsonl);
+  EXPECT_EQ(json["config"]["log_jsonl"], o.report.log_jsonl);
   const int port =
       std::stoi(m.metrics_url.substr(m.metrics_url.rfind(':') + 1));
   EXPECT_FALSE(Listening(port)) << m.metrics_url << " still served";
@@ -176,10 +176,10 @@ TEST(TrainerTest, JsonLinesForLoggedStepsAndLiveMetricsOnEveryRank) {
 
 TEST(TrainerTest, WithoutGradientSyncRanksDrift) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
-  o.max_steps = 3;
+  o.optim.epochs = 1;
+  o.optim.max_steps = 3;
   o.skip_validation = true;
-  o.sync_gradients = false;
+  o.parallel.sync_gradients = false;
   auto results = TrainOnRanks(o, 2);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
@@ -194,22 +194,22 @@ TEST(TrainerTest, WithoutGradientSyncRanksDrift) {
 
 TEST(TrainerTest, ResumedRunEndsExactlyAsUninterruptedOne) {
   TrainOptions o = SmallRun();
-  o.epochs = 2;
+  o.optim.epochs = 2;
   o.skip_validation = true;
   auto full = TrainOnRanks(o, 1);
   ASSERT_TRUE(full[0].ok()) << full[0].status();
 
   // Stop in the middle of the first epoch, then resume to the end.
   TrainOptions part = o;
-  part.checkpoint_dir = TempDir("resume");
-  part.max_steps = 10;
+  part.checkpoint.checkpoint_dir = TempDir("resume");
+  part.optim.max_steps = 10;
   auto first = TrainOnRanks(part, 1);
   ASSERT_TRUE(first[0].ok()) << first[0].status();
   EXPECT_EQ(first[0]->metrics.global_step, 10);
 
   TrainOptions rest = o;
-  rest.checkpoint_dir = part.checkpoint_dir;
-  rest.resume = true;
+  rest.checkpoint.checkpoint_dir = part.checkpoint.checkpoint_dir;
+  rest.checkpoint.resume = true;
   std::ostringstream log;
   auto second = TrainOnRanks(rest, 1, &log);
   ASSERT_TRUE(second[0].ok()) << second[0].status();
@@ -224,9 +224,9 @@ TEST(TrainerTest, ResumedRunEndsExactlyAsUninterruptedOne) {
 // ended, and weights that do not fit the model stop the run naming the flag.
 TEST(TrainerTest, StateDictOutAndIn) {
   TrainOptions a = SmallRun();
-  a.epochs = 1;
+  a.optim.epochs = 1;
   a.skip_validation = true;
-  a.save_state_dict = TempDir("state_dict") + "/a.safetensors";
+  a.checkpoint.save_state_dict = TempDir("state_dict") + "/a.safetensors";
   std::ostringstream log;
   auto trained = TrainOnRanks(a, 2, &log);
   ASSERT_TRUE(trained[0].ok()) << trained[0].status();
@@ -238,24 +238,25 @@ TEST(TrainerTest, StateDictOutAndIn) {
   std::shared_ptr<models::Model> reread =
       *models::CreateModel("convnet", config);
   ASSERT_TRUE(
-      models::state_dict::LoadStateDict(a.save_state_dict, *reread).ok());
+      models::state_dict::LoadStateDict(a.checkpoint.save_state_dict, *reread)
+          .ok());
   TrainResult from_file{trained[0]->metrics, reread};
   ExpectSameParameters(from_file, *trained[0]);
 
   TrainOptions b = SmallRun();
-  b.epochs = 1;
+  b.optim.epochs = 1;
   b.skip_validation = true;
-  b.init_state_dict = a.save_state_dict;
+  b.model.init_state_dict = a.checkpoint.save_state_dict;
   auto continued = TrainOnRanks(b, 1);
   TrainOptions c = b;
-  c.init_state_dict.clear();
+  c.model.init_state_dict.clear();
   auto fresh = TrainOnRanks(c, 1);
   ASSERT_TRUE(continued[0].ok() && fresh[0].ok());
   EXPECT_LT(continued[0]->metrics.epochs[0].train_loss,
             fresh[0]->metrics.epochs[0].train_loss);
 
   TrainOptions d = b;
-  d.synthetic_shape = {1, 16, 16};  // another fc1
+  d.data.synthetic_shape = {1, 16, 16};  // another fc1
   auto refused = TrainOnRanks(d, 1);
   ASSERT_FALSE(refused[0].ok());
   EXPECT_THAT(std::string(refused[0].status().message()),
@@ -266,42 +267,42 @@ TEST(TrainerTest, StateDictOutAndIn) {
 
 TEST(TrainerTest, ResumeWithoutCheckpointStartsFresh) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
-  o.max_steps = 2;
+  o.optim.epochs = 1;
+  o.optim.max_steps = 2;
   o.skip_validation = true;
-  o.checkpoint_dir = TempDir("fresh");
-  o.resume = true;
+  o.checkpoint.checkpoint_dir = TempDir("fresh");
+  o.checkpoint.resume = true;
   std::ostringstream log;
   auto results = TrainOnRanks(o, 2, &log);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
   EXPECT_THAT(log.str(), HasSubstr("starting from the beginning"));
-  EXPECT_FALSE(std::filesystem::is_empty(o.checkpoint_dir));
+  EXPECT_FALSE(std::filesystem::is_empty(o.checkpoint.checkpoint_dir));
 }
 
 TEST(TrainerTest, CorruptCheckpointFallsBackToThePreviousOne) {
   TrainOptions o = SmallRun();
-  o.epochs = 1;
+  o.optim.epochs = 1;
   o.skip_validation = true;
-  o.checkpoint_dir = TempDir("corrupt");
-  o.checkpoint_every_steps = 4;
-  o.max_steps = 8;
+  o.checkpoint.checkpoint_dir = TempDir("corrupt");
+  o.checkpoint.checkpoint_every_steps = 4;
+  o.optim.max_steps = 8;
   auto first = TrainOnRanks(o, 1);
   ASSERT_TRUE(first[0].ok()) << first[0].status();
   // The newest checkpoint (step 8) loses its tail.
   std::string newest;
   for (const auto& entry :
-       std::filesystem::directory_iterator(o.checkpoint_dir)) {
+       std::filesystem::directory_iterator(o.checkpoint.checkpoint_dir)) {
     const std::string name = entry.path().filename();
     if (name.rfind("checkpoint-", 0) == 0 && name > newest) newest = name;
   }
   ASSERT_FALSE(newest.empty());
-  const std::string path = o.checkpoint_dir + "/" + newest;
+  const std::string path = o.checkpoint.checkpoint_dir + "/" + newest;
   std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
 
   TrainOptions rest = o;
-  rest.resume = true;
-  rest.max_steps = 0;
+  rest.checkpoint.resume = true;
+  rest.optim.max_steps = 0;
   std::ostringstream log;
   auto second = TrainOnRanks(rest, 1, &log);
   ASSERT_TRUE(second[0].ok()) << second[0].status();
@@ -312,10 +313,10 @@ TEST(TrainerTest, CorruptCheckpointFallsBackToThePreviousOne) {
 
 TEST(TrainerTest, StopRequestOnOneRankStopsAllAtTheSameStep) {
   TrainOptions o = SmallRun();
-  o.checkpoint_dir = TempDir("stop");
+  o.checkpoint.checkpoint_dir = TempDir("stop");
   // The weights in PyTorch's format come with the checkpoint.
-  o.save_state_dict = o.checkpoint_dir + "/weights.pt";
-  o.state_dict_with_checkpoints = true;
+  o.checkpoint.save_state_dict = o.checkpoint.checkpoint_dir + "/weights.pt";
+  o.checkpoint.state_dict_with_checkpoints = true;
   std::atomic<bool> stop_rank1{true};
   std::atomic<bool> stop_rank0{false};
   std::vector<absl::StatusOr<TrainResult>> results(
@@ -336,22 +337,22 @@ TEST(TrainerTest, StopRequestOnOneRankStopsAllAtTheSameStep) {
     EXPECT_EQ(results[r].status().code(), absl::StatusCode::kCancelled);
     EXPECT_THAT(results[r].status().message(), HasSubstr("at step 1;"));
   }
-  EXPECT_TRUE(
-      std::filesystem::exists(o.checkpoint_dir + "/checkpoint-000000001.dtc"));
+  EXPECT_TRUE(std::filesystem::exists(o.checkpoint.checkpoint_dir +
+                                      "/checkpoint-000000001.dtc"));
   models::ModelConfig config;
   config.image_size = 12;
   config.in_channels = 1;
   std::shared_ptr<models::Model> reread =
       *models::CreateModel("convnet", config);
   const absl::Status loaded =
-      models::state_dict::LoadStateDict(o.save_state_dict, *reread);
+      models::state_dict::LoadStateDict(o.checkpoint.save_state_dict, *reread);
   EXPECT_TRUE(loaded.ok()) << loaded;
 }
 
 TEST(TrainerTest, MissingDataFailsOnEveryRankNamingThePath) {
   TrainOptions o = SmallRun();
-  o.dataset = "mnist";
-  o.data_dir = "/nonexistent/mnist";
+  o.data.dataset = "mnist";
+  o.data.data_dir = "/nonexistent/mnist";
   auto results = TrainOnRanks(o, 2);
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(results[r].ok());
@@ -364,8 +365,8 @@ TEST(TrainerTest, MissingDataFailsOnEveryRankNamingThePath) {
 TEST(TrainerTest, CudaWithoutDeviceIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible";
   TrainOptions o = SmallRun();
-  o.device = "cuda";
-  o.dist_backend = "nccl";
+  o.launch.device = "cuda";
+  o.launch.dist_backend = "nccl";
   auto results = TrainOnRanks(o, 1, nullptr, /*cuda_device=*/0);
   ASSERT_FALSE(results[0].ok());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kFailedPrecondition);
@@ -377,8 +378,8 @@ TEST(TrainerTest, CudaWithoutDeviceIsAClearError) {
 // checks that the choice fits the options.
 TEST(TrainerTest, DeviceMustAgreeWithTheCallersChoice) {
   TrainOptions o = SmallRun();
-  o.device = "cuda";
-  o.dist_backend = "nccl";
+  o.launch.device = "cuda";
+  o.launch.dist_backend = "nccl";
   auto unset = TrainOnRanks(o, 1);
   ASSERT_FALSE(unset[0].ok());
   EXPECT_EQ(unset[0].status().code(), absl::StatusCode::kInvalidArgument);

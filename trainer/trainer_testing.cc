@@ -24,14 +24,15 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
 
 TrainOptions SmallRun() {
   TrainOptions o;
-  o.dataset = "synthetic";
-  o.synthetic_train_size = 384;
-  o.synthetic_val_size = 101;  // odd: the sampler pads, validation must not
-  o.synthetic_shape = {1, 12, 12};
-  o.batch_size = 16;
-  o.epochs = 2;
-  o.progress = ProgressStyle::kNone;
-  o.timeout = absl::Seconds(60);
+  o.data.dataset = "synthetic";
+  o.data.synthetic_train_size = 384;
+  o.data.synthetic_val_size =
+      101;  // odd: the sampler pads, validation must not
+  o.data.synthetic_shape = {1, 12, 12};
+  o.data.batch_size = 16;
+  o.optim.epochs = 2;
+  o.report.progress = ProgressStyle::kNone;
+  o.launch.timeout = absl::Seconds(60);
   return *ResolveDefaults(o);
 }
 

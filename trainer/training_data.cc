@@ -47,9 +47,9 @@ absl::StatusOr<std::shared_ptr<const data::ImageFolder>> LimitFolder(
 // RandomResizedCrop(size) + flip for training, Resize(size * 256 / 224) +
 // CenterCrop(size) for validation, ImageNet's mean and std for both.
 absl::StatusOr<TrainingData> LoadImageFolders(const TrainOptions& o) {
-  const int64_t size = o.image_size.value_or(224);
-  const std::string train_dir = JoinPath(o.data_dir, "train");
-  const std::string val_dir = JoinPath(o.data_dir, "val");
+  const int64_t size = o.data.image_size.value_or(224);
+  const std::string train_dir = JoinPath(o.data.data_dir, "train");
+  const std::string val_dir = JoinPath(o.data.data_dir, "val");
   data::ImageFolderOptions train_options;
   DTRAIN_ASSIGN_OR_RETURN(train_options.transform,
                           data::RandomResizedCrop(size));
@@ -71,8 +71,9 @@ absl::StatusOr<TrainingData> LoadImageFolders(const TrainOptions& o) {
         ") differ; both need the same classes, or labels would mean "
         "different things"));
   }
-  DTRAIN_ASSIGN_OR_RETURN(train, LimitFolder(std::move(train), o.train_limit));
-  DTRAIN_ASSIGN_OR_RETURN(val, LimitFolder(std::move(val), o.val_limit));
+  DTRAIN_ASSIGN_OR_RETURN(train,
+                          LimitFolder(std::move(train), o.data.train_limit));
+  DTRAIN_ASSIGN_OR_RETURN(val, LimitFolder(std::move(val), o.data.val_limit));
   const std::vector<double> mean(std::begin(data::kImageNetMean),
                                  std::end(data::kImageNetMean));
   const std::vector<double> std(std::begin(data::kImageNetStd),
@@ -92,7 +93,7 @@ absl::StatusOr<TrainingData> LoadImageFolders(const TrainOptions& o) {
   out.num_classes = train->num_classes();
   out.input_shape = {3, size, size};
   out.description = absl::StrCat(
-      "imagefolder from ", o.data_dir, ": ", train->size(), " train, ",
+      "imagefolder from ", o.data.data_dir, ": ", train->size(), " train, ",
       val->size(), " val, ", out.num_classes, " classes, 3x", size, "x", size,
       " (", train->ignored_files() + val->ignored_files(),
       " other files ignored)");
@@ -106,18 +107,18 @@ absl::StatusOr<TrainingData> LoadImageFolders(const TrainOptions& o) {
 }  // namespace
 
 absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
-  if (o.dataset == "imagefolder") return LoadImageFolders(o);
+  if (o.data.dataset == "imagefolder") return LoadImageFolders(o);
   absl::StatusOr<data::Dataset> train = absl::UnknownError("unset");
   absl::StatusOr<data::Dataset> val = absl::UnknownError("unset");
   std::vector<double> mean;
   std::vector<double> std;
   std::string source;
-  if (o.dataset == "fashion-mnist" || o.dataset == "mnist") {
-    const std::string dir = o.data_dir.empty()
-                                ? (o.dataset == "fashion-mnist"
+  if (o.data.dataset == "fashion-mnist" || o.data.dataset == "mnist") {
+    const std::string dir = o.data.data_dir.empty()
+                                ? (o.data.dataset == "fashion-mnist"
                                        ? std::string(data::kFashionMnistDir)
                                        : std::string())
-                                : o.data_dir;
+                                : o.data.data_dir;
     if (dir.empty()) {
       return absl::InvalidArgumentError(
           "--dataset=mnist needs --data_dir with the MNIST IDX files "
@@ -126,53 +127,53 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
     }
     train = data::LoadMnist(dir, data::Split::kTrain);
     if (train.ok()) val = data::LoadMnist(dir, data::Split::kTest);
-    const bool fashion = o.dataset == "fashion-mnist";
+    const bool fashion = o.data.dataset == "fashion-mnist";
     mean = {fashion ? data::kFashionMnistMean : data::kMnistMean};
     std = {fashion ? data::kFashionMnistStd : data::kMnistStd};
-    source = absl::StrCat(o.dataset, " from ", dir);
-  } else if (o.dataset == "stl10") {
-    train = data::LoadStl10(o.data_dir, data::Split::kTrain);
-    if (train.ok()) val = data::LoadStl10(o.data_dir, data::Split::kTest);
+    source = absl::StrCat(o.data.dataset, " from ", dir);
+  } else if (o.data.dataset == "stl10") {
+    train = data::LoadStl10(o.data.data_dir, data::Split::kTrain);
+    if (train.ok()) val = data::LoadStl10(o.data.data_dir, data::Split::kTest);
     // The AWS tutorial's Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)).
     mean = {0.5};
     std = {0.5};
-    source = absl::StrCat("stl10 from ", o.data_dir);
-  } else if (o.dataset == "synthetic") {
+    source = absl::StrCat("stl10 from ", o.data.data_dir);
+  } else if (o.data.dataset == "synthetic") {
     data::SyntheticOptions s;
-    s.channels = o.synthetic_shape[0];
-    s.height = o.synthetic_shape[1];
-    s.width = o.synthetic_shape[2];
-    s.num_classes = o.synthetic_classes;
+    s.channels = o.data.synthetic_shape[0];
+    s.height = o.data.synthetic_shape[1];
+    s.width = o.data.synthetic_shape[2];
+    s.num_classes = o.data.synthetic_classes;
     // One set cut in two: example i does not depend on the set's size, and
     // both splits share the class patterns.
-    s.size = o.synthetic_train_size + o.synthetic_val_size;
+    s.size = o.data.synthetic_train_size + o.data.synthetic_val_size;
     DTRAIN_ASSIGN_OR_RETURN(data::Dataset both, data::MakeSyntheticDataset(s));
-    train = both.Slice(0, o.synthetic_train_size);
-    val = both.Slice(o.synthetic_train_size, both.size());
+    train = both.Slice(0, o.data.synthetic_train_size);
+    val = both.Slice(o.data.synthetic_train_size, both.size());
     mean = {0.5};
     std = {0.25};
     source = "synthetic";
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--dataset: unknown dataset '", o.dataset, "'"));
+        absl::StrCat("--dataset: unknown dataset '", o.data.dataset, "'"));
   }
   if (!train.ok()) return train.status();
   if (!val.ok()) return val.status();
   DTRAIN_ASSIGN_OR_RETURN(data::Dataset train_cut,
-                          Limit(*std::move(train), o.train_limit));
+                          Limit(*std::move(train), o.data.train_limit));
   DTRAIN_ASSIGN_OR_RETURN(data::Dataset val_cut,
-                          Limit(*std::move(val), o.val_limit));
+                          Limit(*std::move(val), o.data.val_limit));
 
   std::vector<int64_t> shape = train_cut.example_shape();
   data::TransformPipeline::Builder builder;
   // Resizing first keeps the precomputed images in uint8 (a quarter of the
   // memory of floats; see data/loader.h).
-  if (o.image_size &&
-      (shape[1] != *o.image_size || shape[2] != *o.image_size)) {
-    builder.Resize(*o.image_size, *o.image_size);
-    shape[1] = shape[2] = *o.image_size;
+  if (o.data.image_size &&
+      (shape[1] != *o.data.image_size || shape[2] != *o.data.image_size)) {
+    builder.Resize(*o.data.image_size, *o.data.image_size);
+    shape[1] = shape[2] = *o.data.image_size;
   }
-  if (o.model == "resnet18" && shape[0] == 1) {
+  if (o.model.name == "resnet18" && shape[0] == 1) {
     builder.GrayscaleToRgb();
     shape[0] = 3;
   }

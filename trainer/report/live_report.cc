@@ -12,7 +12,7 @@
 namespace dtrain::trainer {
 
 absl::StatusOr<std::unique_ptr<LiveReport>> LiveReport::Create(
-    const TrainOptions& o, const Identity& id) {
+    const ReportOptions& o, const Identity& id) {
   std::unique_ptr<LiveReport> report(new LiveReport(o, id));
   const bool serves =
       o.metrics_port >= 0 && (id.rank == 0 || o.metrics_ranks == "all");

@@ -26,9 +26,9 @@
 #include "absl/time/time.h"
 #include "base/metrics_server.h"
 #include "trainer/report/live_metrics.h"
+#include "trainer/report/report_options.h"
 #include "trainer/report/run_metrics.h"
 #include "trainer/report/step_log.h"
-#include "trainer/train_options.h"
 
 namespace dtrain::trainer {
 
@@ -48,7 +48,7 @@ class LiveReport {
   // flag: "--metrics_port=9464: cannot serve metrics on 0.0.0.0:9464: Address
   // already in use ...", "--log_jsonl: cannot open PATH: ...".
   static absl::StatusOr<std::unique_ptr<LiveReport>> Create(
-      const TrainOptions& options, const Identity& identity);
+      const ReportOptions& options, const Identity& identity);
 
   // The URL this rank serves on, "" when it serves none.
   std::string metrics_url() const;
@@ -63,7 +63,7 @@ class LiveReport {
   absl::Status EndEpoch(const EpochMetrics& epoch, int64_t global_step);
 
  private:
-  LiveReport(const TrainOptions& options, const Identity& identity)
+  LiveReport(const ReportOptions& options, const Identity& identity)
       : rank_(identity.rank), print_freq_(options.print_freq) {}
 
   const int rank_;

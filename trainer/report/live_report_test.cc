@@ -27,8 +27,8 @@ LiveReport::Identity Rank(int rank) {
   return {rank, /*world_size=*/2, /*local_rank=*/rank, "convnet", "gloo+shm"};
 }
 
-TrainOptions Options() {
-  TrainOptions o;
+ReportOptions Options() {
+  ReportOptions o;
   o.metrics_bind = "127.0.0.1";
   o.print_freq = 4;
   return o;
@@ -45,7 +45,7 @@ TEST(LiveReportTest, NothingAskedNothingDone) {
 }
 
 TEST(LiveReportTest, RankZeroServesUnlessEveryRankIsAsked) {
-  TrainOptions o = Options();
+  ReportOptions o = Options();
   o.metrics_port = 0;
   auto r0 = LiveReport::Create(o, Rank(0));
   auto r1 = LiveReport::Create(o, Rank(1));
@@ -60,7 +60,7 @@ TEST(LiveReportTest, RankZeroServesUnlessEveryRankIsAsked) {
 }
 
 TEST(LiveReportTest, EveryRankServesOnPortPlusLocalRankAndABusyOneIsNamed) {
-  TrainOptions o = Options();
+  ReportOptions o = Options();
   o.metrics_port = 0;
   auto holder = LiveReport::Create(o, Rank(0));
   ASSERT_TRUE(holder.ok()) << holder.status();
@@ -80,7 +80,7 @@ TEST(LiveReportTest, EveryRankServesOnPortPlusLocalRankAndABusyOneIsNamed) {
 
 TEST(LiveReportTest, LogsEveryPrintFreqBatchesAndEachEpoch) {
   const std::string dir = ::testing::TempDir();
-  TrainOptions o = Options();
+  ReportOptions o = Options();
   o.log_jsonl = absl::StrCat(dir, "/report.{rank}.jsonl");
   for (int rank = 0; rank < 2; ++rank)
     std::remove(StepLogPath(o.log_jsonl, rank).c_str());

@@ -18,7 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "trainer/report/meters.h"
-#include "trainer/train_options.h"
+#include "trainer/report/report_options.h"
 
 namespace dtrain::trainer {
 

@@ -10,7 +10,7 @@
 
 namespace dtrain::trainer {
 
-Recorder::Recorder(const TrainOptions& options, const Setup& setup,
+Recorder::Recorder(const ReportOptions& options, const Setup& setup,
                    const RankSync& sync)
     : options_(options),
       setup_(setup),
@@ -20,7 +20,7 @@ Recorder::Recorder(const TrainOptions& options, const Setup& setup,
                 setup.log != nullptr ? *setup.log : std::cerr) {}
 
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Create(
-    const TrainOptions& options, const Setup& setup, const RankSync& sync) {
+    const ReportOptions& options, const Setup& setup, const RankSync& sync) {
   std::unique_ptr<Recorder> recorder(new Recorder(options, setup, sync));
   DTRAIN_ASSIGN_OR_RETURN(recorder->live_,
                           LiveReport::Create(options, setup.identity));
@@ -45,7 +45,7 @@ void Recorder::StartEpoch(int64_t epoch, int64_t steps, double learning_rate) {
   epoch_ = Epoch();
   epoch_.epoch = epoch;
   epoch_.steps = steps;
-  progress_.StartEpoch(epoch, *options_.epochs, steps);
+  progress_.StartEpoch(epoch, setup_.epochs, steps);
   epoch_.start = epoch_.last_step_end = absl::Now();
   live_->StartEpoch(epoch, learning_rate, epoch_.start);
 }
@@ -128,7 +128,7 @@ absl::StatusOr<EpochMetrics> Recorder::EndEpoch(
   m.samples = static_cast<int64_t>(scores.examples);
   m.lr = lr;
   m.skipped_steps = e.skipped;
-  if (options_.clip_grad_norm > 0 && !e.step_seconds.empty())
+  if (setup_.clips_gradients && !e.step_seconds.empty())
     m.grad_norm_mean = e.grad_norm_sum / e.step_seconds.size();
   m.loss_scale = loss_scale;
   m.epoch_seconds = maxima[0];

@@ -33,8 +33,8 @@
 #include "trainer/report/live_report.h"
 #include "trainer/report/meters.h"
 #include "trainer/report/progress.h"
+#include "trainer/report/report_options.h"
 #include "trainer/report/run_metrics.h"
-#include "trainer/train_options.h"
 
 namespace dtrain::trainer {
 
@@ -65,12 +65,16 @@ class Recorder {
     // When the process started (startup_seconds, wall_seconds).
     absl::Time start = absl::Now();
     LiveReport::Identity identity;
+    // The run's epochs (for the progress), and whether it clips gradients
+    // (grad_norm_mean in the metrics).
+    int64_t epochs = 1;
+    bool clips_gradients = false;
   };
 
   // Starts the live report (LiveReport::Create's errors: a busy port fails
   // here, before any collective) and says where metrics are served.
   static absl::StatusOr<std::unique_ptr<Recorder>> Create(
-      const TrainOptions& options, const Setup& setup, const RankSync& sync);
+      const ReportOptions& options, const Setup& setup, const RankSync& sync);
 
   // A line of rank 0's (nothing on other ranks).
   void Say(const std::string& line);
@@ -100,7 +104,7 @@ class Recorder {
   absl::Status WriteMetrics(double best_top1, int64_t global_step);
 
  private:
-  Recorder(const TrainOptions& options, const Setup& setup,
+  Recorder(const ReportOptions& options, const Setup& setup,
            const RankSync& sync);
 
   // The current epoch's accumulators.
@@ -119,7 +123,7 @@ class Recorder {
     double loss_sum = 0;
   };
 
-  const TrainOptions& options_;
+  const ReportOptions& options_;
   const Setup setup_;
   const RankSync sync_;
   const bool rank0_;

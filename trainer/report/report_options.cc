@@ -1,0 +1,53 @@
+#include "trainer/report/report_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain::trainer {
+namespace {
+
+absl::Status Invalid(absl::string_view flag, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+}
+
+}  // namespace
+
+absl::Status ValidateReportOptions(const ReportOptions& o) {
+  if (o.print_freq < 1) return Invalid("print_freq", "must be >= 1");
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return Invalid("metrics_port",
+                   absl::StrCat(o.metrics_port,
+                                " is not a port (0..65535; 0: a free one; -1: "
+                                "off)"));
+  }
+  if (o.metrics_ranks != "0" && o.metrics_ranks != "all") {
+    return Invalid("metrics_ranks",
+                   absl::StrCat("'", o.metrics_ranks, "' is not 0 or all"));
+  }
+  if (o.metrics_bind.empty()) return Invalid("metrics_bind", "is empty");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgressStyle> ParseProgressStyle(const std::string& text) {
+  for (ProgressStyle style : {ProgressStyle::kAuto, ProgressStyle::kBar,
+                              ProgressStyle::kLines, ProgressStyle::kNone}) {
+    if (text == ProgressStyleName(style)) return style;
+  }
+  return Invalid("progress", absl::StrCat("unknown style '", text,
+                                          "'; known: auto, bar, lines, none"));
+}
+
+const char* ProgressStyleName(ProgressStyle style) {
+  switch (style) {
+    case ProgressStyle::kAuto:
+      return "auto";
+    case ProgressStyle::kBar:
+      return "bar";
+    case ProgressStyle::kLines:
+      return "lines";
+    case ProgressStyle::kNone:
+      return "none";
+  }
+  return "auto";
+}
+
+}  // namespace dtrain::trainer
