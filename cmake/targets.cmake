@@ -1696,12 +1696,20 @@ dtrain_cc_library(dtrain_trainer
   HDRS trainer/trainer.h
   DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
+# //trainer/flags:train_flags
+dtrain_cc_library(dtrain_trainer_flags_train_flags
+  EXPORT_NAME trainer_flags_train_flags
+  PACKAGE trainer/flags
+  SRCS trainer/flags/checkpoint_flags.cc trainer/flags/data_flags.cc trainer/flags/data_parallel_flags.cc trainer/flags/launch_flags.cc trainer/flags/model_flags.cc trainer/flags/optimizer_flags.cc trainer/flags/report_flags.cc trainer/flags/run_flags.cc trainer/flags/spawn_flags.cc trainer/flags/train_flags.cc
+  HDRS trainer/flags/train_flags.h
+  DEPS dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_user_path dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_train_options)
+
 # //trainer:train_main
 dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_duration_flag dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_base_user_path dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl
+  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model

@@ -90,6 +90,17 @@ grep -q '/nonexistent/mnist' "$tmp/nodata.err" || fail "missing data: message: $
 for flag in metrics_port metrics_ranks metrics_bind metrics_run_id log_jsonl; do
   grep -q -- "--$flag " "$tmp/help.out" || fail "--help does not list --$flag"
 done
+# --help groups the flags by section: each flag under its section's heading.
+section_of() {  # section_of FLAG: the heading --help lists it under
+  awk -v f="    --$1 " '/Flags from/ {s=$3} index($0, f) == 1 {print s; exit}' "$tmp/help.out"
+}
+for pair in model:model dataset:data batch_size:data lr:optimizer amp:optimizer \
+    bucket_cap_mb:data_parallel checkpoint_dir:checkpoint metrics_json:report \
+    dist_url:launch store_bind:launch nproc_per_node:spawn seed:run; do
+  want="trainer/flags/${pair#*:}_flags.cc:"
+  got=$(section_of "${pair%%:*}")
+  [[ $got == "$want" ]] || fail "--help lists --${pair%%:*} under '$got', want '$want'"
+done
 "$train" --metrics_ranks=some >"$tmp/bad_ranks.out" 2>"$tmp/bad_ranks.err"
 rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--metrics_ranks' "$tmp/bad_ranks.err" \

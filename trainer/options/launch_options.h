@@ -30,6 +30,13 @@ struct LaunchOptions {
   absl::optional<int> master_port;
   // Bounds rendezvous and every collective.
   absl::Duration timeout = absl::Minutes(5);
+  // Rank 0: the address its store server binds (empty: the master's
+  // address; "*": every interface).
+  std::string store_bind;
+  // A collective waiting this long gets a warning naming the ranks that have
+  // not reached it (BackendConfig::stall_warning); zero: half of the
+  // timeout; infinite: off.
+  absl::Duration stall_warning = absl::ZeroDuration();
   // "cpu", "cuda" (cuda:<local rank>) or "cuda:N".
   std::string device = "cpu";
   // LibTorch intra-op threads per process; several processes on few cores

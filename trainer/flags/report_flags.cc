@@ -1,0 +1,45 @@
+// The reporting section's flags (trainer/report/report_options.h).
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "trainer/flags/train_flags.h"
+
+ABSL_FLAG(std::string, metrics_json, "",
+          "Rank 0 writes per-epoch metrics and the configuration here.");
+ABSL_FLAG(std::string, progress, "auto",
+          "auto (a bar on a terminal), bar, lines or none.");
+ABSL_FLAG(int, print_freq, 10, "Batches between progress lines.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve live Prometheus metrics on http://BIND:PORT/metrics while "
+          "training (rank 0; with --metrics_ranks=all every rank, on PORT + "
+          "its local rank). 0: a free port, printed. -1: off.");
+ABSL_FLAG(std::string, metrics_ranks, "0",
+          "Which ranks serve --metrics_port: 0 (rank 0 only) or all.");
+ABSL_FLAG(std::string, metrics_bind, "0.0.0.0",
+          "Address --metrics_port binds (0.0.0.0: every interface, for a "
+          "Prometheus on another host; 127.0.0.1: this host only).");
+ABSL_FLAG(std::string, metrics_run_id, "",
+          "A run_id label on every live metric (empty: none).");
+ABSL_FLAG(std::string, log_jsonl, "",
+          "Append one JSON line per logged step (every --print_freq batches) "
+          "and per epoch here; rank 0 only, unless PATH holds {rank} (each "
+          "rank its own file).");
+
+namespace dtrain::trainer {
+
+absl::Status ReadReportFlags(ReportOptions* o) {
+  o->metrics_json = absl::GetFlag(FLAGS_metrics_json);
+  absl::StatusOr<ProgressStyle> progress =
+      ParseProgressStyle(absl::GetFlag(FLAGS_progress));
+  if (!progress.ok()) return progress.status();
+  o->progress = *progress;
+  o->print_freq = absl::GetFlag(FLAGS_print_freq);
+  o->metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o->metrics_ranks = absl::GetFlag(FLAGS_metrics_ranks);
+  o->metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
+  o->metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
+  o->log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::trainer
