@@ -13,6 +13,16 @@
 
 namespace dtrain::trainer {
 
+uint64_t MicroBatchSeed(uint64_t seed, int rank, int64_t micro_batch) {
+  // SplitMix64's finaliser decorrelates the inputs.
+  uint64_t z =
+      seed ^ (uint64_t{0x9E3779B97F4A7C15} * (rank + 1)) ^
+      (uint64_t{0xD1B54A32D192ED03} * static_cast<uint64_t>(micro_batch));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+  return (z ^ (z >> 31)) >> 1;  // manual_seed takes it as uint64; keep < 2^63
+}
+
 TrainStep::TrainStep(const StepOptions& options, models::Model& model,
                      ddp::DistributedDataParallel& ddp,
                      torch::optim::Optimizer& optimizer,

@@ -61,6 +61,11 @@ struct StepOutcome {
   double loss_scale = 1;
 };
 
+// The generator seed for one micro-batch's random draws (dropout): a function
+// of the run's seed, the rank and the micro-batch's index in the run only, so
+// that a resumed run draws what the uninterrupted one did. Below 2^63.
+uint64_t MicroBatchSeed(uint64_t seed, int rank, int64_t micro_batch);
+
 class TrainStep {
  public:
   // `options` as validated by the trainer (CheckPrecision for `device`).

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,21 @@ TEST(TrainStepTest, MisuseIsRefused) {
     EXPECT_NE(std::string(bad.message()).find("forward/backward failed"),
               std::string::npos);
   });
+}
+
+TEST(MicroBatchSeedTest, DependsOnSeedRankAndIndexAndStaysBelow2To63) {
+  std::set<uint64_t> seen;
+  for (uint64_t seed : {0u, 1u}) {
+    for (int rank : {0, 1, 2}) {
+      for (int64_t i : {0, 1, 2, 1000}) {
+        const uint64_t s = MicroBatchSeed(seed, rank, i);
+        EXPECT_LT(s, uint64_t{1} << 63);
+        EXPECT_EQ(s, MicroBatchSeed(seed, rank, i));
+        seen.insert(s);
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u * 3u * 4u);
 }
 
 }  // namespace

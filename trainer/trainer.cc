@@ -25,18 +25,6 @@
 namespace dtrain::trainer {
 namespace {
 
-// The generator state for one micro-batch's random draws (dropout): a
-// function of the seed, the rank and the step only, so that a resumed run
-// draws what the uninterrupted one did. SplitMix64's finaliser decorrelates
-// the inputs.
-uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
-  uint64_t z = seed ^ (uint64_t{0x9E3779B97F4A7C15} * (rank + 1)) ^
-               (uint64_t{0xD1B54A32D192ED03} * static_cast<uint64_t>(step));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
-  return (z ^ (z >> 31)) >> 1;  // manual_seed takes it as uint64; keep < 2^63
-}
-
 class Run {
  public:
   Run(const TrainOptions& o, const rendezvous::World& world,
@@ -168,8 +156,8 @@ absl::StatusOr<StepOutcome> Run::Step(int64_t epoch, int64_t s) {
     at::Tensor images = batch->images.to(p_.device, /*non_blocking=*/true);
     at::Tensor labels = batch->labels.to(p_.device, /*non_blocking=*/true);
     // One seed per micro-batch: with accumulate_steps 1, per step.
-    torch::manual_seed(StepSeed(o_.seed, world_.rank,
-                                global_step_ * o_.optim.accumulate_steps + j));
+    torch::manual_seed(MicroBatchSeed(
+        o_.seed, world_.rank, global_step_ * o_.optim.accumulate_steps + j));
     if (absl::Status st = p_.step->MicroBatch(images, labels); !st.ok()) {
       return absl::Status(
           st.code(), absl::StrCat("epoch ", epoch, " step ", s, " micro-batch ",

@@ -157,8 +157,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dataset: unknown dataset '", o.data.dataset, "'"));
   }
-  if (!train.ok()) return train.status();
-  if (!val.ok()) return val.status();
+  DTRAIN_RETURN_IF_ERROR(train.status());
+  DTRAIN_RETURN_IF_ERROR(val.status());
   DTRAIN_ASSIGN_OR_RETURN(data::Dataset train_cut,
                           Limit(*std::move(train), o.data.train_limit));
   DTRAIN_ASSIGN_OR_RETURN(data::Dataset val_cut,

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "base/status_macros.h"
 #include "trainer/flags/train_flags.h"
 
 ABSL_FLAG(std::string, metrics_json, "",
@@ -29,10 +30,8 @@ namespace dtrain::trainer {
 
 absl::Status ReadReportFlags(ReportOptions* o) {
   o->metrics_json = absl::GetFlag(FLAGS_metrics_json);
-  absl::StatusOr<ProgressStyle> progress =
-      ParseProgressStyle(absl::GetFlag(FLAGS_progress));
-  if (!progress.ok()) return progress.status();
-  o->progress = *progress;
+  DTRAIN_ASSIGN_OR_RETURN(o->progress,
+                          ParseProgressStyle(absl::GetFlag(FLAGS_progress)));
   o->print_freq = absl::GetFlag(FLAGS_print_freq);
   o->metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o->metrics_ranks = absl::GetFlag(FLAGS_metrics_ranks);
