@@ -593,13 +593,21 @@ dtrain_sh_test(dtrain_bench_benchmarks_run_test
   TIMEOUT 60
   ARGS bench/allreduce_benchmark "--benchmark_filter=bytes:(4|1024)/" bench/data_benchmark bench/store_benchmark bench/torch_ops_benchmark)
 
+# //dist/backend:small_collectives
+dtrain_cc_library(dtrain_dist_backend_small_collectives
+  EXPORT_NAME backend_small_collectives
+  PACKAGE dist/backend
+  SRCS dist/backend/small_collectives.cc
+  HDRS dist/backend/small_collectives.h
+  DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_base_fnv1a dtrain_base_name_list dtrain_base_status_macros dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/ddp:collectives
 dtrain_cc_library(dtrain_dist_ddp_collectives
   EXPORT_NAME ddp_collectives
   PACKAGE dist/ddp
   SRCS dist/ddp/collectives.cc
   HDRS dist/ddp/collectives.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:ddp_types
 dtrain_cc_library(dtrain_dist_ddp_ddp_types
@@ -1065,6 +1073,13 @@ dtrain_cc_test(dtrain_dist_backend_process_group_test
   DEPS dtrain_dist_backend_process_group dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/backend:small_collectives_test
+dtrain_cc_test(dtrain_dist_backend_small_collectives_test
+  OUTPUT dist/backend/small_collectives_test
+  SRCS dist/backend/small_collectives_test.cc
+  DEPS dtrain_dist_backend_factory dtrain_dist_backend_small_collectives dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //dist/backend/gloo:gloo_backend_fault_test
 dtrain_cc_test(dtrain_dist_backend_gloo_gloo_backend_fault_test
   OUTPUT dist/backend/gloo/gloo_backend_fault_test
@@ -1366,14 +1381,6 @@ dtrain_cc_binary(dtrain_examples_own_model_model_summary
   OUTPUT examples/own_model/model_summary
   DEPS dtrain_examples_own_model_registered_model dtrain_tools_model_summary_main)
 
-# //trainer:rank_sync
-dtrain_cc_library(dtrain_trainer_rank_sync
-  EXPORT_NAME trainer_rank_sync
-  PACKAGE trainer
-  SRCS trainer/rank_sync.cc
-  HDRS trainer/rank_sync.h
-  DEPS dtrain_base_fnv1a dtrain_base_name_list dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
-
 # //trainer/checkpoint:tensor_codec
 dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
   EXPORT_NAME trainer_checkpoint_tensor_codec
@@ -1434,7 +1441,7 @@ dtrain_cc_library(dtrain_trainer_loop_checkpoints
   PACKAGE trainer
   SRCS trainer/loop_checkpoints.cc
   HDRS trainer/loop_checkpoints.h
-  DEPS dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint)
+  DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint)
 
 # //examples/own_model:train_own_model
 dtrain_cc_binary(dtrain_examples_own_model_train_own_model
@@ -1534,7 +1541,7 @@ dtrain_cc_library(dtrain_trainer_stop_vote
   PACKAGE trainer
   SRCS trainer/stop_vote.cc
   HDRS trainer/stop_vote.h
-  DEPS dtrain_trainer_rank_sync dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/report:meters
 dtrain_cc_library(dtrain_trainer_report_meters
@@ -1544,13 +1551,21 @@ dtrain_cc_library(dtrain_trainer_report_meters
   HDRS trainer/report/meters.h
   DEPS dtrain_tp_torch)
 
+# //trainer/report:scores
+dtrain_cc_library(dtrain_trainer_report_scores
+  EXPORT_NAME trainer_report_scores
+  PACKAGE trainer/report
+  SRCS trainer/report/scores.cc
+  HDRS trainer/report/scores.h
+  DEPS dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_tp_absl)
+
 # //trainer:evaluation
 dtrain_cc_library(dtrain_trainer_evaluation
   EXPORT_NAME trainer_evaluation
   PACKAGE trainer
   SRCS trainer/evaluation.cc
   HDRS trainer/evaluation.h
-  DEPS dtrain_trainer_rank_sync dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+  DEPS dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_report_scores)
 
 # //trainer:amp
 dtrain_cc_library(dtrain_trainer_amp
@@ -1670,7 +1685,7 @@ dtrain_cc_library(dtrain_trainer_report_recorder
   PACKAGE trainer/report
   SRCS trainer/report/recorder.cc
   HDRS trainer/report/recorder.h
-  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_rank_sync)
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl)
 
 # //trainer:run_assembly
 dtrain_cc_library(dtrain_trainer_run_assembly
@@ -1678,7 +1693,7 @@ dtrain_cc_library(dtrain_trainer_run_assembly
   PACKAGE trainer
   SRCS trainer/run_assembly.cc
   HDRS trainer/run_assembly.h
-  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_rank_sync dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
 
 # //trainer:run_outputs
 dtrain_cc_library(dtrain_trainer_run_outputs
@@ -2209,13 +2224,6 @@ dtrain_sh_test(dtrain_trainer_multihost_test
   ARGS trainer/train tools/launch/launch
   RUN_SERIAL)
 
-# //trainer:rank_sync_test
-dtrain_cc_test(dtrain_trainer_rank_sync_test
-  OUTPUT trainer/rank_sync_test
-  SRCS trainer/rank_sync_test.cc
-  DEPS dtrain_trainer_rank_sync dtrain_trainer_trainer_testing dtrain_dist_backend_testing dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
-  TIMEOUT 60)
-
 # //trainer:slurm_test
 dtrain_sh_test(dtrain_trainer_slurm_test
   OUTPUT trainer/slurm_test
@@ -2320,7 +2328,7 @@ dtrain_cc_test(dtrain_trainer_trainer_lifecycle_test
 dtrain_cc_test(dtrain_trainer_trainer_test
   OUTPUT trainer/trainer_test
   SRCS trainer/trainer_test.cc
-  DEPS dtrain_trainer_rank_sync dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_atomic_file dtrain_base_posix_io dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json dtrain_tp_torch
+  DEPS dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_atomic_file dtrain_base_posix_io dtrain_dist_backend_small_collectives dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json dtrain_tp_torch
   TIMEOUT 60)
 
 # //trainer/checkpoint:checkpoint_testing

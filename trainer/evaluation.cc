@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
-#include "trainer/rank_sync.h"
+#include "dist/backend/small_collectives.h"
 #include "trainer/report/meters.h"
 #include "trainer/stop_vote.h"
 
@@ -31,7 +31,7 @@ at::Tensor Loss(const at::Tensor& output, const at::Tensor& labels,
 absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                        data::DataLoader& loader,
                                        int64_t dataset_size,
-                                       const RankSync& sync,
+                                       const backend::SmallCollectives& sync,
                                        const EvaluationOptions& options) {
   model.eval();
   at::NoGradGuard no_grad;
@@ -100,7 +100,8 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
 
 absl::StatusOr<std::string> SanityCheck(models::Model& model,
                                         data::DataLoader& loader,
-                                        const RankSync& sync, int64_t batches) {
+                                        const backend::SmallCollectives& sync,
+                                        int64_t batches) {
   const absl::Time start = absl::Now();
   EvaluationOptions options;
   options.max_batches = batches;

@@ -18,8 +18,9 @@
 #include "absl/time/time.h"
 #include "data/loader.h"
 #include "dist/backend/backend.h"
+#include "dist/backend/small_collectives.h"
 #include "models/model.h"
-#include "trainer/rank_sync.h"
+#include "trainer/report/scores.h"
 
 namespace dtrain::trainer {
 
@@ -42,7 +43,7 @@ struct EvaluationOptions {
 absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
                                        data::DataLoader& loader,
                                        int64_t dataset_size,
-                                       const RankSync& sync,
+                                       const backend::SmallCollectives& sync,
                                        const EvaluationOptions& options = {});
 
 // The first `batches` validation batches per rank before training
@@ -51,7 +52,8 @@ absl::StatusOr<Scores> EvaluateOnRanks(models::Model& model,
 // check, or EvaluateOnRanks' error saying it came from the check.
 absl::StatusOr<std::string> SanityCheck(models::Model& model,
                                         data::DataLoader& loader,
-                                        const RankSync& sync, int64_t batches);
+                                        const backend::SmallCollectives& sync,
+                                        int64_t batches);
 
 }  // namespace dtrain::trainer
 

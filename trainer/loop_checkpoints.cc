@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "dist/backend/small_collectives.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/rank_sync.h"
 
 namespace dtrain::trainer {
 
@@ -44,7 +44,8 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
   // Rank 0 sends the checkpoint, nothing (no checkpoint yet) or its error,
   // which every rank then fails with. A checkpoint is never empty.
   if (absl::IsNotFound(found)) found = absl::OkStatus();
-  const RankSync sync(*backend_, options_.device, options_.timeout);
+  const backend::SmallCollectives sync(*backend_, options_.device,
+                                       options_.timeout);
   DTRAIN_RETURN_IF_ERROR(sync.Broadcast(0, &bytes, found));
   if (bytes.empty()) return TrainingState();
   DTRAIN_ASSIGN_OR_RETURN(

@@ -24,13 +24,13 @@
 #include "absl/types/optional.h"
 #include "data/loader.h"
 #include "dist/backend/backend.h"
+#include "dist/backend/small_collectives.h"
 #include "dist/ddp/ddp.h"
 #include "dist/rendezvous/init.h"
 #include "models/model.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/loop_checkpoints.h"
-#include "trainer/rank_sync.h"
 #include "trainer/report/recorder.h"
 #include "trainer/stop_vote.h"
 #include "trainer/train_options.h"
@@ -50,7 +50,7 @@ struct RunEnvironment {
 
 struct RunParts {
   c10::Device device{c10::kCPU};
-  absl::optional<RankSync> sync;
+  absl::optional<backend::SmallCollectives> sync;
   std::unique_ptr<Recorder> recorder;
   absl::optional<TrainingData> data;
   std::shared_ptr<models::Model> model;

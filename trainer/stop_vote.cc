@@ -8,7 +8,7 @@
 
 namespace dtrain::trainer {
 
-StopVote::StopVote(const RankSync& sync,
+StopVote::StopVote(const backend::SmallCollectives& sync,
                    const std::atomic<bool>* stop_requested, bool collective)
     : sync_(sync), stop_requested_(stop_requested), collective_(collective) {
   // One tensor for every vote.

@@ -26,14 +26,14 @@
 
 #include "absl/status/statusor.h"
 #include "dist/backend/backend.h"
-#include "trainer/rank_sync.h"
+#include "dist/backend/small_collectives.h"
 
 namespace dtrain::trainer {
 
 class StopVote {
  public:
-  StopVote(const RankSync& sync, const std::atomic<bool>* stop_requested,
-           bool collective = true);
+  StopVote(const backend::SmallCollectives& sync,
+           const std::atomic<bool>* stop_requested, bool collective = true);
   StopVote(const StopVote&) = delete;
   StopVote& operator=(const StopVote&) = delete;
 
@@ -50,7 +50,7 @@ class StopVote {
   void Abandon();
 
  private:
-  const RankSync sync_;
+  const backend::SmallCollectives sync_;
   const std::atomic<bool>* const stop_requested_;
   const bool collective_;
   // Carries the vote; undefined when there is no collective vote.

@@ -133,7 +133,7 @@ absl::Status CheckPlacement(
 }  // namespace
 
 ModelSync::ModelSync(backend::Backend& backend, absl::Duration timeout)
-    : comm_(backend, timeout) {}
+    : comm_(DdpCollectives(backend, timeout)) {}
 
 absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
     const torch::nn::Module& module, backend::Backend& backend,

@@ -76,7 +76,7 @@ class ModelSync {
   absl::Status BroadcastFromRank0(const std::vector<at::Tensor>& tensors,
                                   absl::string_view what);
 
-  const Collectives comm_;
+  const backend::SmallCollectives comm_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::vector<at::Tensor> buffers_;
   at::Device control_device_ = at::kCPU;

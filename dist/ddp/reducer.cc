@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
 Reducer::Reducer(backend::Backend& backend, const DdpOptions& options,
                  const std::atomic<bool>& gradient_sync,
                  at::Device control_device)
-    : comm_(backend, options.timeout),
+    : comm_(DdpCollectives(backend, options.timeout)),
       options_(options),
       gradient_sync_(gradient_sync),
       control_device_(control_device) {}

@@ -158,7 +158,7 @@ class Reducer {
   absl::Status CheckUnused(const std::string& step_name,
                            const at::Tensor& unused_maps) const;
 
-  const Collectives comm_;
+  const backend::SmallCollectives comm_;
   const DdpOptions options_;
   const std::atomic<bool>& gradient_sync_;
   const at::Device control_device_;

@@ -29,7 +29,8 @@ void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
       "sync_batch_norm ", label, ": ", pass, " statistics allreduce (",
       tensor.numel(), " x ", base::DtypeName(tensor.scalar_type()), ")");
   const absl::Time started = absl::Now();
-  const internal::Collectives collectives(backend, timeout);
+  const backend::SmallCollectives collectives =
+      internal::DdpCollectives(backend, timeout);
   std::shared_ptr<backend::Work> work =
       backend.AllReduce(tensor, backend::ReduceOp::kSum,
                         absl::StrCat("sync_batch_norm ", label, " ", pass));

@@ -11,7 +11,7 @@
 namespace dtrain::trainer {
 
 Recorder::Recorder(const ReportOptions& options, const Setup& setup,
-                   const RankSync& sync)
+                   const backend::SmallCollectives& sync)
     : options_(options),
       setup_(setup),
       sync_(sync),
@@ -20,7 +20,8 @@ Recorder::Recorder(const ReportOptions& options, const Setup& setup,
                 setup.log != nullptr ? *setup.log : std::cerr) {}
 
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Create(
-    const ReportOptions& options, const Setup& setup, const RankSync& sync) {
+    const ReportOptions& options, const Setup& setup,
+    const backend::SmallCollectives& sync) {
   std::unique_ptr<Recorder> recorder(new Recorder(options, setup, sync));
   DTRAIN_ASSIGN_OR_RETURN(recorder->live_,
                           LiveReport::Create(options, setup.identity));

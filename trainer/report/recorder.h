@@ -27,14 +27,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
+#include "dist/backend/small_collectives.h"
 #include "dist/ddp/ddp_types.h"
-#include "trainer/rank_sync.h"
 #include "trainer/report/ddp_timeline.h"
 #include "trainer/report/live_report.h"
 #include "trainer/report/meters.h"
 #include "trainer/report/progress.h"
 #include "trainer/report/report_options.h"
 #include "trainer/report/run_metrics.h"
+#include "trainer/report/scores.h"
 
 namespace dtrain::trainer {
 
@@ -74,7 +75,8 @@ class Recorder {
   // Starts the live report (LiveReport::Create's errors: a busy port fails
   // here, before any collective) and says where metrics are served.
   static absl::StatusOr<std::unique_ptr<Recorder>> Create(
-      const ReportOptions& options, const Setup& setup, const RankSync& sync);
+      const ReportOptions& options, const Setup& setup,
+      const backend::SmallCollectives& sync);
 
   // A line of rank 0's (nothing on other ranks).
   void Say(const std::string& line);
@@ -105,7 +107,7 @@ class Recorder {
 
  private:
   Recorder(const ReportOptions& options, const Setup& setup,
-           const RankSync& sync);
+           const backend::SmallCollectives& sync);
 
   // The current epoch's accumulators.
   struct Epoch {
@@ -125,7 +127,7 @@ class Recorder {
 
   const ReportOptions& options_;
   const Setup setup_;
-  const RankSync sync_;
+  const backend::SmallCollectives sync_;
   const bool rank0_;
   ProgressPrinter progress_;
   std::unique_ptr<LiveReport> live_;

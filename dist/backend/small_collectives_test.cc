@@ -1,45 +1,58 @@
-// RankSync with ranks as threads (Gloo over an in-memory store).
-#include "trainer/rank_sync.h"
+// SmallCollectives with ranks as threads (Gloo over an in-memory store).
+#include "dist/backend/small_collectives.h"
 
 #include <ATen/Functions.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dist/backend/backend_testing.h"
+#include "dist/backend/factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/trainer_testing.h"
 
-namespace dtrain::trainer {
+namespace dtrain::backend {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::Gloo;
 using ::testing::HasSubstr;
 
-RankSync Sync(backend::Backend& b) {
-  return RankSync(b, c10::Device(c10::kCPU), absl::Seconds(30));
+absl::StatusOr<std::unique_ptr<Backend>> Gloo(
+    int rank, int world_size, std::shared_ptr<store::Store> store) {
+  BackendConfig config;
+  config.name = "gloo";
+  config.shm = false;
+  config.rank = rank;
+  config.world_size = world_size;
+  config.store = std::move(store);
+  config.gloo_hostname = "127.0.0.1";
+  config.timeout = absl::Seconds(60);
+  return CreateBackend(config);
 }
 
-TEST(RankSyncTest, SumsAndMaximaAreExact) {
-  backend::testing::RunRanks(3, Gloo, [&](backend::Backend& b) {
-    const RankSync sync = Sync(b);
+SmallCollectives Sync(Backend& b) {
+  return SmallCollectives(b, c10::Device(c10::kCPU), absl::Seconds(30));
+}
+
+TEST(SmallCollectivesTest, SumsAndMaximaAreExact) {
+  testing::RunRanks(3, Gloo, [&](Backend& b) {
+    const SmallCollectives sync = Sync(b);
     const double big = 9007199254740991.0;  // 2^53 - 1
-    absl::StatusOr<std::vector<double>> sum = sync.AllReduce(
-        {1.0, b.rank() == 0 ? big - 2 : 1.0}, backend::ReduceOp::kSum);
+    absl::StatusOr<std::vector<double>> sum =
+        sync.AllReduce({1.0, b.rank() == 0 ? big - 2 : 1.0}, ReduceOp::kSum);
     ASSERT_TRUE(sum.ok()) << sum.status();
     EXPECT_THAT(*sum, ElementsAre(3.0, big));
-    absl::StatusOr<std::vector<double>> max = sync.AllReduce(
-        {static_cast<double>(b.rank())}, backend::ReduceOp::kMax);
+    absl::StatusOr<std::vector<double>> max =
+        sync.AllReduce({static_cast<double>(b.rank())}, ReduceOp::kMax);
     ASSERT_TRUE(max.ok()) << max.status();
     EXPECT_THAT(*max, ElementsAre(2.0));
   });
 }
 
-TEST(RankSyncTest, BroadcastSendsTheRootsBytes) {
-  backend::testing::RunRanks(3, Gloo, [&](backend::Backend& b) {
+TEST(SmallCollectivesTest, BroadcastSendsTheRootsBytes) {
+  testing::RunRanks(3, Gloo, [&](Backend& b) {
     std::string bytes = b.rank() == 1 ? std::string("a\0b\xff", 4) : "junk";
     ASSERT_TRUE(Sync(b).Broadcast(1, &bytes).ok());
     EXPECT_EQ(bytes, std::string("a\0b\xff", 4));
@@ -49,8 +62,8 @@ TEST(RankSyncTest, BroadcastSendsTheRootsBytes) {
   });
 }
 
-TEST(RankSyncTest, ARootWithNothingToSendFailsEveryRankWithItsReason) {
-  backend::testing::RunRanks(3, Gloo, [&](backend::Backend& b) {
+TEST(SmallCollectivesTest, ARootWithNothingToSendFailsEveryRankWithItsReason) {
+  testing::RunRanks(3, Gloo, [&](Backend& b) {
     std::string bytes;
     absl::Status s = Sync(b).Broadcast(
         0, &bytes, absl::DataLossError("ck: only damaged checkpoints"));
@@ -67,8 +80,8 @@ TEST(RankSyncTest, ARootWithNothingToSendFailsEveryRankWithItsReason) {
   });
 }
 
-TEST(RankSyncTest, IdentityCheckNamesTheParameterThatDiffers) {
-  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+TEST(SmallCollectivesTest, IdentityCheckNamesTheParameterThatDiffers) {
+  testing::RunRanks(2, Gloo, [&](Backend& b) {
     std::vector<std::pair<std::string, at::Tensor>> params = {
         {"conv.weight", at::ones({3, 3})},
         {"fc.bias", at::full({4}, b.rank() == 1 ? 0.5 : 0.25)},
@@ -84,4 +97,4 @@ TEST(RankSyncTest, IdentityCheckNamesTheParameterThatDiffers) {
 }
 
 }  // namespace
-}  // namespace dtrain::trainer
+}  // namespace dtrain::backend

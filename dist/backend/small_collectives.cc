@@ -1,20 +1,21 @@
-#include "trainer/rank_sync.h"
+#include "dist/backend/small_collectives.h"
 
 #include <ATen/Functions.h>
-#include <ATen/core/Tensor.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/fnv1a.h"
 #include "base/name_list.h"
 #include "base/status_macros.h"
+#include "dist/backend/describe.h"
 
-namespace dtrain::trainer {
+namespace dtrain::backend {
 namespace {
 
 // FNV-1a over the tensor's bytes, on the CPU: exact, whatever the device.
@@ -44,12 +45,56 @@ std::string TensorBytes(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor RankSync::OnDevice(const at::Tensor& t) const {
+SmallCollectives::SmallCollectives(Backend& backend, c10::Device device,
+                                   absl::Duration timeout,
+                                   std::string error_prefix,
+                                   std::string timeout_name)
+    : backend_(&backend),
+      device_(device),
+      timeout_(timeout),
+      prefix_(std::move(error_prefix)),
+      torch_prefix_(absl::StrCat(prefix_, "LibTorch: ")),
+      timeout_name_(std::move(timeout_name)) {}
+
+absl::Status SmallCollectives::Wait(Work& work, absl::string_view what,
+                                    absl::Time started) const {
+  return Described(work, work.Wait(timeout_), what, started);
+}
+
+absl::Status SmallCollectives::WaitForResult(Work& work, absl::string_view what,
+                                             absl::Time started) const {
+  return Described(work, work.WaitForResult(timeout_), what, started);
+}
+
+absl::Status SmallCollectives::Described(Work& work, const absl::Status& s,
+                                         absl::string_view what,
+                                         absl::Time started) const {
+  if (s.ok()) return s;
+  const std::string elapsed = FormatElapsed(absl::Now() - started);
+  if (!work.IsCompleted()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(prefix_, what, " did not finish within ", elapsed, " (",
+                     timeout_name_, "); the backend is still running it"));
+  }
+  return absl::Status(s.code(), absl::StrCat(prefix_, what, " failed after ",
+                                             elapsed, ": ", s.message()));
+}
+
+std::shared_ptr<Work> SmallCollectives::GatherBySum(
+    const at::Tensor& mine, at::Device device, at::Tensor* rows,
+    absl::string_view label) const {
+  *rows = at::zeros({backend_->size(), mine.numel()},
+                    mine.options().device(device));
+  rows->select(0, backend_->rank()).copy_(mine.reshape(-1));
+  return backend_->AllReduce(*rows, ReduceOp::kSum, label);
+}
+
+at::Tensor SmallCollectives::OnDevice(const at::Tensor& t) const {
   return device_.is_cpu() ? t : t.to(device_);
 }
 
-absl::StatusOr<std::vector<double>> RankSync::AllReduce(
-    const std::vector<double>& values, backend::ReduceOp op) const {
+absl::StatusOr<std::vector<double>> SmallCollectives::AllReduce(
+    const std::vector<double>& values, ReduceOp op) const {
   at::Tensor t =
       OnDevice(at::tensor(values, at::TensorOptions().dtype(at::kDouble)));
   DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(t, op)->WaitForResult(timeout_));
@@ -58,8 +103,8 @@ absl::StatusOr<std::vector<double>> RankSync::AllReduce(
   return std::vector<double>(p, p + values.size());
 }
 
-absl::Status RankSync::Broadcast(int root, std::string* bytes,
-                                 const absl::Status& error) const {
+absl::Status SmallCollectives::Broadcast(int root, std::string* bytes,
+                                         const absl::Status& error) const {
   const bool is_root = rank() == root;
   // {size, status code, message size}; size -1: the root sends its error.
   std::vector<int64_t> header = {0, 0, 0};
@@ -92,7 +137,7 @@ absl::Status RankSync::Broadcast(int root, std::string* bytes,
   return absl::OkStatus();
 }
 
-absl::Status RankSync::CheckIdentical(
+absl::Status SmallCollectives::CheckIdentical(
     const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
   const int64_t n = static_cast<int64_t>(tensors.size());
   if (n == 0) return absl::OkStatus();
@@ -102,10 +147,10 @@ absl::Status RankSync::CheckIdentical(
   }
   at::Tensor high = mine.to(device_, /*non_blocking=*/false, /*copy=*/true);
   at::Tensor low = mine.to(device_, /*non_blocking=*/false, /*copy=*/true);
-  DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(high, backend::ReduceOp::kMax)
-                             ->WaitForResult(timeout_));
-  DTRAIN_RETURN_IF_ERROR(backend_->AllReduce(low, backend::ReduceOp::kMin)
-                             ->WaitForResult(timeout_));
+  DTRAIN_RETURN_IF_ERROR(
+      backend_->AllReduce(high, ReduceOp::kMax)->WaitForResult(timeout_));
+  DTRAIN_RETURN_IF_ERROR(
+      backend_->AllReduce(low, ReduceOp::kMin)->WaitForResult(timeout_));
   high = high.cpu();
   low = low.cpu();
   std::vector<std::string> differ;
@@ -123,18 +168,4 @@ absl::Status RankSync::CheckIdentical(
       "kernel, or a bug)"));
 }
 
-absl::StatusOr<Scores> ScoresOverRanks(const RankSync& sync, double loss_sum,
-                                       int64_t correct1, int64_t correct5,
-                                       int64_t examples) {
-  DTRAIN_ASSIGN_OR_RETURN(
-      std::vector<double> sums,
-      sync.AllReduce(
-          {loss_sum, static_cast<double>(correct1),
-           static_cast<double>(correct5), static_cast<double>(examples)},
-          backend::ReduceOp::kSum));
-  const double total = std::max(1.0, sums[3]);
-  return Scores{sums[0] / total, 100.0 * sums[1] / total,
-                100.0 * sums[2] / total, sums[3]};
-}
-
-}  // namespace dtrain::trainer
+}  // namespace dtrain::backend
