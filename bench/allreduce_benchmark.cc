@@ -47,13 +47,14 @@ void ReportBandwidth(benchmark::State& state, int64_t bytes) {
 
 void BM_OurGlooAllReduce(benchmark::State& state) {
   const int64_t bytes = state.range(0);
+  Membership group;
+  group.rank = state.thread_index();
+  group.world_size = state.threads();
+  group.store = bench::RunStore(state);
   GlooBackendOptions o;
-  o.rank = state.thread_index();
-  o.world_size = state.threads();
-  o.store = bench::RunStore(state);
   o.hostname = "127.0.0.1";
   o.algorithm = AlgorithmArg(state.range(1));
-  auto backend = CreateGlooBackend(o);
+  auto backend = CreateGlooBackend(group, o);
   if (!backend.ok()) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
     return;

@@ -107,13 +107,14 @@ bool DdpStep(benchmark::State& state, DistributedDataParallel& ddp,
 
 absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
     benchmark::State& state) {
+  backend::Membership group;
+  group.rank = state.thread_index();
+  group.world_size = state.threads();
+  group.store = bench::RunStore(state);
+  group.timeout = absl::Seconds(120);
   backend::GlooBackendOptions o;
-  o.rank = state.thread_index();
-  o.world_size = state.threads();
-  o.store = bench::RunStore(state);
   o.hostname = "127.0.0.1";
-  o.timeout = absl::Seconds(120);
-  return backend::CreateGlooBackend(o);
+  return backend::CreateGlooBackend(group, o);
 }
 
 std::string BucketSizes(const DistributedDataParallel& ddp) {

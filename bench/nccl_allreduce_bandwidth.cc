@@ -180,14 +180,15 @@ absl::Status RunRank(int rank, int device, const Config& c,
                      std::shared_ptr<store::Store> store,
                      const StartTogether& start_together, RankOutcome& out) {
   DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
+  backend::Membership group;
+  group.rank = rank;
+  group.world_size = c.world_size;
+  group.store = std::move(store);
+  group.timeout = c.timeout;
   backend::NcclBackendOptions o;
-  o.rank = rank;
-  o.world_size = c.world_size;
-  o.store = std::move(store);
   o.device = device;
-  o.timeout = c.timeout;
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b,
-                          backend::CreateNcclBackend(o));
+                          backend::CreateNcclBackend(group, o));
   const at::TensorOptions opts =
       at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device);
   const double n = c.world_size;

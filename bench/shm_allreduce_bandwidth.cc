@@ -321,22 +321,19 @@ absl::StatusOr<std::vector<Measured>> MeasureSideBySide(
 absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
     const std::string& name, int rank, const Config& c,
     std::shared_ptr<store::Store> store) {
+  backend::Membership group;
+  group.rank = rank;
+  group.world_size = c.processes;
+  group.store = std::move(store);
+  group.timeout = c.timeout;
   if (name == "shm" || name == "shm_buffers") {
     backend::ShmBackendOptions o;
-    o.rank = rank;
-    o.world_size = c.processes;
-    o.store = std::move(store);
-    o.timeout = c.timeout;
     o.slot_bytes = c.slot_bytes;
-    return backend::CreateShmBackend(o);
+    return backend::CreateShmBackend(group, o);
   }
   backend::GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = c.processes;
-  o.store = std::move(store);
   o.hostname = "127.0.0.1";
-  o.timeout = c.timeout;
-  return backend::CreateGlooBackend(o);
+  return backend::CreateGlooBackend(group, o);
 }
 
 void PrintHeader(const Config& c, int blas_threads) {

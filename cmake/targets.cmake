@@ -339,7 +339,7 @@ dtrain_cc_library(dtrain_dist_backend_gloo_options
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_options.cc
   HDRS dist/backend/gloo/gloo_options.h
-  DEPS dtrain_dist_store dtrain_tp_absl)
+  DEPS dtrain_tp_absl)
 
 # //dist/backend:backend
 dtrain_cc_library(dtrain_dist_backend
@@ -373,13 +373,21 @@ dtrain_cc_library(dtrain_dist_backend_internal
   HDRS dist/backend/collective.h dist/backend/ordered_worker.h dist/backend/work.h
   DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_base_status_macros dtrain_base_tensor_text dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
 
+# //dist/backend:membership
+dtrain_cc_library(dtrain_dist_backend_membership
+  EXPORT_NAME backend_membership
+  PACKAGE dist/backend
+  SRCS dist/backend/membership.cc
+  HDRS dist/backend/membership.h
+  DEPS dtrain_dist_store dtrain_tp_absl)
+
 # //dist/backend/gloo:unavailable
 dtrain_cc_library(dtrain_dist_backend_gloo_unavailable
   EXPORT_NAME backend_gloo_unavailable
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_unavailable.cc
   HDRS dist/backend/gloo/gloo_backend.h
-  DEPS dtrain_dist_backend_gloo_options dtrain_dist_backend dtrain_tp_absl
+  DEPS dtrain_dist_backend_gloo_options dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_membership dtrain_tp_absl
   STANDS_IN)
 
 # //dist/backend/gloo:gloo
@@ -388,7 +396,7 @@ dtrain_cc_library(dtrain_dist_backend_gloo
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_backend.cc
   HDRS dist/backend/gloo/gloo_backend.h
-  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_backend_gloo_options dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch
+  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_backend_gloo_options dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch
   STAND_IN dtrain_dist_backend_gloo_unavailable)
 
 # //bench:allreduce_benchmark
@@ -798,7 +806,7 @@ dtrain_cc_library(dtrain_dist_backend_nccl
   PACKAGE dist/backend/nccl
   SRCS dist/backend/nccl/nccl_backend.cc
   HDRS dist/backend/nccl/nccl_backend.h
-  DEPS dtrain_dist_backend_nccl_peers dtrain_dist_backend_nccl_watchdog dtrain_base_cuda_device dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_cudart dtrain_tp_nccl dtrain_tp_torch dtrain_tp_torch_config)
+  DEPS dtrain_dist_backend_nccl_peers dtrain_dist_backend_nccl_watchdog dtrain_base_cuda_device dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_cuda_config dtrain_tp_cudart dtrain_tp_nccl dtrain_tp_torch dtrain_tp_torch_config)
 
 # //dist/store:file_store
 dtrain_cc_library(dtrain_dist_store_file_store
@@ -853,7 +861,7 @@ dtrain_cc_library(dtrain_dist_backend_shm
   PACKAGE dist/backend/shm
   SRCS dist/backend/shm/shm_backend.cc
   HDRS dist/backend/shm/shm_backend.h
-  DEPS dtrain_dist_backend_shm_group_barrier dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend_shm_group_barrier dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:shm_allreduce_bandwidth
 dtrain_cc_binary(dtrain_bench_shm_allreduce_bandwidth
@@ -1000,7 +1008,7 @@ dtrain_cc_library(dtrain_dist_backend_hierarchical
   PACKAGE dist/backend/hierarchical
   SRCS dist/backend/hierarchical/hierarchical_backend.cc
   HDRS dist/backend/hierarchical/hierarchical_backend.h
-  DEPS dtrain_dist_backend_hierarchical_host_layout dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend_hierarchical_host_layout dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend/stall:stall
 dtrain_cc_library(dtrain_dist_backend_stall
@@ -1016,7 +1024,7 @@ dtrain_cc_library(dtrain_dist_backend_factory
   PACKAGE dist/backend
   SRCS dist/backend/factory.cc
   HDRS dist/backend/factory.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_backend_names dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_nccl dtrain_dist_backend_shm dtrain_dist_backend_stall dtrain_dist_store dtrain_tp_absl)
+  DEPS dtrain_dist_backend dtrain_dist_backend_backend_names dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_nccl dtrain_dist_backend_shm dtrain_dist_backend_stall dtrain_dist_store dtrain_tp_absl)
 
 # //dist/backend:testing
 dtrain_cc_library(dtrain_dist_backend_testing
@@ -1031,7 +1039,14 @@ dtrain_cc_library(dtrain_dist_backend_testing
 dtrain_cc_test(dtrain_dist_backend_factory_test
   OUTPUT dist/backend/factory_test
   SRCS dist/backend/factory_test.cc
-  DEPS dtrain_dist_backend_factory dtrain_dist_backend_testing dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_factory dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //dist/backend:membership_test
+dtrain_cc_test(dtrain_dist_backend_membership_test
+  OUTPUT dist/backend/membership_test
+  SRCS dist/backend/membership_test.cc
+  DEPS dtrain_dist_backend_membership dtrain_dist_store_hash_store dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
 # //dist/rendezvous:launch_env
@@ -1056,7 +1071,7 @@ dtrain_cc_library(dtrain_dist_rendezvous_init
   PACKAGE dist/rendezvous
   SRCS dist/rendezvous/init.cc
   HDRS dist/rendezvous/init.h
-  DEPS dtrain_dist_rendezvous_launch_env dtrain_dist_rendezvous dtrain_base_posix_io dtrain_base_rank_status dtrain_base_status_macros dtrain_dist_store dtrain_dist_store_c10d_store dtrain_dist_store_file_store dtrain_dist_store_hash_store dtrain_dist_store_prefix_store dtrain_dist_store_tcp_store dtrain_tp_absl)
+  DEPS dtrain_dist_rendezvous_launch_env dtrain_dist_rendezvous dtrain_base_posix_io dtrain_base_rank_status dtrain_base_status_macros dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_c10d_store dtrain_dist_store_file_store dtrain_dist_store_hash_store dtrain_dist_store_prefix_store dtrain_dist_store_tcp_store dtrain_tp_absl)
 
 # //dist/backend:process_group
 dtrain_cc_library(dtrain_dist_backend_process_group
@@ -1105,7 +1120,7 @@ dtrain_cc_test(dtrain_dist_backend_gloo_gloo_store_test
 dtrain_cc_test(dtrain_dist_backend_gloo_gloo_unavailable_test
   OUTPUT dist/backend/gloo/gloo_unavailable_test
   SRCS dist/backend/gloo/gloo_unavailable_test.cc
-  DEPS dtrain_dist_backend_gloo_unavailable dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  DEPS dtrain_dist_backend_gloo_unavailable dtrain_dist_backend_membership dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
 # //dist/backend/hierarchical:hierarchical_backend_test
@@ -1204,7 +1219,7 @@ dtrain_cc_library(dtrain_dist_ddp_testing
   EXPORT_NAME ddp_testing
   PACKAGE dist/ddp
   HDRS dist/ddp/ddp_testing.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_shm dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_torch
+  DEPS dtrain_dist_backend dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_shm dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_torch
   TESTONLY)
 
 # //dist/ddp:ddp_cuda_test

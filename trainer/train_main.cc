@@ -217,16 +217,13 @@ int Main(int argc, char** argv) {
   }
   backend::BackendConfig config;
   config.name = options->launch.dist_backend;
-  config.rank = world->rank;
-  config.world_size = world->world_size;
-  config.store = world->store;
-  config.timeout = options->launch.timeout;
   config.gloo_iface = world->launch.gloo_socket_ifname;
   config.shm = options->launch.shm;
   config.cuda_device = std::max(0, *cuda_device);
   config.stall_warning = options->launch.stall_warning;
   absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
-      backend::CreateBackend(config);
+      backend::CreateBackend(world->membership(options->launch.timeout),
+                             config);
   if (!backend.ok()) {
     std::cerr << "train: [rank " << world->rank << "] "
               << backend.status().message() << "\n";

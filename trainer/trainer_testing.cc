@@ -13,13 +13,14 @@ namespace dtrain::trainer::testing {
 
 absl::StatusOr<std::unique_ptr<backend::Backend>> Gloo(
     int rank, int world_size, std::shared_ptr<store::Store> store) {
+  backend::Membership group;
+  group.rank = rank;
+  group.world_size = world_size;
+  group.store = std::move(store);
+  group.timeout = absl::Seconds(60);
   backend::GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.store = std::move(store);
   o.hostname = "127.0.0.1";
-  o.timeout = absl::Seconds(60);
-  return backend::CreateGlooBackend(o);
+  return backend::CreateGlooBackend(group, o);
 }
 
 TrainOptions SmallRun() {

@@ -97,17 +97,6 @@ absl::StatusOr<std::shared_ptr<store::Store>> BackendNamespace(
                                               std::move(store));
 }
 
-absl::Status CheckMembership(absl::string_view who, const store::Store* store,
-                             int rank, int world_size) {
-  if (store == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat(who, ": no store given"));
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": rank ", rank, " is outside [0, ", world_size, ")"));
-  }
-  return absl::OkStatus();
-}
-
 std::string Describe(const Description& d, int64_t seq) {
   if (d.details.empty()) return absl::StrCat(d.op, " #", seq);
   return absl::StrCat(d.op, " #", seq, " (", d.details, ")");

@@ -69,11 +69,6 @@ struct Description {
 absl::StatusOr<std::shared_ptr<store::Store>> BackendNamespace(
     std::shared_ptr<store::Store> store, absl::string_view backend, int rank);
 
-// Checks what every backend needs to be created: a store, and 0 <= rank <
-// world_size. kInvalidArgument prefixed with `who` ("[rank 3] gloo").
-absl::Status CheckMembership(absl::string_view who, const store::Store* store,
-                             int rank, int world_size);
-
 // "allreduce #12 (sum, 4096 x float32 = 16 KiB, ring, bucket 3)".
 std::string Describe(const Description& d, int64_t seq);
 

@@ -12,38 +12,23 @@ namespace dtrain::backend {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBare(
-    const BackendConfig& config) {
+    const Membership& group, const BackendConfig& config) {
   if (config.name == "gloo") {
     GlooBackendOptions o;
-    o.rank = config.rank;
-    o.world_size = config.world_size;
-    o.store = config.store;
     o.iface = config.gloo_iface;
     o.hostname = config.gloo_hostname;
-    o.timeout = config.timeout;
     o.algorithm = config.gloo_algorithm;
-    if (!config.shm) return CreateGlooBackend(o);
+    if (!config.shm) return CreateGlooBackend(group, o);
     HierarchicalBackendOptions h;
     h.gloo = o;
-    return CreateHierarchicalBackend(h);
+    return CreateHierarchicalBackend(group, h);
   }
   if (config.name == "nccl") {
     NcclBackendOptions o;
-    o.rank = config.rank;
-    o.world_size = config.world_size;
-    o.store = config.store;
     o.device = config.cuda_device;
-    o.timeout = config.timeout;
-    return CreateNcclBackend(o);
+    return CreateNcclBackend(group, o);
   }
-  if (config.name == "shm") {
-    ShmBackendOptions o;
-    o.rank = config.rank;
-    o.world_size = config.world_size;
-    o.store = config.store;
-    o.timeout = config.timeout;
-    return CreateShmBackend(o);
-  }
+  if (config.name == "shm") return CreateShmBackend(group);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", config.name,
                    "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));
@@ -52,16 +37,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBare(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const BackendConfig& config) {
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBare(config);
-  if (!backend.ok() || config.world_size < 2 || config.store == nullptr ||
+    const Membership& group, const BackendConfig& config) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBare(group, config);
+  if (!backend.ok() || group.world_size < 2 || group.store == nullptr ||
       config.stall_warning == absl::InfiniteDuration())
     return backend;
   StallInspectorOptions o;
-  o.store = config.store;
+  o.store = group.store;
   o.warn_after = config.stall_warning > absl::ZeroDuration()
                      ? config.stall_warning
-                     : config.timeout / 2;
+                     : group.timeout / 2;
   return WithStallInspection(std::move(*backend), std::move(o));
 }
 

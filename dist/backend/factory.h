@@ -1,5 +1,6 @@
 // Creates a backend by name ("gloo", "nccl", "shm": shm_backend.h), as
-// torch.distributed.init_process_group's `backend` argument does. Every rank
+// torch.distributed.init_process_group's `backend` argument does, for a
+// Membership (membership.h: rank, world size, store, timeout). Every rank
 // calls it with the same name, the same `shm` and the same store namespace.
 //
 // "gloo" is the CPU backend: with `shm` (the default) ranks that share a host
@@ -21,17 +22,13 @@
 #include "dist/backend/backend.h"
 #include "dist/backend/backend_names.h"
 #include "dist/backend/gloo/gloo_backend.h"
-#include "dist/store/store.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
 
+// Which backend, and its knobs; who the ranks are comes in the Membership.
 struct BackendConfig {
   std::string name = "gloo";
-  int rank = 0;
-  int world_size = 1;
-  std::shared_ptr<store::Store> store;
-  // Bounds connecting and every collective.
-  absl::Duration timeout = absl::Minutes(30);
   // gloo: the interface (GLOO_SOCKET_IFNAME) or address to use, and the
   // allreduce algorithm.
   std::string gloo_iface;
@@ -44,14 +41,14 @@ struct BackendConfig {
   // Stall inspection (stall/stall_inspector.h), for more than one rank with a
   // store: a collective waiting this long gets a warning naming the ranks
   // that have not reached it, and a failed one the same report. Zero: half of
-  // `timeout`; infinite: off.
+  // the membership's timeout; infinite: off.
   absl::Duration stall_warning = absl::ZeroDuration();
 };
 
 // kInvalidArgument naming the known backends for an unknown name; otherwise the
-// chosen backend's own result.
+// chosen backend's own result (a bad membership: Membership::Check's error).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const BackendConfig& config);
+    const Membership& group, const BackendConfig& config = {});
 
 }  // namespace dtrain::backend
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "dist/backend/backend_testing.h"
+#include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,10 +15,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Rank `rank` of `world_size` over `store`.
+Membership Group(int rank, int world_size,
+                 std::shared_ptr<store::Store> store) {
+  Membership m;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.store = std::move(store);
+  return m;
+}
+
 TEST(FactoryTest, UnknownNameListsKnownBackends) {
   BackendConfig c;
   c.name = "mpi";
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend(c);
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend({}, c);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.status().message()),
@@ -31,12 +42,9 @@ TEST(FactoryTest, GlooByNameRunsACollectiveThroughSharedMemoryOrTcp) {
         [shm](int rank, int world_size, std::shared_ptr<store::Store> store) {
           BackendConfig c;
           c.name = "gloo";
-          c.rank = rank;
-          c.world_size = world_size;
-          c.store = std::move(store);
           c.gloo_hostname = "127.0.0.1";
           c.shm = shm;
-          return CreateBackend(c);
+          return CreateBackend(Group(rank, world_size, std::move(store)), c);
         },
         [shm](Backend& b) {
           // Both ranks are threads of this process: one host, which the
@@ -58,10 +66,7 @@ TEST(FactoryTest, ShmByNameKeepsItsName) {
       [](int rank, int world_size, std::shared_ptr<store::Store> store) {
         BackendConfig c;
         c.name = "shm";
-        c.rank = rank;
-        c.world_size = world_size;
-        c.store = std::move(store);
-        return CreateBackend(c);
+        return CreateBackend(Group(rank, world_size, std::move(store)), c);
       },
       [](Backend& b) {
         EXPECT_EQ(b.name(), "shm");
@@ -72,10 +77,32 @@ TEST(FactoryTest, ShmByNameKeepsItsName) {
 TEST(FactoryTest, NcclByNameSaysWhyItCannotRunWithoutAGpu) {
   BackendConfig c;
   c.name = "nccl";
-  c.store = nullptr;
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend(c);
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend({}, c);
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("nccl"));
+}
+
+// Every backend checks the membership alike (Membership::Check), before
+// anything else.
+TEST(FactoryTest, EveryBackendRefusesABadMembershipAlike) {
+  for (const char* name : {"gloo", "nccl", "shm"}) {
+    for (bool shm : {true, false}) {
+      BackendConfig c;
+      c.name = name;
+      c.shm = shm;
+      absl::StatusOr<std::unique_ptr<Backend>> b =
+          CreateBackend(Group(2, 2, std::make_shared<store::HashStore>()), c);
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument)
+          << name << ": " << b.status();
+      EXPECT_THAT(std::string(b.status().message()),
+                  HasSubstr("rank 2 is outside [0, 2)"))
+          << name;
+      b = CreateBackend(Group(0, 2, nullptr), c);
+      EXPECT_THAT(std::string(b.status().message()),
+                  HasSubstr(": no store given"))
+          << name;
+    }
+  }
 }
 
 }  // namespace

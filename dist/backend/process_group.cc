@@ -12,13 +12,12 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(
   DTRAIN_ASSIGN_OR_RETURN(group.world,
                           rendezvous::InitWorld(options.init, env));
   BackendConfig config = options.backend;
-  config.rank = group.world.rank;
-  config.world_size = group.world.world_size;
-  config.store = group.world.store;
   if (config.gloo_iface.empty()) {
     config.gloo_iface = group.world.launch.gloo_socket_ifname;
   }
-  DTRAIN_ASSIGN_OR_RETURN(group.backend, CreateBackend(config));
+  DTRAIN_ASSIGN_OR_RETURN(
+      group.backend,
+      CreateBackend(group.world.membership(options.timeout), config));
   return group;
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/factory.h"
 #include "dist/rendezvous/init.h"
@@ -28,10 +29,12 @@ namespace dtrain::backend {
 struct ProcessGroupOptions {
   // How the ranks meet (InitWorld): env:// by default.
   rendezvous::InitOptions init;
-  // Which backend (CreateBackend): gloo by default. Its rank, world_size and
-  // store are the world's; an empty gloo_iface takes the launcher's
+  // Which backend and its knobs (CreateBackend, for the world's membership):
+  // gloo by default. An empty gloo_iface takes the launcher's
   // GLOO_SOCKET_IFNAME.
   BackendConfig backend;
+  // Bounds creating the backend and every collective (Membership::timeout).
+  absl::Duration timeout = absl::Minutes(30);
 };
 
 struct ProcessGroup {

@@ -34,7 +34,7 @@ TEST(ProcessGroupTest, RanksMeetAndReduce) {
       options.init.timeout = absl::Seconds(30);
       options.backend.shm = false;  // Gloo over TCP between the threads
       options.backend.gloo_hostname = "127.0.0.1";
-      options.backend.timeout = absl::Seconds(30);
+      options.timeout = absl::Seconds(30);
       absl::StatusOr<ProcessGroup> group =
           InitProcessGroup(options, rendezvous::EnvMap{});
       results[r] = group.status();

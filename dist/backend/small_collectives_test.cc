@@ -21,15 +21,16 @@ using ::testing::HasSubstr;
 
 absl::StatusOr<std::unique_ptr<Backend>> Gloo(
     int rank, int world_size, std::shared_ptr<store::Store> store) {
+  Membership group;
+  group.rank = rank;
+  group.world_size = world_size;
+  group.store = std::move(store);
+  group.timeout = absl::Seconds(60);
   BackendConfig config;
   config.name = "gloo";
   config.shm = false;
-  config.rank = rank;
-  config.world_size = world_size;
-  config.store = std::move(store);
   config.gloo_hostname = "127.0.0.1";
-  config.timeout = absl::Seconds(60);
-  return CreateBackend(config);
+  return CreateBackend(group, config);
 }
 
 SmallCollectives Sync(Backend& b) {

@@ -59,13 +59,14 @@ backend::testing::BackendFactory Nccl() {
              -> absl::StatusOr<std::unique_ptr<backend::Backend>> {
     // The rank's device first, so NCCL's context lands there only.
     DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(rank));
+    backend::Membership group;
+    group.rank = rank;
+    group.world_size = world_size;
+    group.store = std::move(store);
+    group.timeout = testing::kTestTimeout;
     backend::NcclBackendOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    o.store = std::move(store);
     o.device = rank;
-    o.timeout = testing::kTestTimeout;
-    return backend::CreateNcclBackend(o);
+    return backend::CreateNcclBackend(group, o);
   };
 }
 

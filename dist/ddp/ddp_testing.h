@@ -23,6 +23,7 @@
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/gloo/gloo_backend.h"
 #include "dist/backend/hierarchical/hierarchical_backend.h"
+#include "dist/backend/membership.h"
 #include "dist/backend/shm/shm_backend.h"
 
 namespace dtrain::ddp::testing {
@@ -31,16 +32,25 @@ namespace dtrain::ddp::testing {
 // instead of hanging.
 inline constexpr absl::Duration kTestTimeout = absl::Seconds(60);
 
+// Rank `rank` of `world_size` over `store`, collectives bounded by `timeout`.
+inline backend::Membership Group(int rank, int world_size,
+                                 std::shared_ptr<store::Store> store,
+                                 absl::Duration timeout) {
+  backend::Membership m;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.store = std::move(store);
+  m.timeout = timeout;
+  return m;
+}
+
 inline backend::testing::BackendFactory Gloo(
     absl::Duration timeout = kTestTimeout) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
     backend::GlooBackendOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    o.store = std::move(store);
     o.hostname = "127.0.0.1";
-    o.timeout = timeout;
-    return backend::CreateGlooBackend(o);
+    return backend::CreateGlooBackend(
+        Group(rank, world_size, std::move(store), timeout), o);
   };
 }
 
@@ -58,12 +68,8 @@ inline at::Tensor Loss(const at::Tensor& out) { return out.pow(2).mean(); }
 inline backend::testing::BackendFactory Shm(
     absl::Duration timeout = kTestTimeout) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
-    backend::ShmBackendOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    o.store = std::move(store);
-    o.timeout = timeout;
-    return backend::CreateShmBackend(o);
+    return backend::CreateShmBackend(
+        Group(rank, world_size, std::move(store), timeout));
   };
 }
 
@@ -73,13 +79,10 @@ inline backend::testing::BackendFactory TwoHosts(
     absl::Duration timeout = kTestTimeout) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
     backend::HierarchicalBackendOptions o;
-    o.gloo.rank = rank;
-    o.gloo.world_size = world_size;
-    o.gloo.store = std::move(store);
     o.gloo.hostname = "127.0.0.1";
-    o.gloo.timeout = timeout;
     o.host_key = rank < (world_size + 1) / 2 ? "host a" : "host b";
-    return backend::CreateHierarchicalBackend(o);
+    return backend::CreateHierarchicalBackend(
+        Group(rank, world_size, std::move(store), timeout), o);
   };
 }
 

@@ -175,6 +175,15 @@ absl::StatusOr<std::shared_ptr<Store>> OpenStore(const InitOptions& options,
 
 }  // namespace
 
+backend::Membership World::membership(absl::Duration timeout) const {
+  backend::Membership m;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.store = store;
+  m.timeout = timeout;
+  return m;
+}
+
 absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   DTRAIN_ASSIGN_OR_RETURN(const InitMethod method,
                           ParseInitMethod(options.url));

@@ -6,8 +6,8 @@
 //   options.url = "env://";
 //   options.args = args;  // what the binary's flags gave, if anything
 //   absl::StatusOr<World> world = InitWorld(options, ProcessEnv());
-//   // world->rank, world->world_size, world->store (for the backend),
-//   // world->peers
+//   // world->rank, world->world_size, world->store, world->peers;
+//   // world->membership(timeout) for a backend (backend/membership.h)
 //
 // For every init method, rank and world size (and local rank and size) come
 // from the explicit arguments, the URL's query (?rank=R&world_size=N), or the
@@ -43,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "dist/backend/membership.h"
 #include "dist/rendezvous/init_method.h"
 #include "dist/rendezvous/launch_env.h"
 #include "dist/rendezvous/rendezvous.h"
@@ -64,6 +65,11 @@ struct InitOptions {
 };
 
 struct World {
+  // What a backend is created for (backend/membership.h): this rank, the world
+  // size and the store, with `timeout` bounding the backend's creation and
+  // every collective.
+  backend::Membership membership(absl::Duration timeout) const;
+
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;

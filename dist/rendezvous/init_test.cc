@@ -82,6 +82,13 @@ void ExpectConsistentWorld(const std::vector<absl::StatusOr<World>>& worlds) {
     EXPECT_EQ(worlds[r]->world_size, n);
     ASSERT_EQ(worlds[r]->peers.size(), static_cast<size_t>(n));
     EXPECT_NE(worlds[r]->store, nullptr);
+    // What a backend is created for: the world's, with the timeout asked.
+    const backend::Membership m = worlds[r]->membership(absl::Seconds(7));
+    EXPECT_EQ(m.rank, r);
+    EXPECT_EQ(m.world_size, n);
+    EXPECT_EQ(m.store, worlds[r]->store);
+    EXPECT_EQ(m.timeout, absl::Seconds(7));
+    EXPECT_TRUE(m.Check("test").ok());
   }
 }
 

@@ -215,16 +215,16 @@ std::string DefaultHostname(bool* loopback_only) {
 
 class GlooBackend : public Backend {
  public:
-  GlooBackend(const GlooBackendOptions& options,
+  GlooBackend(const Membership& group, const GlooBackendOptions& options,
               std::shared_ptr<store::Store> store,
               std::shared_ptr<gloo::Context> context,
               std::vector<std::pair<std::string, int>> peer_addresses)
-      : rank_(options.rank),
-        size_(options.world_size),
+      : rank_(group.rank),
+        size_(group.world_size),
         name_(options.name),
         layout_(options.layout),
         algorithm_(options.algorithm),
-        exit_timeout_(std::min(options.timeout, kMaxExitWait)),
+        exit_timeout_(std::min(group.timeout, kMaxExitWait)),
         store_(std::move(store)),
         context_(std::move(context)),
         peer_addresses_(std::move(peer_addresses)),
@@ -440,19 +440,18 @@ class GlooBackend : public Backend {
 bool GlooBuilt() { return true; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
-    const GlooBackendOptions& options) {
+    const Membership& group, const GlooBackendOptions& options) {
   IgnoreSigpipe();
   const std::string who =
-      absl::StrCat("[rank ", options.rank, "] ", options.name);
-  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
-      who, options.store.get(), options.rank, options.world_size));
+      absl::StrCat("[rank ", group.rank, "] ", options.name);
+  DTRAIN_RETURN_IF_ERROR(group.Check(who));
   if (options.algorithm == GlooAlgorithm::kBcube &&
-      (options.world_size & (options.world_size - 1)) != 0) {
+      (group.world_size & (group.world_size - 1)) != 0) {
     // Gloo's bcube silently returns wrong results for other sizes.
     return absl::InvalidArgumentError(absl::StrCat(
         who,
         ": the bcube allreduce needs a world size that is a power of 2, not ",
-        options.world_size, "; use ring_chunked or halving_doubling"));
+        group.world_size, "; use ring_chunked or halving_doubling"));
   }
   gloo::transport::tcp::attr attr;
   bool loopback_only = false;
@@ -469,29 +468,29 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
   try {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(
-        options.rank, options.world_size);
-    context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+        group.rank, group.world_size);
+    context->setTimeout(absl::ToChronoMilliseconds(group.timeout));
     DTRAIN_ASSIGN_OR_RETURN(
         std::shared_ptr<store::Store> namespaced,
-        internal::BackendNamespace(options.store, kName, options.rank));
+        internal::BackendNamespace(group.store, kName, group.rank));
     std::shared_ptr<store::Store> store = std::move(namespaced);
     gloo_compat::ConnectFullMesh(*context, std::make_shared<GlooStore>(store),
                                  device);
     // Publish the address of our end of each connection, so that a peer's error
     // message ("closed by peer [10.0.0.3]:41234") can be turned into a rank.
-    for (int p = 0; p < options.world_size; ++p) {
-      if (p == options.rank) continue;
+    for (int p = 0; p < group.world_size; ++p) {
+      if (p == group.rank) continue;
       absl::Status s =
-          store->Set(absl::StrCat("pair_address/", options.rank, "/", p),
+          store->Set(absl::StrCat("pair_address/", group.rank, "/", p),
                      context->getPair(p)->address().str());
       if (!s.ok())
         return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
     }
     std::vector<std::pair<std::string, int>> peer_addresses;
-    for (int p = 0; p < options.world_size; ++p) {
-      if (p == options.rank) continue;
+    for (int p = 0; p < group.world_size; ++p) {
+      if (p == group.rank) continue;
       absl::StatusOr<std::string> address = store->Get(
-          absl::StrCat("pair_address/", p, "/", options.rank), options.timeout);
+          absl::StrCat("pair_address/", p, "/", group.rank), group.timeout);
       if (!address.ok()) {
         return absl::Status(
             address.status().code(),
@@ -499,15 +498,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
       }
       peer_addresses.emplace_back(*address, p);
     }
-    return std::unique_ptr<Backend>(new GlooBackend(options, std::move(store),
-                                                    std::move(context),
-                                                    std::move(peer_addresses)));
+    return std::unique_ptr<Backend>(
+        new GlooBackend(group, options, std::move(store), std::move(context),
+                        std::move(peer_addresses)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        who, ": connecting the full mesh of ", options.world_size, " ranks on ",
-        where, " through ", options.store->Describe(), " failed after ",
+        who, ": connecting the full mesh of ", group.world_size, " ranks on ",
+        where, " through ", group.store->Describe(), " failed after ",
         internal::FormatElapsed(absl::Now() - start), ": ", e.what(),
-        loopback_only && options.world_size > 1
+        loopback_only && group.world_size > 1
             ? absl::StrCat(" (this host's name '", attr.hostname,
                            "' resolves only to loopback: on several machines, "
                            "name the network "

@@ -20,17 +20,19 @@
 #include "absl/status/statusor.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/gloo/gloo_options.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
 
-// Connects and returns the backend; kUnavailable (naming the rank, the store
-// and the time) when the mesh cannot be connected. Sets SIGPIPE to be ignored
+// Connects and returns the backend for `group` (membership.h); its Check()
+// errors for a bad membership, kUnavailable (naming the rank, the store and
+// the time) when the mesh cannot be connected. Sets SIGPIPE to be ignored
 // when it has its default action (which would kill the process when a peer
 // dies, instead of failing the collective with the peer named). In a build
 // without Gloo (CMake found none: gloo_unavailable.cc), always
 // kFailedPrecondition, saying so and what to use instead.
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
-    const GlooBackendOptions& options);
+    const Membership& group, const GlooBackendOptions& options = {});
 
 // False in a build without Gloo: backends that would reach other hosts
 // through Gloo fail at once on every rank (CreateGlooBackend says why), not

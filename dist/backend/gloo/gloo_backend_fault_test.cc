@@ -52,13 +52,14 @@ std::string ReportPath(int rank) {
   so.port = port;
   auto store = store::TcpStore::Create(so);
   if (!store.ok()) _exit(4);
+  Membership group;
+  group.rank = rank;
+  group.world_size = kWorld;
+  group.store = *store;
+  group.timeout = kTimeout;
   GlooBackendOptions o;
-  o.rank = rank;
-  o.world_size = kWorld;
-  o.store = *store;
   o.hostname = "127.0.0.1";
-  o.timeout = kTimeout;
-  auto backend = CreateGlooBackend(o);
+  auto backend = CreateGlooBackend(group, o);
   if (!backend.ok()) _exit(4);
   at::Tensor t = at::ones({1 << 16});
   for (int step = 0; step < 100000; ++step) {

@@ -33,14 +33,15 @@ constexpr int64_t kCounts[] = {0, 1, 7, 1023};
 testing::BackendFactory Gloo(GlooAlgorithm algorithm = GlooAlgorithm::kAuto,
                              absl::Duration timeout = absl::Seconds(60)) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    Membership group;
+    group.rank = rank;
+    group.world_size = world_size;
+    group.store = std::move(store);
+    group.timeout = timeout;
     GlooBackendOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    o.store = std::move(store);
     o.hostname = "127.0.0.1";
     o.algorithm = algorithm;
-    o.timeout = timeout;
-    return CreateGlooBackend(o);
+    return CreateGlooBackend(group, o);
   };
 }
 
@@ -380,12 +381,12 @@ TEST(GlooBackendTest, BackendsCreatedOneAfterAnotherOverOneStoreDoNotClash) {
 // Gloo's bcube returns wrong sums at world size 3 instead of failing: the
 // backend must refuse it.
 TEST(GlooBackendTest, BcubeRejectsWorldSizesThatAreNotPowersOfTwo) {
+  Membership group;
+  group.world_size = 3;
+  group.store = std::make_shared<store::HashStore>();
   GlooBackendOptions o;
-  o.rank = 0;
-  o.world_size = 3;
-  o.store = std::make_shared<store::HashStore>();
   o.algorithm = GlooAlgorithm::kBcube;
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(o);
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(group, o);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("power of 2"));

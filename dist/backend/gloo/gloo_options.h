@@ -5,13 +5,10 @@
 #define DTRAIN_DIST_BACKEND_GLOO_GLOO_OPTIONS_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
-#include "dist/store/store.h"
 
 namespace dtrain::backend {
 
@@ -28,19 +25,15 @@ enum class GlooAlgorithm {
 absl::string_view GlooAlgorithmName(GlooAlgorithm algorithm);
 absl::StatusOr<GlooAlgorithm> ParseGlooAlgorithm(absl::string_view name);
 
+// Gloo's own knobs; who the ranks are, their store and the timeout come in a
+// Membership (membership.h).
 struct GlooBackendOptions {
-  int rank = 0;
-  int world_size = 1;
-  // Where the ranks meet; the backend uses its own namespace inside it.
-  std::shared_ptr<store::Store> store;
   // The network interface to use (what GLOO_SOCKET_IFNAME names). Empty:
   // `hostname`.
   std::string iface;
   // The address to bind and advertise. Empty: this host's name if it resolves
   // to an address, else loopback (single-machine jobs only).
   std::string hostname;
-  // Bounds connecting and every collective.
-  absl::Duration timeout = absl::Minutes(30);
   GlooAlgorithm algorithm = GlooAlgorithm::kAuto;
   // What name() returns and messages say: the backend the user chose, which
   // is "gloo+shm" where the hierarchical backend (hierarchical_backend.h)

@@ -300,13 +300,12 @@ absl::Status Prefixed(const std::string& who, absl::string_view doing,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
-    const HierarchicalBackendOptions& o) {
-  const int rank = o.gloo.rank;
-  const int world_size = o.gloo.world_size;
+    const Membership& group, const HierarchicalBackendOptions& o) {
+  const int rank = group.rank;
+  const int world_size = group.world_size;
   const std::string who = absl::StrCat("[rank ", rank, "] ", kName);
-  DTRAIN_RETURN_IF_ERROR(
-      internal::CheckMembership(who, o.gloo.store.get(), rank, world_size));
-  const absl::Time deadline = absl::Now() + o.gloo.timeout;
+  DTRAIN_RETURN_IF_ERROR(group.Check(who));
+  const absl::Time deadline = absl::Now() + group.timeout;
   std::string key = o.host_key;
   if (key.empty()) {
     absl::StatusOr<std::string> local = hierarchical::LocalHostKey();
@@ -315,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   }
   DTRAIN_ASSIGN_OR_RETURN(
       std::shared_ptr<store::Store> store,
-      internal::BackendNamespace(o.gloo.store, "hierarchical", rank));
+      internal::BackendNamespace(group.store, "hierarchical", rank));
   absl::StatusOr<std::vector<std::string>> keys =
       hierarchical::ExchangeHostKeys(*store, rank, world_size, key, deadline);
   if (!keys.ok()) return Prefixed(who, "", keys.status());
@@ -326,7 +325,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
     // the others would wait on their leader until the timeout.
     GlooBackendOptions g = o.gloo;
     g.name = kName;
-    return CreateGlooBackend(g).status();
+    return CreateGlooBackend(group, g).status();
   }
 
   // Where the layout needs no more than one of the inner backends, it runs
@@ -335,17 +334,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   auto shm = [&](int shm_rank, int shm_size,
                  std::shared_ptr<store::Store> shm_store,
                  bool alone) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    Membership m;
+    m.rank = shm_rank;
+    m.world_size = shm_size;
+    m.store = std::move(shm_store);
+    m.timeout = group.timeout;
     ShmBackendOptions s;
     if (alone) {
       s.name = kName;
       s.layout = Describe(*layout);
     }
-    s.rank = shm_rank;
-    s.world_size = shm_size;
-    s.store = std::move(shm_store);
-    s.timeout = o.gloo.timeout;
     s.slot_bytes = o.shm_slot_bytes;
-    absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(s);
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(m, s);
     if (!b.ok() && b.status().code() == absl::StatusCode::kFailedPrecondition) {
       return Prefixed(
           who,
@@ -361,11 +361,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   if (layout->hosts.size() == 1)
     return shm(rank, world_size, store, /*alone=*/true);
   if (static_cast<int>(layout->hosts.size()) == world_size) {
+    Membership m = group;
+    m.store = store;
     GlooBackendOptions g = o.gloo;
-    g.store = store;
     g.name = kName;
     g.layout = Describe(*layout);
-    return CreateGlooBackend(g);
+    return CreateGlooBackend(m, g);
   }
 
   std::unique_ptr<Backend> local;
@@ -379,11 +380,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
   }
   std::unique_ptr<Backend> leaders;
   if (layout->leader()) {
-    GlooBackendOptions g = o.gloo;
-    g.rank = layout->host;
-    g.world_size = static_cast<int>(layout->hosts.size());
-    g.store = std::make_shared<store::PrefixStore>("leaders", store);
-    absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(g);
+    Membership m;
+    m.rank = layout->host;
+    m.world_size = static_cast<int>(layout->hosts.size());
+    m.store = std::make_shared<store::PrefixStore>("leaders", store);
+    m.timeout = group.timeout;
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreateGlooBackend(m, o.gloo);
     if (!b.ok()) {
       return Prefixed(
           who,

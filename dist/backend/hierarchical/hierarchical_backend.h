@@ -40,12 +40,16 @@
 #include "absl/status/statusor.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/gloo/gloo_backend.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
 
+// The hierarchical backend's own knobs; who the ranks are, their store and the
+// timeout come in a Membership (membership.h), from which it makes the inner
+// backends' memberships (local ranks on each host, host indices among the
+// leaders).
 struct HierarchicalBackendOptions {
-  // rank, world_size, store, timeout, and the Gloo settings used among the
-  // leaders (their rank and world size are set here).
+  // The Gloo settings used among the leaders (name and layout are set here).
   GlooBackendOptions gloo;
   // Bytes per rank's slot in each host's segment (ShmBackendOptions).
   int64_t shm_slot_bytes = int64_t{4} << 20;
@@ -54,10 +58,11 @@ struct HierarchicalBackendOptions {
   std::string host_key;
 };
 
-// kInvalidArgument for bad membership; the errors of the key exchange and of
-// the inner backends' creation otherwise, prefixed "[rank R] gloo+shm".
+// kInvalidArgument for a bad membership (Membership::Check); the errors of the
+// key exchange and of the inner backends' creation otherwise, prefixed
+// "[rank R] gloo+shm".
 absl::StatusOr<std::unique_ptr<Backend>> CreateHierarchicalBackend(
-    const HierarchicalBackendOptions& options);
+    const Membership& group, const HierarchicalBackendOptions& options = {});
 
 }  // namespace dtrain::backend
 

@@ -30,15 +30,16 @@ using ::testing::HasSubstr;
 testing::BackendFactory OnHosts(std::vector<std::string> hosts,
                                 absl::Duration timeout = absl::Seconds(60)) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    Membership group;
+    group.rank = rank;
+    group.world_size = world_size;
+    group.store = std::move(store);
+    group.timeout = timeout;
     HierarchicalBackendOptions o;
-    o.gloo.rank = rank;
-    o.gloo.world_size = world_size;
-    o.gloo.store = std::move(store);
     o.gloo.hostname = "127.0.0.1";
-    o.gloo.timeout = timeout;
     o.shm_slot_bytes = 256;  // Many chunks in the shared-memory steps.
     o.host_key = hosts[rank];
-    return CreateHierarchicalBackend(o);
+    return CreateHierarchicalBackend(group, o);
   };
 }
 
@@ -289,13 +290,14 @@ TEST(HierarchicalBackendTest, LargeMessagesAverageToTheMean) {
   testing::RunRanks(
       4,
       [](int rank, int world_size, std::shared_ptr<store::Store> store) {
+        Membership group;
+        group.rank = rank;
+        group.world_size = world_size;
+        group.store = std::move(store);
         HierarchicalBackendOptions o;
-        o.gloo.rank = rank;
-        o.gloo.world_size = world_size;
-        o.gloo.store = std::move(store);
         o.gloo.hostname = "127.0.0.1";
         o.host_key = rank < 2 ? "a" : "b";
-        return CreateHierarchicalBackend(o);
+        return CreateHierarchicalBackend(group, o);
       },
       [&](Backend& b) {
         at::Tensor t = inputs[b.rank()].clone();  // 4.6 MiB: two chunks

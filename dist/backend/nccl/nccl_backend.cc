@@ -30,6 +30,7 @@
 #include "dist/backend/nccl/peers.h"
 #include "dist/backend/nccl/watchdog.h"
 #include "dist/backend/work.h"
+#include "dist/store/store.h"
 #include "third_party/torch_config.h"
 
 #if DTRAIN_TORCH_HAS_CUDA
@@ -48,11 +49,10 @@ bool NcclAvailable(std::string* reason) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
-    const NcclBackendOptions& options) {
+    const Membership& group, const NcclBackendOptions&) {
   // Bad arguments are named as such whatever the build has.
-  const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
-  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
-      who, options.store.get(), options.rank, options.world_size));
+  const std::string who = absl::StrCat("[rank ", group.rank, "] nccl");
+  DTRAIN_RETURN_IF_ERROR(group.Check(who));
   return absl::FailedPreconditionError(absl::StrCat(
       who, ": this binary was built without NCCL (", DTRAIN_NCCL_MISSING_REASON,
       "); rebuild with CUDA_HOME (and NCCL_HOME) pointing at a CUDA "
@@ -227,19 +227,19 @@ class NcclOps : public CommOps {
 
 class NcclBackend : public Backend {
  public:
-  NcclBackend(const NcclBackendOptions& options, ncclComm_t comm,
-              cudaStream_t stream, cudaEvent_t ready,
+  NcclBackend(const Membership& group, const NcclBackendOptions& options,
+              ncclComm_t comm, cudaStream_t stream, cudaEvent_t ready,
               std::vector<nccl_internal::Peer> peers)
-      : rank_(options.rank),
-        size_(options.world_size),
+      : rank_(group.rank),
+        size_(group.world_size),
         device_(options.device),
-        timeout_(options.timeout),
+        timeout_(group.timeout),
         comm_(comm),
         stream_(stream),
         ready_(ready),
         ops_(options.device, comm, stream, std::move(peers),
-             nccl_internal::ThisProcess(options.rank)),
-        watchdog_(WatchdogOptionsFor(options), &ops_) {}
+             nccl_internal::ThisProcess(group.rank)),
+        watchdog_(WatchdogOptionsFor(group), &ops_) {}
 
   ~NcclBackend() override {
     const bool healthy = watchdog_.Shutdown();
@@ -393,11 +393,11 @@ class NcclBackend : public Backend {
   }
 
   static nccl_internal::WatchdogOptions WatchdogOptionsFor(
-      const NcclBackendOptions& o) {
+      const Membership& group) {
     nccl_internal::WatchdogOptions w;
-    w.rank = o.rank;
-    w.timeout = o.timeout;
-    w.shutdown_grace = std::min(o.timeout, absl::Seconds(2));
+    w.rank = group.rank;
+    w.timeout = group.timeout;
+    w.shutdown_grace = std::min(group.timeout, absl::Seconds(2));
     w.poll_interval = kPollInterval;
     return w;
   }
@@ -535,10 +535,9 @@ absl::Status ConfigureNccl(int rank, bool share_gpu) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
-    const NcclBackendOptions& options) {
-  const std::string who = absl::StrCat("[rank ", options.rank, "] nccl");
-  DTRAIN_RETURN_IF_ERROR(internal::CheckMembership(
-      who, options.store.get(), options.rank, options.world_size));
+    const Membership& group, const NcclBackendOptions& options) {
+  const std::string who = absl::StrCat("[rank ", group.rank, "] nccl");
+  DTRAIN_RETURN_IF_ERROR(group.Check(who));
   const absl::StatusOr<int> devices = base::CudaDeviceCount();
   if (!devices.ok() || *devices == 0) {
     return absl::FailedPreconditionError(
@@ -554,16 +553,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   // A no-op when the caller made the device current first, as train does.
   base::CudaDeviceGuard device(options.device);
   const bool share_gpu = EnvSet("DTRAIN_NCCL_SHARE_GPU");
-  if (absl::Status s = ConfigureNccl(options.rank, share_gpu); !s.ok())
+  if (absl::Status s = ConfigureNccl(group.rank, share_gpu); !s.ok())
     return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
 
   // Rank 0 creates the communicator's id; the others read it from the store.
   DTRAIN_ASSIGN_OR_RETURN(
       std::shared_ptr<store::Store> namespaced,
-      internal::BackendNamespace(options.store, kName, options.rank));
+      internal::BackendNamespace(group.store, kName, group.rank));
   store::Store& store = *namespaced;
   ncclUniqueId id;
-  if (options.rank == 0) {
+  if (group.rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
       return absl::InternalError(
@@ -577,7 +576,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
           absl::StrCat(who, ": publishing the unique id: ", s.message()));
     }
   } else {
-    absl::StatusOr<std::string> v = store.Get("unique_id", options.timeout);
+    absl::StatusOr<std::string> v = store.Get("unique_id", group.timeout);
     if (!v.ok()) {
       return absl::Status(
           v.status().code(),
@@ -595,7 +594,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   // Every rank's host, pid and GPU: errors name a peer that exited, and
   // ranks that would share a GPU are refused by name (NCCL's own refusal
   // names none).
-  nccl_internal::Peer self = nccl_internal::ThisProcess(options.rank);
+  nccl_internal::Peer self = nccl_internal::ThisProcess(group.rank);
   self.device = options.device;
   char bus_id[32] = {};
   if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, options.device) ==
@@ -611,7 +610,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
         u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
         u[11], u[12], u[13], u[14], u[15]);
   }
-  if (absl::Status s = store.Set(absl::StrCat("process/", options.rank),
+  if (absl::Status s = store.Set(absl::StrCat("process/", group.rank),
                                  nccl_internal::EncodePeer(self));
       !s.ok()) {
     return absl::Status(
@@ -619,9 +618,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
         absl::StrCat(who, ": publishing this process's record: ", s.message()));
   }
   std::vector<nccl_internal::Peer> peers;
-  for (int r = 0; r < options.world_size; ++r) {
+  for (int r = 0; r < group.world_size; ++r) {
     absl::StatusOr<std::string> v =
-        store.Get(absl::StrCat("process/", r), options.timeout);
+        store.Get(absl::StrCat("process/", r), group.timeout);
     absl::StatusOr<nccl_internal::Peer> peer =
         v.ok() ? nccl_internal::DecodePeer(r, *v)
                : absl::StatusOr<nccl_internal::Peer>(v.status());
@@ -646,9 +645,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   const bool blocking = EnvSet("DTRAIN_NCCL_BLOCKING");
   config.blocking = blocking ? 1 : 0;
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, id,
-                                          options.rank, &config);
-  r = Settle(comm, r, start + options.timeout);
+  ncclResult_t r =
+      ncclCommInitRankConfig(&comm, group.world_size, id, group.rank, &config);
+  r = Settle(comm, r, start + group.timeout);
   if (r != ncclSuccess) {
     const std::string detail =
         r == ncclInProgress
@@ -659,7 +658,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     return absl::Status(
         r == ncclInProgress ? absl::StatusCode::kDeadlineExceeded
                             : absl::StatusCode::kUnavailable,
-        absl::StrCat(who, ": creating the communicator of ", options.world_size,
+        absl::StrCat(who, ": creating the communicator of ", group.world_size,
                      " ranks on cuda:", options.device, ": ", detail));
   }
   cudaStream_t stream = nullptr;
@@ -672,7 +671,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
   }
   return std::unique_ptr<Backend>(
-      new NcclBackend(options, comm, stream, ready, std::move(peers)));
+      new NcclBackend(group, options, comm, stream, ready, std::move(peers)));
 }
 
 #endif  // DTRAIN_HAVE_NCCL

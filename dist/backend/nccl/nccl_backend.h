@@ -27,31 +27,30 @@
 #define DTRAIN_DIST_BACKEND_NCCL_NCCL_BACKEND_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/store/store.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
 
+// NCCL's own knobs; who the ranks are, their store and the timeout (which
+// bounds creating the communicator and every collective) come in a
+// Membership (membership.h).
 struct NcclBackendOptions {
-  int rank = 0;
-  int world_size = 1;
-  std::shared_ptr<store::Store> store;
   // The CUDA device this rank uses (usually its local rank).
   int device = 0;
-  // Bounds creating the communicator and every collective.
-  absl::Duration timeout = absl::Minutes(30);
 };
 
 // kFailedPrecondition when built without NCCL or when the CUDA runtime sees no
 // device (with the reason; the runtime's view, not LibTorch's: a CPU-only
 // LibTorch on a GPU machine still creates the backend, but cannot make the CUDA
-// tensors it needs), kInvalidArgument for a bad rank or device,
-// kDeadlineExceeded when the other ranks do not arrive.
+// tensors it needs), kInvalidArgument for a bad membership
+// (Membership::Check, whatever the build) or device, kDeadlineExceeded when the
+// other ranks do not arrive.
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
-    const NcclBackendOptions& options);
+    const Membership& group, const NcclBackendOptions& options = {});
 
 // True when this binary was built with NCCL; otherwise `reason` (if given) says
 // what was missing.

@@ -27,15 +27,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-NcclBackendOptions Options(int rank, int world_size,
-                           absl::Duration timeout = absl::Seconds(60)) {
-  NcclBackendOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.store = std::make_shared<store::HashStore>();
-  o.device = rank;
-  o.timeout = timeout;
-  return o;
+// Rank `rank` of `world_size` over a store of its own (enough for creation's
+// argument checks and for one rank).
+Membership Group(int rank, int world_size,
+                 absl::Duration timeout = absl::Seconds(60)) {
+  Membership m;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.store = std::make_shared<store::HashStore>();
+  m.timeout = timeout;
+  return m;
 }
 
 // How many devices the CUDA runtime sees: what creating the backend asks.
@@ -71,13 +72,14 @@ testing::BackendFactory Factory(absl::Duration timeout = absl::Seconds(60)) {
       [timeout](int rank, int world_size, std::shared_ptr<store::Store> store)
           -> absl::StatusOr<std::unique_ptr<Backend>> {
         DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(rank));
+        Membership group;
+        group.rank = rank;
+        group.world_size = world_size;
+        group.store = std::move(store);
+        group.timeout = timeout;
         NcclBackendOptions o;
-        o.rank = rank;
-        o.world_size = world_size;
-        o.store = std::move(store);
         o.device = rank;
-        o.timeout = timeout;
-        return CreateNcclBackend(o);
+        return CreateNcclBackend(group, o);
       };
 }
 
@@ -97,7 +99,7 @@ TEST(NcclBackendTest, ReportsWhyItCannotRunHere) {
     GTEST_SKIP() << "the CUDA runtime sees a GPU: creation succeeds there "
                     "(CreatesWhereTheRuntimeSeesAGpu)";
   }
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Options(0, 1));
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Group(0, 1));
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition)
       << b.status();
@@ -116,20 +118,20 @@ TEST(NcclBackendTest, ReportsWhyItCannotRunHere) {
 // wrong, asserting failure on exactly the machines that matter).
 TEST(NcclBackendTest, CreatesWhereTheRuntimeSeesAGpu) {
   if (const std::string why = WhyNoDevice(); !why.empty()) GTEST_SKIP() << why;
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Options(0, 1));
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Group(0, 1));
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ((*b)->name(), "nccl");
 }
 
 TEST(NcclBackendTest, RejectsBadRankAndDevice) {
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Options(2, 2));
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateNcclBackend(Group(2, 2));
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument)
       << b.status();
   if (!WhyNoDevice().empty()) return;
-  NcclBackendOptions o = Options(0, 1);
+  NcclBackendOptions o;
   o.device = RuntimeDevices();
-  b = CreateNcclBackend(o);
+  b = CreateNcclBackend(Group(0, 1), o);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(

@@ -94,15 +94,16 @@ absl::Status Finished(Work& work) {
   // As train does: the device first, before any context exists.
   absl::Status s = base::SetCurrentCudaDevice(device);
   auto store = store::FileStore::Open(store_path, kWorld, absl::Seconds(60));
+  Membership group;
+  group.rank = rank;
+  group.world_size = kWorld;
+  group.timeout = scenario == Scenario::kDestroyInFlight ? absl::Minutes(30)
+                                                         : absl::Seconds(10);
+  if (s.ok() && store.ok()) group.store = *store;
   NcclBackendOptions o;
-  o.rank = rank;
-  o.world_size = kWorld;
   o.device = device;
-  o.timeout = scenario == Scenario::kDestroyInFlight ? absl::Minutes(30)
-                                                     : absl::Seconds(10);
-  if (s.ok() && store.ok()) o.store = *store;
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      s.ok() && store.ok() ? CreateNcclBackend(o)
+      s.ok() && store.ok() ? CreateNcclBackend(group, o)
                            : absl::StatusOr<std::unique_ptr<Backend>>(
                                  s.ok() ? store.status() : s);
   if (!backend.ok()) {

@@ -27,6 +27,7 @@
 #include "dist/backend/shm/reduce.h"
 #include "dist/backend/shm/segment.h"
 #include "dist/backend/work.h"
+#include "dist/store/store.h"
 
 namespace dtrain::backend {
 namespace {
@@ -82,12 +83,13 @@ struct SharedBuffer {
 
 class ShmBackend : public Backend {
  public:
-  ShmBackend(const ShmBackendOptions& options, std::unique_ptr<Segment> segment)
-      : rank_(options.rank),
-        size_(options.world_size),
+  ShmBackend(const Membership& group, const ShmBackendOptions& options,
+             std::unique_ptr<Segment> segment)
+      : rank_(group.rank),
+        size_(group.world_size),
         name_(options.name),
         layout_(options.layout.empty() ? OneHost(size_) : options.layout),
-        timeout_(options.timeout),
+        timeout_(group.timeout),
         slot_bytes_(options.slot_bytes),
         segment_(std::move(segment)),
         base_(static_cast<char*>(segment_->data()) + kControlBytes),
@@ -480,13 +482,12 @@ int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
-    const ShmBackendOptions& o) {
-  const std::string who = absl::StrCat("[rank ", o.rank, "] ", o.name);
-  DTRAIN_RETURN_IF_ERROR(
-      internal::CheckMembership(who, o.store.get(), o.rank, o.world_size));
-  if (o.world_size > shm::kMaxLocalRanks) {
+    const Membership& group, const ShmBackendOptions& o) {
+  const std::string who = absl::StrCat("[rank ", group.rank, "] ", o.name);
+  DTRAIN_RETURN_IF_ERROR(group.Check(who));
+  if (group.world_size > shm::kMaxLocalRanks) {
     return absl::InvalidArgumentError(
-        absl::StrCat(who, ": ", o.world_size, " ranks, more than the ",
+        absl::StrCat(who, ": ", group.world_size, " ranks, more than the ",
                      shm::kMaxLocalRanks, " one host's segment holds"));
   }
   if (o.slot_bytes < 64 || o.slot_bytes > (int64_t{1} << 30) ||
@@ -495,14 +496,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
         absl::StrCat(who, ": slot_bytes ", o.slot_bytes,
                      " is not a multiple of 64 between 64 B and 1 GiB"));
   }
-  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<store::Store> store,
-                          internal::BackendNamespace(o.store, kName, o.rank));
-  const absl::Time deadline = absl::Now() + o.timeout;
-  const int64_t bytes = kControlBytes + (o.world_size + 1) * o.slot_bytes;
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::shared_ptr<store::Store> store,
+      internal::BackendNamespace(group.store, kName, group.rank));
+  const absl::Time deadline = absl::Now() + group.timeout;
+  const int64_t bytes = kControlBytes + (group.world_size + 1) * o.slot_bytes;
 
   // Rank 0 creates the segment; the others prove they can map it.
   absl::StatusOr<std::unique_ptr<Segment>> segment;
-  if (o.rank == 0) {
+  if (group.rank == 0) {
     segment = Segment::Create(static_cast<size_t>(bytes));
     if (!segment.ok()) {
       return absl::Status(segment.status().code(),
@@ -512,7 +514,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     Control::Init((*segment)->data());
     DTRAIN_RETURN_IF_ERROR(store->Set("segment", (*segment)->locator()));
   } else {
-    absl::StatusOr<std::string> locator = store->Get("segment", o.timeout);
+    absl::StatusOr<std::string> locator = store->Get("segment", group.timeout);
     if (!locator.ok()) {
       return absl::Status(locator.status().code(),
                           absl::StrCat(who, ": waiting for rank 0's segment: ",
@@ -521,10 +523,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     segment = Segment::Attach(*locator);
   }
   DTRAIN_RETURN_IF_ERROR(
-      store->Set(absl::StrCat("attached/", o.rank),
+      store->Set(absl::StrCat("attached/", group.rank),
                  segment.ok() ? "" : std::string(segment.status().message())));
   std::vector<std::string> refused;
-  for (int r = 0; r < o.world_size; ++r) {
+  for (int r = 0; r < group.world_size; ++r) {
     absl::StatusOr<std::string> v =
         store->Get(absl::StrCat("attached/", r),
                    std::max(deadline - absl::Now(), absl::ZeroDuration()));
@@ -542,11 +544,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
         absl::StrJoin(refused, "; "),
         "); the shm backend needs every rank on one host: use gloo"));
   }
-  auto backend = std::make_unique<ShmBackend>(o, *std::move(segment));
+  auto backend = std::make_unique<ShmBackend>(group, o, *std::move(segment));
   if (absl::Status s = backend->Join(deadline); !s.ok()) {
     return absl::Status(
-        s.code(), absl::StrCat(who, ": meeting the other ", o.world_size - 1,
-                               " ranks: ", s.message()));
+        s.code(), absl::StrCat(who, ": meeting the other ",
+                               group.world_size - 1, " ranks: ", s.message()));
   }
   // Every rank has mapped it: from now on only the mappings keep it alive.
   backend->CloseFile();

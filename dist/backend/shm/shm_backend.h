@@ -32,20 +32,17 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/store/store.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
 
+// The shm backend's own knobs; who the ranks are, their store and the timeout
+// come in a Membership (membership.h).
 struct ShmBackendOptions {
-  int rank = 0;
-  int world_size = 1;
-  std::shared_ptr<store::Store> store;
-  // Bounds creation and every collective.
-  absl::Duration timeout = absl::Minutes(30);
   // Bytes per rank's slot: messages larger than this go in several chunks.
   int64_t slot_bytes = int64_t{4} << 20;
   // What name() returns and messages say: the backend the user chose, which
@@ -56,11 +53,12 @@ struct ShmBackendOptions {
   std::string layout;
 };
 
-// kInvalidArgument for a bad rank, size or slot; kFailedPrecondition when some
-// rank cannot map rank 0's segment (naming them); kDeadlineExceeded when a
-// rank does not arrive within the timeout.
+// kInvalidArgument for a bad membership (Membership::Check), more ranks than
+// one segment holds or a bad slot size; kFailedPrecondition when some rank
+// cannot map rank 0's segment (naming them); kDeadlineExceeded when a rank
+// does not arrive within the timeout.
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
-    const ShmBackendOptions& options);
+    const Membership& group, const ShmBackendOptions& options = {});
 
 // For tests only: how many of `backend`'s allreduces took the zero-copy path
 // so far, or -1 when it is not an shm backend. Any thread.

@@ -32,13 +32,14 @@ using ::testing::HasSubstr;
 testing::BackendFactory Shm(int64_t slot_bytes = int64_t{4} << 20,
                             absl::Duration timeout = absl::Seconds(60)) {
   return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
+    Membership group;
+    group.rank = rank;
+    group.world_size = world_size;
+    group.store = std::move(store);
+    group.timeout = timeout;
     ShmBackendOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    o.store = std::move(store);
     o.slot_bytes = slot_bytes;
-    o.timeout = timeout;
-    return CreateShmBackend(o);
+    return CreateShmBackend(group, o);
   };
 }
 
@@ -317,17 +318,18 @@ TEST(ShmBackendTest, BadArgumentsFailTheWorkNotTheBackend) {
 }
 
 TEST(ShmBackendTest, RefusesBadOptions) {
+  Membership group;
   ShmBackendOptions o;
-  EXPECT_EQ(CreateShmBackend(o).status().code(),
+  EXPECT_EQ(CreateShmBackend(group, o).status().code(),
             absl::StatusCode::kInvalidArgument);  // No store.
-  o.store = std::make_shared<store::HashStore>();
+  group.store = std::make_shared<store::HashStore>();
   o.slot_bytes = 100;
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(o);
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(group, o);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("slot_bytes 100"));
   o.slot_bytes = 4096;
-  o.world_size = 1000;
-  EXPECT_EQ(CreateShmBackend(o).status().code(),
+  group.world_size = 1000;
+  EXPECT_EQ(CreateShmBackend(group, o).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -52,13 +52,14 @@ std::string ReadFile(const std::string& path) {
   auto store = store::FileStore::Open(Path(absl::StrCat(scenario, ".store")),
                                       kWorld, absl::Seconds(60));
   if (!store.ok()) _exit(4);
+  Membership group;
+  group.rank = rank;
+  group.world_size = kWorld;
+  group.store = *store;
+  group.timeout = timeout;
   ShmBackendOptions o;
-  o.rank = rank;
-  o.world_size = kWorld;
-  o.store = *store;
-  o.timeout = timeout;
   o.slot_bytes = 4096;
-  absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(o);
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateShmBackend(group, o);
   if (!b.ok()) {
     std::ofstream(Path(absl::StrCat(scenario, rank))) << b.status();
     _exit(4);

@@ -55,13 +55,13 @@ TEST(StallInspectorTest, NamesTheRankThatHasNotJoinedWhileWaitingAndOnTimeout) {
       2,
       [&](int rank, int size, std::shared_ptr<store::Store> store)
           -> absl::StatusOr<std::unique_ptr<Backend>> {
-        GlooBackendOptions o;
-        o.rank = rank;
-        o.world_size = size;
-        o.store = store;
-        o.timeout = absl::Seconds(3);
+        Membership group;
+        group.rank = rank;
+        group.world_size = size;
+        group.store = store;
+        group.timeout = absl::Seconds(3);
         DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gloo,
-                                CreateGlooBackend(o));
+                                CreateGlooBackend(group));
         StallInspectorOptions s;
         s.store = store;
         s.warn_after = absl::Milliseconds(800);
