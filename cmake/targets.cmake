@@ -994,6 +994,21 @@ dtrain_cc_library(dtrain_dist_backend_backend_names
   PACKAGE dist/backend
   HDRS dist/backend/backend_names.h)
 
+# //dist/backend:device_choice
+dtrain_cc_library(dtrain_dist_backend_device_choice
+  EXPORT_NAME backend_device_choice
+  PACKAGE dist/backend
+  SRCS dist/backend/device_choice.cc
+  HDRS dist/backend/device_choice.h
+  DEPS dtrain_base_status_macros dtrain_tp_absl)
+
+# //dist/backend:device_choice_test
+dtrain_cc_test(dtrain_dist_backend_device_choice_test
+  OUTPUT dist/backend/device_choice_test
+  SRCS dist/backend/device_choice_test.cc
+  DEPS dtrain_dist_backend_device_choice dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //dist/backend/hierarchical:host_layout
 dtrain_cc_library(dtrain_dist_backend_hierarchical_host_layout
   EXPORT_NAME backend_hierarchical_host_layout
@@ -1739,7 +1754,7 @@ dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
+  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_cuda_device dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_factory dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model

@@ -38,6 +38,7 @@
 #include "base/malloc_tuning.h"
 #include "base/open_file_limit.h"
 #include "base/status_macros.h"
+#include "dist/backend/device_choice.h"
 #include "dist/backend/factory.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
@@ -129,7 +130,7 @@ absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
         "README) or train with --device=cpu --dist_backend=gloo"));
   }
   DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
-  RankPlacement placement;
+  backend::RankPlacement placement;
   placement.rank = world.rank;
   placement.world_size = world.world_size;
   placement.local_rank = world.local_rank;
@@ -137,7 +138,7 @@ absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
   placement.local_inferred = world.launch.local_inferred;
   DTRAIN_ASSIGN_OR_RETURN(
       const int device,
-      ChooseCudaDevice(options.launch.device, placement, visible));
+      backend::ChooseCudaDevice(options.launch.device, placement, visible));
   DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
   return device;
 }

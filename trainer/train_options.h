@@ -72,36 +72,6 @@ absl::Status Validate(const TrainOptions& options);
 // naming the flag, the path and the reason otherwise. Creates nothing.
 absl::Status CheckOutputPaths(const TrainOptions& options, int rank);
 
-// Where a rank runs, as far as choosing its GPU goes (rendezvous::LaunchEnv's
-// fields).
-struct RankPlacement {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  // No flag or launcher gave the local rank and size, so they are the global
-  // ones (LaunchEnv::local_inferred): right on one node only.
-  bool local_inferred = false;
-};
-
-// The CUDA device a rank trains on, worked out before anything creates a CUDA
-// context: -1 for "cpu", N for "cuda:N", and for "cuda" the local rank, except
-// that a single visible device is every local rank's: a launcher that binds
-// one GPU per process (Slurm's --gpus-per-task, CUDA_VISIBLE_DEVICES per
-// rank) leaves each process cuda:0, and two ranks sharing one GPU are NCCL's
-// to refuse. `device` is TrainOptions::device; `visible_devices` what the
-// CUDA runtime counts (after CUDA_VISIBLE_DEVICES). Pure: touches no GPU.
-//
-// Errors name the numbers they compare. kInvalidArgument for a malformed
-// `device`, for cuda:N with N >= visible_devices, and for "cuda" when this
-// rank's local rank, or the node's local world size, exceeds the visible
-// devices (every rank of an overfull node fails alike, not only those past
-// the end); with local_inferred the message says that no local rank was
-// given and how to give one. kFailedPrecondition when no device is visible.
-absl::StatusOr<int> ChooseCudaDevice(const std::string& device,
-                                     const RankPlacement& placement,
-                                     int visible_devices);
-
 }  // namespace dtrain::trainer
 
 #endif  // DTRAIN_TRAINER_TRAIN_OPTIONS_H_

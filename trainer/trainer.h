@@ -65,9 +65,10 @@ struct TrainContext {
   // graceful stop, and no extra collective.
   const std::atomic<bool>* stop_requested = nullptr;
   // The CUDA device to train on, or -1 for the CPU; must be >= 0 exactly when
-  // the options' device is not "cpu". Choose it with ChooseCudaDevice
-  // (train_options.h) and make it current (base::SetCurrentCudaDevice) before
-  // creating the backend, as //trainer:train does.
+  // the options' device is not "cpu". Choose it with
+  // backend::ChooseCudaDevice (dist/backend/device_choice.h) and make it
+  // current (base::SetCurrentCudaDevice) before creating the backend, as
+  // //trainer:train does.
   int cuda_device = -1;
 };
 
