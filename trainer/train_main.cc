@@ -20,7 +20,6 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -34,12 +33,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "base/cuda_device.h"
 #include "base/malloc_tuning.h"
 #include "base/open_file_limit.h"
 #include "base/status_macros.h"
-#include "dist/backend/device_choice.h"
-#include "dist/backend/factory.h"
+#include "dist/backend/process_group.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
@@ -117,32 +114,6 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   return result->exit_code;
 }
 
-// This rank's CUDA device (-1: the CPU), made current before anything else
-// touches CUDA, so that no context lands on another rank's GPU.
-absl::StatusOr<int> SelectCudaDevice(const TrainOptions& options,
-                                     const rendezvous::World& world) {
-  if (options.launch.device == "cpu") return -1;
-  if (!torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", options.launch.device,
-        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
-        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
-        "README) or train with --device=cpu --dist_backend=gloo"));
-  }
-  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
-  backend::RankPlacement placement;
-  placement.rank = world.rank;
-  placement.world_size = world.world_size;
-  placement.local_rank = world.local_rank;
-  placement.local_world_size = world.local_world_size;
-  placement.local_inferred = world.launch.local_inferred;
-  DTRAIN_ASSIGN_OR_RETURN(
-      const int device,
-      backend::ChooseCudaDevice(options.launch.device, placement, visible));
-  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(device));
-  return device;
-}
-
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   base::TuneMallocForTraining();
@@ -183,7 +154,10 @@ int Main(int argc, char** argv) {
     }
   }
 
-  rendezvous::InitOptions init;
+  // The rendezvous, this rank's CUDA device (made current before the
+  // backend: NCCL creates its context on the current device), the backend.
+  backend::ProcessGroupOptions group_options;
+  rendezvous::InitOptions& init = group_options.init;
   init.url = options->launch.dist_url;
   init.timeout = options->launch.timeout;
   init.args.rank = options->launch.rank;
@@ -193,41 +167,28 @@ int Main(int argc, char** argv) {
   init.args.master_addr = options->launch.master_addr;
   init.args.master_port = options->launch.master_port;
   init.bind_host = options->launch.store_bind;
-  absl::StatusOr<rendezvous::World> world =
-      rendezvous::InitWorld(init, rendezvous::ProcessEnv());
-  if (!world.ok()) {
-    std::cerr << "train: " << world.status().message() << "\n";
-    return 1;
-  }
-  if (world->rank == 0 && world->world_size > 1) {
-    // The master only where env:// used it; tcp:// and file:// name their
-    // store below.
-    const bool env_master =
-        init.url.empty() || absl::StartsWith(init.url, "env://");
-    std::cerr << "train: "
-              << (env_master ? world->launch.ToString()
-                             : world->launch.PlacementString())
-              << "; store " << world->store->Describe() << "\n";
-  }
-  // Before the backend: NCCL creates its context on the current device.
-  absl::StatusOr<int> cuda_device = SelectCudaDevice(*options, *world);
-  if (!cuda_device.ok()) {
-    std::cerr << "train: [rank " << world->rank << "] "
-              << cuda_device.status().message() << "\n";
-    return 1;
-  }
-  backend::BackendConfig config;
-  config.name = options->launch.dist_backend;
-  config.gloo_iface = world->launch.gloo_socket_ifname;
-  config.shm = options->launch.shm;
-  config.cuda_device = std::max(0, *cuda_device);
-  config.stall_warning = options->launch.stall_warning;
-  absl::StatusOr<std::unique_ptr<backend::Backend>> backend =
-      backend::CreateBackend(world->membership(options->launch.timeout),
-                             config);
-  if (!backend.ok()) {
-    std::cerr << "train: [rank " << world->rank << "] "
-              << backend.status().message() << "\n";
+  group_options.backend.name = options->launch.dist_backend;
+  group_options.backend.shm = options->launch.shm;
+  group_options.backend.stall_warning = options->launch.stall_warning;
+  group_options.timeout = options->launch.timeout;
+  group_options.device = options->launch.device;
+  // The master only where env:// used it; tcp:// and file:// name their
+  // store below.
+  const bool env_master =
+      init.url.empty() || absl::StartsWith(init.url, "env://");
+  group_options.on_rendezvous = [env_master](const rendezvous::World& world) {
+    if (world.rank == 0 && world.world_size > 1) {
+      std::cerr << "train: "
+                << (env_master ? world.launch.ToString()
+                               : world.launch.PlacementString())
+                << "; store " << world.store->Describe() << "\n";
+    }
+  };
+  // Errors after the rendezvous start with "[rank R]".
+  absl::StatusOr<backend::ProcessGroup> group =
+      backend::InitProcessGroup(group_options, rendezvous::ProcessEnv());
+  if (!group.ok()) {
+    std::cerr << "train: " << group.status().message() << "\n";
     return 1;
   }
   InstallStopHandlers();
@@ -236,13 +197,13 @@ int Main(int argc, char** argv) {
   context.log = &std::cerr;
   context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
   context.start = start;
-  context.cuda_device = *cuda_device;
+  context.cuda_device = group->cuda_device;
   absl::StatusOr<TrainResult> result =
-      Train(*options, *world, **backend, context);
+      Train(*options, group->world, *group->backend, context);
   if (!result.ok()) {
     // Peers blocked on this rank learn of the failure now, and destroying
     // the backend does not wait for them (Gloo's exit otherwise waits).
-    (*backend)->Abort(result.status());
+    group->backend->Abort(result.status());
     std::cerr << "train: " << result.status().message() << "\n";
     // Stopped as asked: the shell's convention for death by that signal.
     if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)

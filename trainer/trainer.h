@@ -65,10 +65,11 @@ struct TrainContext {
   // graceful stop, and no extra collective.
   const std::atomic<bool>* stop_requested = nullptr;
   // The CUDA device to train on, or -1 for the CPU; must be >= 0 exactly when
-  // the options' device is not "cpu". Choose it with
-  // backend::ChooseCudaDevice (dist/backend/device_choice.h) and make it
-  // current (base::SetCurrentCudaDevice) before creating the backend, as
-  // //trainer:train does.
+  // the options' device is not "cpu". InitProcessGroup chooses it from its
+  // device (ProcessGroup::cuda_device, dist/backend/process_group.h) and makes
+  // it current before creating the backend, as //trainer:train does; or
+  // choose it with backend::ChooseCudaDevice (dist/backend/device_choice.h)
+  // and make it current (base::SetCurrentCudaDevice) yourself.
   int cuda_device = -1;
 };
 

@@ -1,5 +1,7 @@
 #include "dist/backend/factory.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dist/backend/hierarchical/hierarchical_backend.h"
@@ -8,6 +10,15 @@
 #include "dist/backend/stall/inspecting_backend.h"
 
 namespace dtrain::backend {
+
+absl::Status CheckBackendName(const std::string& name) {
+  const std::vector<std::string>& known = KnownBackends();
+  if (std::find(known.begin(), known.end(), name) != known.end())
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", name,
+                   "' (known: ", absl::StrJoin(known, ", "), ")"));
+}
 
 namespace {
 
@@ -29,9 +40,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBare(
     return CreateNcclBackend(group, o);
   }
   if (config.name == "shm") return CreateShmBackend(group);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", config.name,
-                   "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));
+  return CheckBackendName(config.name);
 }
 
 }  // namespace

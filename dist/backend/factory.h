@@ -36,7 +36,8 @@ struct BackendConfig {
   GlooAlgorithm gloo_algorithm = GlooAlgorithm::kAuto;
   // gloo: shared memory between the ranks of each host (see above).
   bool shm = true;
-  // nccl: this rank's CUDA device.
+  // nccl: this rank's CUDA device (InitProcessGroup sets it from its
+  // `device`).
   int cuda_device = 0;
   // Stall inspection (stall/stall_inspector.h), for more than one rank with a
   // store: a collective waiting this long gets a warning naming the ranks
@@ -44,6 +45,10 @@ struct BackendConfig {
   // the membership's timeout; infinite: off.
   absl::Duration stall_warning = absl::ZeroDuration();
 };
+
+// kInvalidArgument naming the known backends (backend_names.h) unless `name`
+// is one of them (CreateBackend's error for an unknown name).
+absl::Status CheckBackendName(const std::string& name);
 
 // kInvalidArgument naming the known backends for an unknown name; otherwise the
 // chosen backend's own result (a bad membership: Membership::Check's error).

@@ -1,23 +1,89 @@
 #include "dist/backend/process_group.h"
 
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/cuda_device.h"
 #include "base/status_macros.h"
+#include "dist/backend/device_choice.h"
+#include "dist/backend/membership.h"
 
 namespace dtrain::backend {
+namespace {
+
+// What can be refused before the ranks meet, so that a bad argument does not
+// leave the other ranks waiting.
+absl::Status CheckArguments(const ProcessGroupOptions& options) {
+  DTRAIN_RETURN_IF_ERROR(CheckBackendName(options.backend.name));
+  DTRAIN_RETURN_IF_ERROR(ParseDevice(options.device).status());
+  if (options.backend.name == "nccl" && options.device == "cpu") {
+    return absl::InvalidArgumentError(
+        "the nccl backend runs on a CUDA device: set the device to cuda "
+        "(cuda:<local rank>) or cuda:N, not cpu");
+  }
+  return absl::OkStatus();
+}
+
+// This rank's CUDA device (-1: the CPU), made current before anything else
+// touches CUDA, so that no context lands on another rank's GPU.
+absl::StatusOr<int> SelectCudaDevice(const std::string& device,
+                                     const rendezvous::World& world) {
+  if (device == "cpu") return -1;
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", device,
+        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
+        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
+        "README) or train with --device=cpu --dist_backend=gloo"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
+  RankPlacement placement;
+  placement.rank = world.rank;
+  placement.world_size = world.world_size;
+  placement.local_rank = world.local_rank;
+  placement.local_world_size = world.local_world_size;
+  placement.local_inferred = world.launch.local_inferred;
+  DTRAIN_ASSIGN_OR_RETURN(const int chosen,
+                          ChooseCudaDevice(device, placement, visible));
+  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(chosen));
+  return chosen;
+}
+
+// `s` starting with "[rank R] " (once, where it already does).
+absl::Status WithRank(int rank, const absl::Status& s) {
+  const std::string prefix = absl::StrCat("[rank ", rank, "] ");
+  if (absl::StartsWith(s.message(), prefix)) return s;
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+}  // namespace
 
 absl::StatusOr<ProcessGroup> InitProcessGroup(
     const ProcessGroupOptions& options, const rendezvous::EnvMap& env) {
+  DTRAIN_RETURN_IF_ERROR(CheckArguments(options));
   ProcessGroup group;
   DTRAIN_ASSIGN_OR_RETURN(group.world,
                           rendezvous::InitWorld(options.init, env));
+  if (options.on_rendezvous) options.on_rendezvous(group.world);
+  const int rank = group.world.rank;
+  // Before the backend: NCCL creates its context on the current device.
+  absl::StatusOr<int> device = SelectCudaDevice(options.device, group.world);
+  if (!device.ok()) return WithRank(rank, device.status());
+  group.cuda_device = *device;
   BackendConfig config = options.backend;
+  config.cuda_device = std::max(0, group.cuda_device);
   if (config.gloo_iface.empty()) {
     config.gloo_iface = group.world.launch.gloo_socket_ifname;
   }
-  DTRAIN_ASSIGN_OR_RETURN(
-      group.backend,
-      CreateBackend(group.world.membership(options.timeout), config));
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend(group.world.membership(options.timeout), config);
+  if (!backend.ok()) return WithRank(rank, backend.status());
+  group.backend = *std::move(backend);
   return group;
 }
 

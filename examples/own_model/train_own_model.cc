@@ -33,7 +33,7 @@ struct MlpImpl : torch::nn::Module {
 };
 
 absl::Status Run(int64_t steps, const std::string& checkpoint_dir) {
-  // 1. InitWorld (rank, world size, master: the launcher's) + CreateBackend.
+  // 1. InitWorld (the launcher's rank, world size, master), CPU, gloo backend.
   DTRAIN_ASSIGN_OR_RETURN(backend::ProcessGroup group,
                           backend::InitProcessGroup());
   // 2. The same model and optimizer on every rank.

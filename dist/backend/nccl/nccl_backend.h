@@ -39,7 +39,8 @@ namespace dtrain::backend {
 // bounds creating the communicator and every collective) come in a
 // Membership (membership.h).
 struct NcclBackendOptions {
-  // The CUDA device this rank uses (usually its local rank).
+  // The CUDA device this rank uses (usually its local rank: see
+  // device_choice.h, and InitProcessGroup, which chooses it).
   int device = 0;
 };
 
