@@ -1523,7 +1523,7 @@ dtrain_cc_library(dtrain_trainer_options_launch_options
   PACKAGE trainer/options
   SRCS trainer/options/launch_options.cc
   HDRS trainer/options/launch_options.h
-  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_dist_backend_backend_names dtrain_tp_absl)
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_dist_backend_backend_names dtrain_dist_backend_device_choice dtrain_tp_absl)
 
 # //trainer/options:model_options
 dtrain_cc_library(dtrain_trainer_options_model_options

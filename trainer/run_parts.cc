@@ -33,8 +33,8 @@ absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
   if (cuda_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device=", o.launch.device,
-        ": TrainContext::cuda_device is not set; choose it with "
-        "ChooseCudaDevice and make it current before creating the backend"));
+        ": TrainContext::cuda_device is not set; InitProcessGroup with this "
+        "device chooses it (ProcessGroup::cuda_device) and makes it current"));
   }
   if (!torch::cuda::is_available() ||
       cuda_device >= static_cast<int>(torch::cuda::device_count())) {

@@ -3,12 +3,12 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "dist/backend/backend_names.h"
+#include "dist/backend/device_choice.h"
 #include "trainer/options/common.h"
 
 namespace dtrain::trainer {
@@ -37,13 +37,7 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
   }
   if (o.timeout <= absl::ZeroDuration())
     return Invalid("timeout", "must be > 0");
-  int index = -1;
-  if (o.device != "cpu" && o.device != "cuda" &&
-      (!absl::StartsWith(o.device, "cuda:") ||
-       !absl::SimpleAtoi(o.device.substr(5), &index) || index < 0)) {
-    return Invalid("device",
-                   absl::StrCat("'", o.device, "' is not cpu, cuda or cuda:N"));
-  }
+  DTRAIN_RETURN_IF_ERROR(backend::ParseDevice(o.device).status());
   if (o.dist_backend == "nccl" && o.device == "cpu")
     return Invalid("dist_backend", "nccl needs --device=cuda");
   if (o.dist_backend != "nccl" && o.device != "cpu") {
