@@ -2185,6 +2185,21 @@ dtrain_sh_test(dtrain_tools_launch_torchrun_py_test
   TIMEOUT 60
   ARGS tools/launch/torchrun.py)
 
+# //tools/same_results:same_results
+dtrain_sh_binary(dtrain_tools_same_results
+  OUTPUT tools/same_results/same_results
+  SCRIPT tools/same_results/same_results.sh
+  DATA tools/same_results/compare_results.py)
+
+# //tools/same_results:same_results_test
+dtrain_sh_test(dtrain_tools_same_results_same_results_test
+  OUTPUT tools/same_results/same_results_test
+  SCRIPT tools/same_results/same_results_test.sh
+  DATA tools/same_results/compare_results.py tools/same_results/same_results.sh tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_tools_same_results dtrain_trainer_train
+  TIMEOUT 300
+  ARGS tools/same_results/same_results trainer/train tools/same_results/compare_results.py)
+
 # //trainer:amp_test
 dtrain_cc_test(dtrain_trainer_amp_test
   OUTPUT trainer/amp_test
