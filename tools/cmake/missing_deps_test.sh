@@ -20,8 +20,8 @@ rc=$?
 text=$(tr '\n' ' ' <"$tmp/out" | tr -s ' ')
 grep -q 'Google Benchmark not found: no benchmarks in bench/. Left out ([0-9]*): .*bench_data_benchmark' \
   <<<"$text" || fail "no warning naming Google Benchmark and bench_data_benchmark: $text"
-grep -q 'prometheus-cpp not found: .* Left out ([0-9]*): .*trainer_live_metrics' <<<"$text" \
-  || fail "no warning naming prometheus-cpp and trainer_live_metrics: $text"
+grep -q 'prometheus-cpp not found: .* Left out ([0-9]*): .*trainer_report_live_metrics' <<<"$text" \
+  || fail "no warning naming prometheus-cpp and trainer_report_live_metrics: $text"
 [[ $(grep -c 'not found:' "$tmp/out") -eq 2 ]] || fail "want exactly two missing libraries: $text"
 targets=$(grep -oE '^build [^:]+' "$tmp/b/build.ninja" "$tmp/b/Makefile" 2>/dev/null; \
           "$cmake" --build "$tmp/b" --target help 2>/dev/null)

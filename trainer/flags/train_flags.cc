@@ -29,6 +29,12 @@ void SetTrainFlagsUsage() {
   };
   config.contains_help_flags = ours;
   config.contains_helpshort_flags = ours;
+  // Headings name the section's file as in the source tree, whichever build
+  // (Bazel, or CMake with its paths relative to the build folder) made it.
+  config.normalize_filename = [](absl::string_view file) {
+    const size_t at = file.rfind("trainer/flags/");
+    return std::string(at == absl::string_view::npos ? file : file.substr(at));
+  };
   absl::SetFlagsUsageConfig(config);
 }
 
