@@ -72,9 +72,12 @@ absl::Status SmallCollectives::Described(Work& work, const absl::Status& s,
   if (s.ok()) return s;
   const std::string elapsed = FormatElapsed(absl::Now() - started);
   if (!work.IsCompleted()) {
+    // The wait's own words come too: a stall report (who has not joined,
+    // what they last did) rides on them.
     return absl::DeadlineExceededError(
         absl::StrCat(prefix_, what, " did not finish within ", elapsed, " (",
-                     timeout_name_, "); the backend is still running it"));
+                     timeout_name_, "); the backend is still running it",
+                     s.message().empty() ? "" : ": ", s.message()));
   }
   return absl::Status(s.code(), absl::StrCat(prefix_, what, " failed after ",
                                              elapsed, ": ", s.message()));

@@ -60,7 +60,8 @@ class SmallCollectives {
 
   // Waits for `work` within the timeout. Errors read "<prefix><what> failed
   // after <time since started>: <backend message>", or say that it did not
-  // finish in time and is still running.
+  // finish in time and is still running, followed by the wait's own message
+  // (with a stall report, the ranks that have not joined).
   absl::Status Wait(Work& work, absl::string_view what,
                     absl::Time started) const;
   // The same with Work::WaitForResult: before reading the result on the
