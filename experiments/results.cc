@@ -465,10 +465,9 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
 
 absl::StatusOr<std::string> ReadClusterTable(const std::string& csv_path,
                                              const Machine& machine) {
-  absl::StatusOr<std::string> csv =
-      base::ReadFile(csv_path, base::kTextFileLimit);
-  if (!csv.ok()) return csv.status();
-  return ClusterTableText(*csv, csv_path, machine);
+  DTRAIN_ASSIGN_OR_RETURN(const std::string csv,
+                          base::ReadFile(csv_path, base::kTextFileLimit));
+  return ClusterTableText(csv, csv_path, machine);
 }
 
 absl::StatusOr<std::vector<std::string>> WriteResults(
