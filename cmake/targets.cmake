@@ -617,6 +617,14 @@ dtrain_cc_library(dtrain_dist_ddp_collectives
   HDRS dist/ddp/collectives.h
   DEPS dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
 
+# //dist/ddp:comm_hook
+dtrain_cc_library(dtrain_dist_ddp_comm_hook
+  EXPORT_NAME ddp_comm_hook
+  PACKAGE dist/ddp
+  SRCS dist/ddp/comm_hook.cc
+  HDRS dist/ddp/comm_hook.h
+  DEPS dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/ddp:ddp_types
 dtrain_cc_library(dtrain_dist_ddp_ddp_types
   EXPORT_NAME ddp_ddp_types
@@ -648,13 +656,21 @@ dtrain_cc_library(dtrain_dist_ddp_bucket_assignment
   HDRS dist/ddp/bucket_assignment.h
   DEPS dtrain_tp_absl)
 
+# //dist/ddp/hooks:allreduce_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_allreduce_hook
+  EXPORT_NAME ddp_hooks_allreduce_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/allreduce_hook.cc
+  HDRS dist/ddp/hooks/allreduce_hook.h
+  DEPS dtrain_base_status_macros dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/ddp:reducer
 dtrain_cc_library(dtrain_dist_ddp_reducer
   EXPORT_NAME ddp_reducer
   PACKAGE dist/ddp
   SRCS dist/ddp/reducer.cc
   HDRS dist/ddp/reducer.h
-  DEPS dtrain_dist_ddp_bucket_assignment dtrain_dist_ddp_collectives dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_fingerprint dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_describe dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_ddp_bucket_assignment dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_fingerprint dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_describe dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:ddp
 dtrain_cc_library(dtrain_dist_ddp
@@ -662,7 +678,7 @@ dtrain_cc_library(dtrain_dist_ddp
   PACKAGE dist/ddp
   SRCS dist/ddp/ddp.cc
   HDRS dist/ddp/ddp.h
-  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_sync dtrain_dist_ddp_reducer dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_sync dtrain_dist_ddp_reducer dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
 
 # //models:model
 dtrain_cc_library(dtrain_models_model
@@ -1258,11 +1274,19 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_placement_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/ddp/hooks:compress_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
+  EXPORT_NAME ddp_hooks_compress_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/compress_hook.cc
+  HDRS dist/ddp/hooks/compress_hook.h
+  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/ddp:ddp_test
 dtrain_cc_test(dtrain_dist_ddp_ddp_test
   OUTPUT dist/ddp/ddp_test
   SRCS dist/ddp/ddp_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/ddp:model_fingerprint_test
@@ -1723,7 +1747,7 @@ dtrain_cc_library(dtrain_trainer_run_assembly
   PACKAGE trainer
   SRCS trainer/run_assembly.cc
   HDRS trainer/run_assembly.h
-  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
 
 # //trainer:run_outputs
 dtrain_cc_library(dtrain_trainer_run_outputs

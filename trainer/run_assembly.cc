@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/compute_threads.h"
 #include "base/status_macros.h"
+#include "dist/ddp/hooks/compress_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "trainer/amp.h"
 #include "trainer/run_parts.h"
@@ -100,6 +101,10 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
 
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
                                      p.model, backend, MakeDdpOptions(o)));
+  if (o.parallel.fp16_allreduce) {
+    DTRAIN_RETURN_IF_ERROR(
+        p.ddp->RegisterCommHook(ddp::hooks::Fp16CompressHook()));
+  }
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   p.step = std::make_unique<TrainStep>(
       StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},

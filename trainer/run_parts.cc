@@ -154,7 +154,6 @@ ddp::DdpOptions MakeDdpOptions(const TrainOptions& o) {
   // measures what the machine does with no communication at all.
   d.broadcast_buffers = o.parallel.sync_gradients;
   d.timeout = o.launch.timeout;
-  d.fp16_compression = o.parallel.fp16_allreduce;
   return d;
 }
 

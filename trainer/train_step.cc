@@ -51,7 +51,9 @@ absl::Status TrainStep::Begin(int64_t micro_batches) {
   done_ = 0;
   outcome_ = StepOutcome{};
   outcome_.loss_scale = scaler_.has_value() ? scaler_->scale() : 1.0;
-  optimizer_.zero_grad();
+  // In place, not reset to undefined (LibTorch 2's Optimizer::zero_grad): DDP's
+  // .grad are views of its buckets, and a reset one costs a copy back.
+  model_.zero_grad(/*set_to_none=*/false);
   return absl::OkStatus();
 }
 

@@ -58,6 +58,13 @@ DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
   return ddp;
 }
 
+absl::Status DistributedDataParallel::RegisterCommHook(
+    std::shared_ptr<CommHook> hook) {
+  return reducer_->RegisterCommHook(std::move(hook));
+}
+
+CommHook& DistributedDataParallel::comm_hook() { return reducer_->comm_hook(); }
+
 const std::vector<BucketInfo>& DistributedDataParallel::buckets() const {
   return reducer_->buckets();
 }

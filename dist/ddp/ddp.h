@@ -38,21 +38,20 @@
 // grouped into flat buckets (a bucket closes once it reaches its cap:
 // first_bucket_cap_bytes for the first, bucket_cap_bytes for the rest, as in
 // PyTorch; one dtype per bucket, allocated on the parameters' device, so
-// NCCL's gradients never leave the GPU). A hook on each parameter copies
-// its gradient into its bucket during backward; a complete bucket is
-// allreduced at once, asynchronously, but only after every earlier bucket was
-// launched, so every rank issues the same collectives in the same order and
-// communication overlaps the rest of backward.
-//
-// Hooks and accumulation: a LibTorch tensor hook on a leaf sees the incoming
-// gradient g before AccumulateGrad adds it to .grad. The hook therefore puts
-// .grad + g into the bucket (just g when .grad is undefined), which is what
-// PyTorch's DDP reads from .grad after accumulation; SynchronizeGradients then
-// overwrites .grad with the average. So with or without no_sync, .grad ends up
-// as the average over ranks of each rank's locally accumulated gradient,
-// exactly as in PyTorch. Parameters whose hook did not run in a synchronised
-// step (unused ones) contribute their current .grad, or zeros, as PyTorch
-// with find_unused_parameters=True; UnusedParameters::kError fails instead.
+// NCCL's gradients never leave the GPU). A hook on each parameter's gradient
+// accumulator runs once backward has added the gradient into .grad; with
+// gradient_as_bucket_view (the default) .grad is the parameter's slice of
+// its bucket, so there is nothing to copy; otherwise the hook copies .grad
+// into the bucket. A complete bucket goes to the communication hook
+// (comm_hook.h; an allreduce unless RegisterCommHook chose another) at once,
+// but only after every earlier bucket was launched, so every rank issues the
+// same collectives in the same order and communication overlaps the rest of
+// backward. SynchronizeGradients leaves the average in .grad. So with or
+// without no_sync, .grad ends up as the average over ranks of each rank's
+// locally accumulated gradient, exactly as in PyTorch. Parameters that got no
+// gradient in a synchronised step (unused ones) contribute their current
+// .grad, or zeros, as PyTorch with find_unused_parameters=True;
+// UnusedParameters::kError fails instead.
 // Unlike PyTorch, every such parameter gets a defined .grad afterwards (zeros
 // when unused everywhere), where PyTorch leaves a globally unused one alone.
 // Whether a backward synchronises is decided when its hooks run (PyTorch
@@ -91,6 +90,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dist/backend/backend.h"
+#include "dist/ddp/comm_hook.h"
 #include "dist/ddp/ddp_types.h"
 
 namespace dtrain::ddp {
@@ -114,6 +114,16 @@ class DistributedDataParallel {
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Replaces the built-in allreduce with `hook` (PyTorch's
+  // register_comm_hook; built-in hooks in dist/ddp/hooks/). Collective: every
+  // rank registers the same kind of hook, once, before the first synchronised
+  // backward (kFailedPrecondition otherwise). A failed Setup breaks the
+  // object.
+  absl::Status RegisterCommHook(std::shared_ptr<CommHook> hook);
+  // The hook in use: for checkpointing its State after SynchronizeGradients
+  // and restoring it with LoadState before the first step.
+  CommHook& comm_hook();
 
   // Call before each forward pass. Broadcasts buffers from rank 0 when
   // broadcast_buffers is set, unless the previous PrepareForward ran under

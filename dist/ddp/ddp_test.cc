@@ -5,6 +5,7 @@
 // Gloo on 127.0.0.1; every collective is bounded by a timeout.
 
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/hooks/compress_hook.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -408,10 +409,10 @@ TEST(DdpTest, Fp16CompressionIsCloseToFloat32) {
     RunRanks(kWorld, shm ? Shm() : Gloo(), [&](backend::Backend& b) {
       Mlp model = models[b.rank()];
       DdpOptions options;
-      options.fp16_compression = true;
       options.first_bucket_cap_bytes = 300;
       auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
       ASSERT_TRUE(ddp.ok()) << ddp.status();
+      ASSERT_TRUE((*ddp)->RegisterCommHook(hooks::Fp16CompressHook()).ok());
       for (const BucketInfo& bucket : (*ddp)->buckets())
         EXPECT_EQ(bucket.communicated_bytes * 2, bucket.bytes);
       ASSERT_TRUE((*ddp)->PrepareForward().ok());

@@ -36,10 +36,24 @@ struct DdpOptions {
   // as PyTorch's broadcast_buffers.
   bool broadcast_buffers = true;
   UnusedParameters unused_parameters = UnusedParameters::kZero;
-  // Communicate float32/float64 gradients as float16, divided by the world size
-  // before the sum (PyTorch's fp16_compress_hook): half the bytes, about three
-  // significant digits.
-  bool fp16_compression = false;
+  // Each parameter's .grad is its slice of its bucket (PyTorch's
+  // gradient_as_bucket_view): backward accumulates straight into the bucket
+  // and the average lands in .grad in place, so no copy into the bucket or
+  // back per step, and no second copy of the gradients in memory. Safe with
+  // any optimizer: a .grad that was replaced or reset to undefined is copied
+  // into the bucket and pointed back at it at the next backward (one copy
+  // that step). To keep every step copy-free, zero gradients in place
+  // (Module::zero_grad(/*set_to_none=*/false)) rather than resetting them.
+  bool gradient_as_bucket_view = true;
+  // The graph is the same every step (PyTorch's static_graph): the first
+  // synchronised step learns which parameters get gradients and how many
+  // (reentrant activation checkpointing gives some two); later steps launch
+  // buckets with unused parameters at once and accept a parameter's repeated
+  // gradients. A later step whose counts differ fails, on every rank, with
+  // kFailedPrecondition naming the parameters, instead of averaging
+  // incomplete gradients silently. The first step's buckets all go out at
+  // its end (no overlap that step).
+  bool static_graph = false;
   // Bounds each wait for a collective, on top of the backend's own timeout
   // (which already bounds every collective).
   absl::Duration timeout = absl::InfiniteDuration();
@@ -54,8 +68,8 @@ struct BucketInfo {
   c10::ScalarType dtype = c10::ScalarType::Float;
   // Where the bucket lives: its parameters' device.
   c10::Device device = c10::Device(c10::DeviceType::CPU);
-  // Gradient bytes, and bytes on the wire per allreduce (half with
-  // fp16_compression).
+  // Gradient bytes, and bytes on the wire per step with the registered
+  // communication hook (half with float16 compression).
   int64_t bytes = 0;
   int64_t communicated_bytes = 0;
 };

@@ -2,10 +2,16 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <c10/util/strides.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -14,9 +20,47 @@
 #include "base/torch_guard.h"
 #include "dist/backend/describe.h"
 #include "dist/ddp/bucket_assignment.h"
+#include "dist/ddp/hooks/allreduce_hook.h"
 #include "dist/ddp/model_fingerprint.h"
 
 namespace dtrain::ddp::internal {
+namespace {
+
+// Runs `fn` after AccumulateGrad has added a gradient into .grad, as
+// PyTorch's reducer hooks the gradient accumulator.
+class AfterAccumulation : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterAccumulation(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+// Whether `grad` is `view` itself: the same memory, shape and strides.
+bool IsView(const at::Tensor& grad, const at::Tensor& view) {
+  return grad.defined() && grad.is_alias_of(view) &&
+         grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides();
+}
+
+// The part of `buffer` from `offset`, shaped `sizes`: the same memory, but
+// not an autograd view, so that code which detaches .grad in place (LibTorch
+// 1.13's Optimizer::zero_grad) works on it.
+at::Tensor Slice(const at::Tensor& buffer, int64_t offset,
+                 at::IntArrayRef sizes) {
+  at::Tensor t = at::empty({0}, buffer.options());
+  t.set_(buffer.storage(), buffer.storage_offset() + offset, sizes,
+         c10::contiguous_strides(sizes));
+  return t;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
     const std::vector<std::pair<std::string, at::Tensor>>& parameters,
@@ -33,17 +77,13 @@ Reducer::Reducer(backend::Backend& backend, const DdpOptions& options,
                  at::Device control_device)
     : comm_(DdpCollectives(backend, options.timeout)),
       options_(options),
+      hook_(std::make_shared<hooks::AllReduceHook>()),
       gradient_sync_(gradient_sync),
       control_device_(control_device) {}
 
 Reducer::~Reducer() {
   for (Param& p : params_) {
-    if (!p.hooked) continue;
-    try {
-      p.tensor.remove_hook(p.hook);
-    } catch (const std::exception&) {
-      // The tensor lost its autograd metadata: nothing left to call the hook.
-    }
+    if (p.hooked) p.grad_accumulator->del_post_hook(p.hook);
   }
 }
 
@@ -75,6 +115,11 @@ absl::Status Reducer::Init(
                               DTRAIN_RETURN_IF_ERROR(AddBucket(a, trainable));
                             }
                             ready_.assign(params_.size(), 0);
+                            hook_counts_.assign(params_.size(), 0);
+                            for (Bucket& b : buckets_) {
+                              b.grad.num_buckets =
+                                  static_cast<int>(buckets_.size());
+                            }
                             ResetStep();
                             RegisterHooks();
                             return absl::OkStatus();
@@ -91,60 +136,103 @@ absl::Status Reducer::AddBucket(
   const at::Tensor& first = trainable[a.members.front()].second;
   int64_t numel = 0;
   for (int m : a.members) numel += trainable[m].second.numel();
-  b.compressed =
-      options_.fp16_compression &&
-      (first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble);
-  // What is allreduced lives where the backend reduces it with the fewest
-  // copies (shm: shared memory); only CPU buckets, since backends allocate
-  // CPU tensors. Every rank buckets the same checked parameters the same
-  // way, so every rank makes the same allocations in the same order.
-  const at::ScalarType comm_dtype =
-      b.compressed ? at::kHalf : first.scalar_type();
+  // The bucket lives where the backend reduces it with the fewest copies
+  // (shm: shared memory); only CPU buckets, since backends allocate CPU
+  // tensors. Every rank buckets the same checked parameters the same way,
+  // so every rank makes the same allocations in the same order.
   if (first.is_cpu()) {
-    absl::StatusOr<at::Tensor> comm =
-        comm_.backend().AllocateBuffer(numel, comm_dtype);
-    if (!comm.ok()) {
+    absl::StatusOr<at::Tensor> flat =
+        comm_.backend().AllocateBuffer(numel, first.scalar_type());
+    if (!flat.ok()) {
       return absl::Status(
-          comm.status().code(),
-          absl::StrCat(
-              comm_.prefix(), "allocating bucket ", index, " (", numel, " x ",
-              c10::toString(comm_dtype),
-              ") through the backend failed: ", comm.status().message()));
+          flat.status().code(),
+          absl::StrCat(comm_.prefix(), "allocating bucket ", index, " (",
+                       numel, " x ", c10::toString(first.scalar_type()),
+                       ") through the backend failed: ",
+                       flat.status().message()));
     }
-    b.comm = *std::move(comm);
+    b.grad.buffer = *std::move(flat);
   } else {
-    b.comm = at::zeros({numel}, first.options().dtype(comm_dtype));
+    b.grad.buffer = at::zeros({numel}, first.options());
   }
-  b.comm.set_requires_grad(false);
-  b.flat = b.compressed
-               ? at::zeros({numel}, first.options().requires_grad(false))
-               : b.comm;
+  b.grad.buffer.set_requires_grad(false);
+  b.grad.index = index;
   int64_t offset = 0;
   for (int m : a.members) {
     Param p;
     p.name = trainable[m].first;
     p.tensor = trainable[m].second;
     p.bucket = index;
-    p.view = b.flat.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes());
+    p.view = Slice(b.grad.buffer, offset, p.tensor.sizes());
     offset += p.tensor.numel();
+    if (options_.gradient_as_bucket_view) {
+      // PyTorch's rule: an existing .grad moves into the bucket.
+      at::Tensor& grad = p.tensor.mutable_grad();
+      if (grad.defined()) {
+        p.view.copy_(grad);
+        grad = p.view;
+      }
+    }
     b.params.push_back(static_cast<int>(params_.size()));
+    b.grad.parameters.push_back(p.tensor);
+    b.grad.names.push_back(p.name);
+    b.grad.gradients.push_back(p.view);
     info.parameters.push_back(p.name);
     params_.push_back(std::move(p));
   }
   info.numel = numel;
   info.dtype = first.scalar_type();
-  info.device = b.flat.device();
+  info.device = b.grad.buffer.device();
   info.bytes = a.bytes;
-  info.communicated_bytes = numel * b.comm.element_size();
-  b.label = absl::StrCat("bucket ", index);
-  b.description = absl::StrCat(
-      b.label, " (", backend::FormatBytes(info.bytes), ", ", a.members.size(),
+  const std::string label = absl::StrCat("bucket ", index);
+  b.grad.description = absl::StrCat(
+      label, " (", backend::FormatBytes(info.bytes), ", ", a.members.size(),
       a.members.size() == 1 ? " parameter " : " parameters ",
       info.parameters.front(),
-      a.members.size() == 1 ? "" : ".." + info.parameters.back(),
-      b.compressed ? ", float16 on the wire" : "", ")");
+      a.members.size() == 1 ? "" : ".." + info.parameters.back(), ")");
+  b.comm = std::make_unique<BucketComm>(comm_, label);
+  info.communicated_bytes = hook_->CommunicatedBytes(b.grad);
   buckets_.push_back(std::move(b));
   bucket_info_.push_back(std::move(info));
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::RegisterCommHook(std::shared_ptr<CommHook> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DTRAIN_RETURN_IF_ERROR(broken_);
+  if (hook == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(comm_.prefix(), "the communication hook is null"));
+  }
+  if (hook_registered_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        comm_.prefix(), "a communication hook (", hook_->name(),
+        ") is registered already; register one, once"));
+  }
+  if (steps_ > 0 || step_started_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        comm_.prefix(), "register the communication hook (", hook->name(),
+        ") before the first synchronised backward"));
+  }
+  std::vector<GradBucket> buckets;
+  for (const Bucket& b : buckets_) buckets.push_back(b.grad);
+  absl::Status s = base::GuardTorch(
+      absl::StatusCode::kInternal, comm_.torch_prefix(),
+      [&] { return hook->Setup(buckets, comm_.backend()); });
+  if (!s.ok()) {
+    // Setup may have issued some of its allocations: the ranks may be out
+    // of step.
+    broken_ = absl::Status(
+        s.code(), absl::StrCat(comm_.prefix(), "setting up the ", hook->name(),
+                               " communication hook failed: ", s.message()));
+    return broken_;
+  }
+  hook_ = std::move(hook);
+  hook_registered_ = true;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    bucket_info_[i].communicated_bytes =
+        hook_->CommunicatedBytes(buckets_[i].grad);
+  }
   return absl::OkStatus();
 }
 
@@ -152,9 +240,10 @@ void Reducer::RegisterHooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     const int index = static_cast<int>(i);
+    p.grad_accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
     // `this` stays valid: the destructor removes the hooks.
-    p.hook = p.tensor.register_hook(
-        [this, index](const at::Tensor& grad) { OnGradient(index, grad); });
+    p.hook = p.grad_accumulator->add_post_hook(
+        std::make_unique<AfterAccumulation>([this, index] { OnGradient(index); }));
     p.hooked = true;
   }
 }
@@ -188,7 +277,7 @@ void Reducer::RecordBufferBroadcast(absl::Duration elapsed,
   if (!status.ok()) broken_ = status;
 }
 
-void Reducer::OnGradient(int index, const at::Tensor& grad) {
+void Reducer::OnGradient(int index) {
   if (!gradient_sync_.load()) return;
   const absl::Time start = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -196,37 +285,72 @@ void Reducer::OnGradient(int index, const at::Tensor& grad) {
   if (!step_started_) {
     step_started_ = true;
     first_hook_ = start;
+    MarkKnownUnusedReady();
   }
+  last_hook_ = start;
   Param& p = params_[index];
-  if (ready_[index]) {
+  if (options_.static_graph) {
+    const int count = ++hook_counts_[index];
+    // The first step only counts: its buckets go out in Synchronize.
+    if (!static_known_) return;
+    if (count != expected_hooks_[index]) {
+      if (count > expected_hooks_[index] &&
+          std::find(graph_changed_.begin(), graph_changed_.end(), p.name) ==
+              graph_changed_.end()) {
+        graph_changed_.push_back(p.name);
+      }
+      return;
+    }
+  } else if (ready_[index]) {
     // Its bucket may be on the wire already: leave it alone and report.
     if (std::find(twice_.begin(), twice_.end(), p.name) == twice_.end())
       twice_.push_back(p.name);
     return;
   }
+  CopyGradIntoBucket(p);
+  MarkReady(index, /*in_backward=*/true);
+  last_hook_ = absl::Now();
+  hooks_ += last_hook_ - start;
+}
+
+void Reducer::CopyGradIntoBucket(Param& p) {
   absl::Status s =
       base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
-        if (grad.is_sparse()) {
+        at::NoGradGuard no_grad;
+        at::Tensor& grad = p.tensor.mutable_grad();
+        if (grad.defined() && grad.is_sparse()) {
           return absl::UnimplementedError("sparse gradients are not supported");
         }
-        at::NoGradGuard no_grad;
-        const at::Tensor& existing = p.tensor.grad();
-        // The hook runs before AccumulateGrad: the bucket takes what .grad
-        // will hold after it, as PyTorch's DDP reads it.
-        if (existing.defined()) {
-          at::add_out(p.view, existing, grad);
-        } else {
+        if (options_.gradient_as_bucket_view) {
+          // After the first step .grad is the view and AccumulateGrad added
+          // into it in place: nothing to copy.
+          if (IsView(grad, p.view)) return absl::OkStatus();
+          if (grad.defined()) {
+            p.view.copy_(grad);
+          } else {
+            p.view.zero_();
+          }
+          grad = p.view;
+        } else if (grad.defined()) {
           p.view.copy_(grad);
+        } else {
+          p.view.zero_();
         }
         return absl::OkStatus();
       });
   if (!s.ok()) {
     KeepFirstError(s, absl::StrCat("copying the gradient of ", p.name, " into ",
-                                   buckets_[p.bucket].description));
+                                   buckets_[p.bucket].grad.description));
   }
-  MarkReady(index, /*in_backward=*/true);
-  last_hook_ = absl::Now();
-  hooks_ += last_hook_ - start;
+}
+
+void Reducer::MarkKnownUnusedReady() {
+  if (!options_.static_graph || !static_known_) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (expected_hooks_[i] != 0 || ready_[i]) continue;
+    CopyGradIntoBucket(params_[i]);
+    MarkReady(static_cast<int>(i), /*in_backward=*/true);
+  }
 }
 
 void Reducer::MarkReady(int index, bool in_backward) {
@@ -240,23 +364,23 @@ void Reducer::MarkReady(int index, bool in_backward) {
 }
 
 void Reducer::Launch(Bucket& b, bool in_backward) {
-  backend::Backend& backend = comm_.backend();
-  // Before the call: the backend's thread may start it before it returns.
   b.launched_at = last_launch_ = absl::Now();
   b.launched_in_backward = in_backward;
-  if (b.compressed) {
-    absl::Status s =
-        base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
-          at::NoGradGuard no_grad;
-          // PyTorch's fp16_compress_hook: cast, divide, sum.
-          b.comm.copy_(b.flat);
-          b.comm.div_(backend.size());
-          return absl::OkStatus();
-        });
-    if (!s.ok()) KeepFirstError(s, absl::StrCat("compressing ", b.description));
-    b.work = backend.AllReduce(b.comm, backend::ReduceOp::kSum, b.label);
-  } else {
-    b.work = backend.AllReduce(b.comm, backend::ReduceOp::kAverage, b.label);
+  b.comm->Reset(absl::StrCat(StepNameLocked(), ", ", b.grad.description));
+  absl::Status s = base::GuardTorch(
+      absl::StatusCode::kInternal, "LibTorch: ", [&] {
+        at::NoGradGuard no_grad;
+        b.work = hook_->Launch(b.grad, *b.comm);
+        if (b.work == nullptr) {
+          return absl::InternalError("the hook returned no work");
+        }
+        return absl::OkStatus();
+      });
+  if (!s.ok()) {
+    b.work.reset();
+    KeepFirstError(s, absl::StrCat("the ", hook_->name(),
+                                   " communication hook on ",
+                                   b.grad.description));
   }
 }
 
@@ -274,8 +398,11 @@ absl::Status Reducer::Synchronize() {
   const std::string step_name = StepNameLocked();
 
   StepStats stats;
+  if (!step_started_) {
+    first_hook_ = last_hook_ = start;
+    MarkKnownUnusedReady();
+  }
   const std::vector<char> unused = FillInUnused(&stats.unused_parameters);
-  if (!step_started_) first_hook_ = last_hook_ = start;
 
   // Which parameters went unused where, for kError.
   std::shared_ptr<backend::Work> unused_work;
@@ -316,9 +443,16 @@ absl::Status Reducer::Synchronize() {
   for (const Bucket& b : buckets_) {
     stats.buckets_launched_in_backward += b.launched_in_backward ? 1 : 0;
     stats.bucket_launch_offsets.push_back(b.launched_at - first_hook_);
-    if (const absl::optional<backend::WorkTimes> t = b.work->times()) {
-      stats.bucket_start_offsets.push_back(t->started - first_hook_);
-      stats.bucket_finish_offsets.push_back(t->finished - first_hook_);
+    const std::vector<BucketComm::Launched>& launched = b.comm->launched();
+    if (launched.empty()) continue;
+    // From the start of the bucket's first collective to the end of its last.
+    const absl::optional<backend::WorkTimes> first =
+        launched.front().work->times();
+    const absl::optional<backend::WorkTimes> last =
+        launched.back().work->times();
+    if (first && last) {
+      stats.bucket_start_offsets.push_back(first->started - first_hook_);
+      stats.bucket_finish_offsets.push_back(last->finished - first_hook_);
     }
   }
   // All or nothing: offsets line up with buckets.
@@ -335,11 +469,16 @@ absl::Status Reducer::Synchronize() {
   stats.exposed_communication = waited;
   stats.buffer_broadcast = buffer_broadcast_;
   const std::vector<std::string> twice = twice_;
+  const std::vector<std::string> changed = graph_changed_;
+  const bool learned_graph = options_.static_graph && !static_known_;
+  if (learned_graph) {
+    expected_hooks_ = hook_counts_;
+    static_known_ = true;
+  }
   last_works_.clear();
   for (const Bucket& b : buckets_) {
-    last_works_.push_back(
-        {b.work, absl::StrCat(step_name, ", ", b.description, " allreduce"),
-         b.launched_at});
+    for (const BucketComm::Launched& l : b.comm->launched())
+      last_works_.push_back(l);
   }
   ResetStep();
   stats.synchronize = absl::Now() - start;
@@ -352,36 +491,47 @@ absl::Status Reducer::Synchronize() {
         "SynchronizeGradients (",
         absl::StrJoin(twice, ", "),
         "): the later gradients are in .grad locally but were not averaged; "
-        "run all but the last backward of a step under NoSync"));
+        "run all but the last backward of a step under NoSync, or set "
+        "DdpOptions::static_graph if every step does this the same way"));
+  }
+  if (!changed.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        comm_.prefix(), step_name, ": static_graph is set but the graph "
+        "changed since the first step: ", changed.size(),
+        " parameter(s) received a different number of gradients (",
+        absl::StrJoin(changed, ", "),
+        "); their buckets were averaged with what they held when the "
+        "first step's count was reached. Turn static_graph off for a model "
+        "whose graph changes"));
   }
   if (unused_work == nullptr) return absl::OkStatus();
   return CheckUnused(step_name, unused_maps);
 }
 
 std::vector<char> Reducer::FillInUnused(std::vector<std::string>* names) {
-  // Parameters whose hook did not run contribute .grad or zeros (PyTorch's
-  // find_unused_parameters); marking them ready launches every bucket still
-  // pending, in order, even when a copy failed, so the ranks stay in step.
+  // Parameters whose gradient is not in its bucket yet contribute .grad or
+  // zeros (PyTorch's find_unused_parameters); marking them ready launches
+  // every bucket still pending, in order, even when a copy failed, so the
+  // ranks stay in step.
   std::vector<char> unused(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (ready_[i]) continue;
     Param& p = params_[i];
-    unused[i] = 1;
-    names->push_back(p.name);
-    absl::Status s =
-        base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
-          at::NoGradGuard no_grad;
-          const at::Tensor& grad = p.tensor.grad();
-          if (grad.defined()) {
-            p.view.copy_(grad);
-          } else {
-            p.view.zero_();
-          }
-          return absl::OkStatus();
-        });
-    if (!s.ok()) {
-      KeepFirstError(s, absl::StrCat("filling in ", p.name, " (no gradient)"));
+    if (options_.static_graph) {
+      // Unused: no gradient at all. After the first step, fewer gradients
+      // than the first step had means the graph changed.
+      unused[i] = hook_counts_[i] == 0 ? 1 : 0;
+      if (static_known_ && !ready_[i] &&
+          hook_counts_[i] != expected_hooks_[i] &&
+          std::find(graph_changed_.begin(), graph_changed_.end(), p.name) ==
+              graph_changed_.end()) {
+        graph_changed_.push_back(p.name);
+      }
+    } else {
+      unused[i] = ready_[i] ? 0 : 1;
     }
+    if (unused[i]) names->push_back(p.name);
+    if (ready_[i]) continue;
+    CopyGradIntoBucket(p);
     MarkReady(static_cast<int>(i), /*in_backward=*/false);
   }
   return unused;
@@ -391,24 +541,52 @@ absl::Status Reducer::WaitForBuckets(const std::string& step_name,
                                      backend::Work* unused_work,
                                      absl::Duration* waited) {
   absl::Status failure;
-  for (Bucket& b : buckets_) {
-    const absl::Time wait_start = absl::Now();
-    absl::Status w = comm_.Wait(
-        *b.work, absl::StrCat(step_name, ", ", b.description, " allreduce"),
-        b.launched_at);
-    *waited += absl::Now() - wait_start;
-    if (!w.ok() && failure.ok()) failure = w;
+  const absl::Time wait_start = absl::Now();
+  // Rounds: every unfinished bucket's work continues once per round, in
+  // bucket order, so multi-stage hooks issue their stages alike everywhere.
+  std::vector<char> done(buckets_.size(), 0);
+  size_t remaining = buckets_.size();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i].work == nullptr) {
+      done[i] = 1;
+      --remaining;
+    }
+  }
+  while (remaining > 0) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      if (done[i]) continue;
+      Bucket& b = buckets_[i];
+      absl::StatusOr<BucketWork::Progress> progress =
+          BucketWork::Progress::kDone;
+      absl::Status s = base::GuardTorch(
+          absl::StatusCode::kInternal, "LibTorch: ", [&] {
+            at::NoGradGuard no_grad;
+            progress = b.work->Continue();
+            return absl::OkStatus();
+          });
+      if (s.ok()) s = progress.status();
+      if (!s.ok() && !absl::StartsWith(s.message(), comm_.prefix())) {
+        s = absl::Status(
+            s.code(), absl::StrCat(comm_.prefix(), step_name, ", ",
+                                   b.grad.description, ": the ", hook_->name(),
+                                   " communication hook failed: ", s.message()));
+      }
+      if (!s.ok() || *progress == BucketWork::Progress::kDone) {
+        done[i] = 1;
+        --remaining;
+      }
+      if (!s.ok() && failure.ok()) failure = s;
+    }
   }
   if (unused_work != nullptr) {
-    const absl::Time wait_start = absl::Now();
     // CheckUnused reads the flags on the host.
     absl::Status w = comm_.WaitForResult(
         *unused_work,
         absl::StrCat(step_name, ", exchange of unused-parameter flags"),
-        wait_start);
-    *waited += absl::Now() - wait_start;
+        absl::Now());
     if (!w.ok() && failure.ok()) failure = w;
   }
+  *waited = absl::Now() - wait_start;
   return failure;
 }
 
@@ -416,12 +594,13 @@ absl::Status Reducer::WriteAverages() {
   return base::GuardTorch(
       absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
         at::NoGradGuard no_grad;
-        for (Bucket& b : buckets_) {
-          if (b.compressed) b.flat.copy_(b.comm);
-        }
         for (Param& p : params_) {
           at::Tensor& grad = p.tensor.mutable_grad();
-          if (grad.defined()) {
+          if (options_.gradient_as_bucket_view) {
+            // CopyGradIntoBucket made .grad the view; the user may have
+            // replaced it since.
+            if (!IsView(grad, p.view)) grad = p.view;
+          } else if (grad.defined()) {
             grad.copy_(p.view);
           } else {
             grad = at::empty_like(p.tensor, at::MemoryFormat::Preserve)
@@ -461,13 +640,13 @@ absl::Status Reducer::CheckUnused(const std::string& step_name,
 }
 
 absl::Status Reducer::ConfirmLastStep() {
-  std::vector<Launched> works;
+  std::vector<BucketComm::Launched> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
     DTRAIN_RETURN_IF_ERROR(broken_);
     works = last_works_;
   }
-  for (const Launched& l : works) {
+  for (const BucketComm::Launched& l : works) {
     absl::Status s = comm_.WaitForResult(*l.work, l.what, l.launched_at);
     if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -480,6 +659,8 @@ absl::Status Reducer::ConfirmLastStep() {
 
 void Reducer::ResetStep() {
   std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(hook_counts_.begin(), hook_counts_.end(), 0);
+  graph_changed_.clear();
   for (Bucket& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.work.reset();

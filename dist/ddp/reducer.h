@@ -1,19 +1,22 @@
-// The reducer of DistributedDataParallel: flat gradient buckets, the autograd
-// hooks that fill them during backward, each bucket's allreduce (as float16
-// with fp16 compression) launched in bucket order, the waits, the averages
-// written back into .grad, no_sync and unused parameters, and the per-step
-// statistics. PyTorch's reducer.cpp plays the same part.
+// The reducer of DistributedDataParallel: flat gradient buckets (or the
+// parameters' .grad as views of them), the autograd hooks that mark
+// gradients ready during backward, each bucket handed to the communication
+// hook in bucket order, the rounds that drive the hooks' work to the end,
+// the averages written back into .grad, no_sync, unused parameters, the
+// static graph's bookkeeping and the per-step statistics. PyTorch's
+// reducer.cpp plays the same part.
 //
-// Call order: Create allocates each CPU bucket's communicated tensor through
+// Call order: Create allocates each CPU bucket through
 // Backend::AllocateBuffer (a collective on the shm backend), one per bucket
-// in bucket order, identical on every rank. A synchronised backward launches
-// bucket allreduces from the hooks, and Synchronize launches the rest and
-// waits, so every rank must run them in the same sequence (see ddp.h).
+// in bucket order, identical on every rank; RegisterCommHook's Setup may
+// allocate more. A synchronised backward launches buckets from the hooks,
+// and Synchronize launches the rest and waits, so every rank must run them
+// in the same sequence (see ddp.h).
 //
-// Thread safety: the hooks may run on LibTorch's autograd threads; the state
-// they touch is guarded by one mutex, which Synchronize releases while it
-// waits. The other methods belong to the training thread and must not run
-// concurrently with backward.
+// Thread safety: the autograd hooks may run on LibTorch's autograd threads;
+// the state they touch is guarded by one mutex, which Synchronize releases
+// while it waits. The other methods belong to the training thread and must
+// not run concurrently with backward.
 //
 // Lifetimes: the backend and the gradient-sync flag must outlive the reducer,
 // and the parameter tensors must not be replaced while it lives. Create
@@ -27,6 +30,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,16 +42,24 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
+#include "dist/backend/small_collectives.h"
 #include "dist/ddp/bucket_assignment.h"
 #include "dist/ddp/collectives.h"
+#include "dist/ddp/comm_hook.h"
 #include "dist/ddp/ddp_types.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
 
 namespace dtrain::ddp::internal {
 
 class Reducer {
  public:
   // Buckets `parameters` (name and tensor, in registration order; bucketed in
-  // reverse) by `options`' caps and registers a gradient hook on each.
+  // reverse) by `options`' caps and registers a hook on each one's gradient
+  // accumulator. The communication hook is hooks::AllReduceHook until
+  // RegisterCommHook.
   // Gradients are communicated only while `gradient_sync` is true; small
   // control exchanges run on `control_device`. LibTorch exceptions become
   // kInternal.
@@ -59,6 +71,11 @@ class Reducer {
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
+
+  // Collective (the hook's Setup). Once, before the first synchronised
+  // backward: kFailedPrecondition otherwise.
+  absl::Status RegisterCommHook(std::shared_ptr<CommHook> hook);
+  CommHook& comm_hook() const { return *hook_; }
 
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
   // The last synchronised step; read after Synchronize returned.
@@ -92,24 +109,25 @@ class Reducer {
     std::string name;
     at::Tensor tensor;
     int bucket = -1;
-    // The parameter's slice of its bucket, shaped like the parameter.
+    // The parameter's slice of its bucket, shaped like the parameter (its
+    // .grad with gradient_as_bucket_view).
     at::Tensor view;
+    // Kept alive here: the tensor holds it weakly, and a new one would not
+    // have the hook.
+    std::shared_ptr<torch::autograd::Node> grad_accumulator;
     bool hooked = false;
-    unsigned hook = 0;
+    uintptr_t hook = 0;
   };
 
   struct Bucket {
     std::vector<int> params;  // Indices into params_.
-    at::Tensor flat;
-    // What is allreduced: `flat`, or its float16 copy with fp16 compression.
-    // Allocated by the backend (AllocateBuffer) for CPU buckets.
-    at::Tensor comm;
-    bool compressed = false;
-    std::string label;        // "bucket 3", for the backend's messages.
-    std::string description;  // "bucket 3 (2.1 MiB, 14 parameters a..b)".
+    // What the communication hook sees; grad.buffer is the flat gradients,
+    // allocated by the backend (AllocateBuffer) for CPU buckets.
+    GradBucket grad;
+    std::unique_ptr<BucketComm> comm;
     // Per step.
     int pending = 0;
-    std::shared_ptr<backend::Work> work;
+    std::unique_ptr<BucketWork> work;
     absl::Time launched_at;
     bool launched_in_backward = false;
   };
@@ -128,15 +146,22 @@ class Reducer {
       const std::vector<std::pair<std::string, at::Tensor>>& trainable);
   void RegisterHooks();
 
-  // The gradient hook of params_[index].
-  void OnGradient(int index, const at::Tensor& grad);
+  // Runs after params_[index]'s gradient was accumulated into .grad.
+  void OnGradient(int index);
 
   // The methods below require mu_.
   std::string StepNameLocked() const;
+  // Puts the parameter's accumulated .grad (zeros when undefined) into its
+  // bucket; with gradient_as_bucket_view, .grad becomes the view.
+  void CopyGradIntoBucket(Param& p);
   void MarkReady(int index, bool in_backward);
-  // Always issues the allreduce, so that ranks stay in step even when
-  // preparing the bucket failed here.
+  // Hands the bucket to the communication hook, which always issues its
+  // collectives, so that ranks stay in step even when preparing the bucket
+  // failed here.
   void Launch(Bucket& b, bool in_backward);
+  // With a static graph, once the first step is known: the parameters that
+  // get no gradient are ready as the step starts.
+  void MarkKnownUnusedReady();
   // Keeps the first local failure of the step, reported after the waits so
   // that every rank still issues every collective.
   void KeepFirstError(const absl::Status& s, absl::string_view doing);
@@ -147,9 +172,10 @@ class Reducer {
   // Clears the per-step state for the next synchronised step.
   void ResetStep();
 
-  // Waits for every bucket (and `unused_work` when not null) in launch order;
-  // the first failure wins. Runs without mu_: only the training thread
-  // touches the buckets' work between launch and ResetStep.
+  // Drives every bucket's work to the end in rounds (BucketWork::Continue)
+  // and waits for `unused_work` when not null; the first failure wins. Runs
+  // without mu_: only the training thread touches the buckets' work between
+  // launch and ResetStep.
   absl::Status WaitForBuckets(const std::string& step_name,
                               backend::Work* unused_work,
                               absl::Duration* waited);
@@ -160,6 +186,8 @@ class Reducer {
 
   const backend::SmallCollectives comm_;
   const DdpOptions options_;
+  std::shared_ptr<CommHook> hook_;
+  bool hook_registered_ = false;
   const std::atomic<bool>& gradient_sync_;
   const at::Device control_device_;
 
@@ -170,12 +198,7 @@ class Reducer {
   // The last synchronised step's allreduces, kept until the next step ends so
   // that ConfirmLastStep can wait for them (and the stall inspector sees them
   // until they finish), with what to call them.
-  struct Launched {
-    std::shared_ptr<backend::Work> work;
-    std::string what;
-    absl::Time launched_at;
-  };
-  std::vector<Launched> last_works_;
+  std::vector<BucketComm::Launched> last_works_;
 
   mutable std::mutex mu_;
   // A communication failure or a broken invariant: returned by every call.
@@ -192,6 +215,12 @@ class Reducer {
   absl::Duration hooks_;
   absl::Status hook_error_;
   std::vector<std::string> twice_;
+  // static_graph: gradients each parameter received this step, and in the
+  // first step (known once static_known_); parameters whose count differs.
+  std::vector<int> hook_counts_;
+  std::vector<int> expected_hooks_;
+  bool static_known_ = false;
+  std::vector<std::string> graph_changed_;
 };
 
 }  // namespace dtrain::ddp::internal
