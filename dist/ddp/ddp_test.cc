@@ -5,7 +5,6 @@
 // Gloo on 127.0.0.1; every collective is bounded by a timeout.
 
 #include "dist/ddp/ddp.h"
-#include "dist/ddp/hooks/compress_hook.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -27,6 +26,7 @@
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/shm/shm_backend.h"
 #include "dist/ddp/ddp_testing.h"
+#include "dist/ddp/hooks/compress_hook.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

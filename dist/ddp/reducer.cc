@@ -2,9 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/strides.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
-#include <c10/util/strides.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -108,22 +108,21 @@ absl::Status Reducer::Init(
                                         {options_.first_bucket_cap_bytes,
                                          options_.bucket_cap_bytes}));
 
-  return base::GuardTorch(absl::StatusCode::kInternal, comm_.torch_prefix(),
-                          [&] {
-                            at::NoGradGuard no_grad;
-                            for (const BucketAssignment& a : assignment) {
-                              DTRAIN_RETURN_IF_ERROR(AddBucket(a, trainable));
-                            }
-                            ready_.assign(params_.size(), 0);
-                            hook_counts_.assign(params_.size(), 0);
-                            for (Bucket& b : buckets_) {
-                              b.grad.num_buckets =
-                                  static_cast<int>(buckets_.size());
-                            }
-                            ResetStep();
-                            RegisterHooks();
-                            return absl::OkStatus();
-                          });
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
+        at::NoGradGuard no_grad;
+        for (const BucketAssignment& a : assignment) {
+          DTRAIN_RETURN_IF_ERROR(AddBucket(a, trainable));
+        }
+        ready_.assign(params_.size(), 0);
+        hook_counts_.assign(params_.size(), 0);
+        for (Bucket& b : buckets_) {
+          b.grad.num_buckets = static_cast<int>(buckets_.size());
+        }
+        ResetStep();
+        RegisterHooks();
+        return absl::OkStatus();
+      });
 }
 
 absl::Status Reducer::AddBucket(
@@ -146,10 +145,10 @@ absl::Status Reducer::AddBucket(
     if (!flat.ok()) {
       return absl::Status(
           flat.status().code(),
-          absl::StrCat(comm_.prefix(), "allocating bucket ", index, " (",
-                       numel, " x ", c10::toString(first.scalar_type()),
-                       ") through the backend failed: ",
-                       flat.status().message()));
+          absl::StrCat(
+              comm_.prefix(), "allocating bucket ", index, " (", numel, " x ",
+              c10::toString(first.scalar_type()),
+              ") through the backend failed: ", flat.status().message()));
     }
     b.grad.buffer = *std::move(flat);
   } else {
@@ -205,20 +204,20 @@ absl::Status Reducer::RegisterCommHook(std::shared_ptr<CommHook> hook) {
         absl::StrCat(comm_.prefix(), "the communication hook is null"));
   }
   if (hook_registered_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        comm_.prefix(), "a communication hook (", hook_->name(),
-        ") is registered already; register one, once"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(comm_.prefix(), "a communication hook (", hook_->name(),
+                     ") is registered already; register one, once"));
   }
   if (steps_ > 0 || step_started_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        comm_.prefix(), "register the communication hook (", hook->name(),
-        ") before the first synchronised backward"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(comm_.prefix(), "register the communication hook (",
+                     hook->name(), ") before the first synchronised backward"));
   }
   std::vector<GradBucket> buckets;
   for (const Bucket& b : buckets_) buckets.push_back(b.grad);
-  absl::Status s = base::GuardTorch(
-      absl::StatusCode::kInternal, comm_.torch_prefix(),
-      [&] { return hook->Setup(buckets, comm_.backend()); });
+  absl::Status s =
+      base::GuardTorch(absl::StatusCode::kInternal, comm_.torch_prefix(),
+                       [&] { return hook->Setup(buckets, comm_.backend()); });
   if (!s.ok()) {
     // Setup may have issued some of its allocations: the ranks may be out
     // of step.
@@ -242,8 +241,9 @@ void Reducer::RegisterHooks() {
     const int index = static_cast<int>(i);
     p.grad_accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
     // `this` stays valid: the destructor removes the hooks.
-    p.hook = p.grad_accumulator->add_post_hook(
-        std::make_unique<AfterAccumulation>([this, index] { OnGradient(index); }));
+    p.hook =
+        p.grad_accumulator->add_post_hook(std::make_unique<AfterAccumulation>(
+            [this, index] { OnGradient(index); }));
     p.hooked = true;
   }
 }
@@ -367,8 +367,8 @@ void Reducer::Launch(Bucket& b, bool in_backward) {
   b.launched_at = last_launch_ = absl::Now();
   b.launched_in_backward = in_backward;
   b.comm->Reset(absl::StrCat(StepNameLocked(), ", ", b.grad.description));
-  absl::Status s = base::GuardTorch(
-      absl::StatusCode::kInternal, "LibTorch: ", [&] {
+  absl::Status s =
+      base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
         at::NoGradGuard no_grad;
         b.work = hook_->Launch(b.grad, *b.comm);
         if (b.work == nullptr) {
@@ -378,9 +378,9 @@ void Reducer::Launch(Bucket& b, bool in_backward) {
       });
   if (!s.ok()) {
     b.work.reset();
-    KeepFirstError(s, absl::StrCat("the ", hook_->name(),
-                                   " communication hook on ",
-                                   b.grad.description));
+    KeepFirstError(
+        s, absl::StrCat("the ", hook_->name(), " communication hook on ",
+                        b.grad.description));
   }
 }
 
@@ -496,8 +496,10 @@ absl::Status Reducer::Synchronize() {
   }
   if (!changed.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        comm_.prefix(), step_name, ": static_graph is set but the graph "
-        "changed since the first step: ", changed.size(),
+        comm_.prefix(), step_name,
+        ": static_graph is set but the graph "
+        "changed since the first step: ",
+        changed.size(),
         " parameter(s) received a different number of gradients (",
         absl::StrJoin(changed, ", "),
         "); their buckets were averaged with what they held when the "
@@ -558,8 +560,8 @@ absl::Status Reducer::WaitForBuckets(const std::string& step_name,
       Bucket& b = buckets_[i];
       absl::StatusOr<BucketWork::Progress> progress =
           BucketWork::Progress::kDone;
-      absl::Status s = base::GuardTorch(
-          absl::StatusCode::kInternal, "LibTorch: ", [&] {
+      absl::Status s =
+          base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
             at::NoGradGuard no_grad;
             progress = b.work->Continue();
             return absl::OkStatus();
@@ -567,9 +569,10 @@ absl::Status Reducer::WaitForBuckets(const std::string& step_name,
       if (s.ok()) s = progress.status();
       if (!s.ok() && !absl::StartsWith(s.message(), comm_.prefix())) {
         s = absl::Status(
-            s.code(), absl::StrCat(comm_.prefix(), step_name, ", ",
-                                   b.grad.description, ": the ", hook_->name(),
-                                   " communication hook failed: ", s.message()));
+            s.code(),
+            absl::StrCat(comm_.prefix(), step_name, ", ", b.grad.description,
+                         ": the ", hook_->name(),
+                         " communication hook failed: ", s.message()));
       }
       if (!s.ok() || *progress == BucketWork::Progress::kDone) {
         done[i] = 1;

@@ -7,8 +7,8 @@ namespace dtrain::ddp::hooks {
 std::unique_ptr<BucketWork> AllReduceHook::Launch(GradBucket& bucket,
                                                   BucketComm& comm) {
   return std::make_unique<WaitWork>(
-      comm, comm.AllReduce(bucket.buffer, backend::ReduceOp::kAverage,
-                           "allreduce"),
+      comm,
+      comm.AllReduce(bucket.buffer, backend::ReduceOp::kAverage, "allreduce"),
       "allreduce");
 }
 

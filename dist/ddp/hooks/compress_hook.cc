@@ -78,8 +78,8 @@ absl::Status CompressHook::Setup(const std::vector<GradBucket>& buckets,
                               backend.AllocateBuffer(b.buffer.numel(), wire_));
       compressed_.push_back(std::move(t));
     } else {
-      compressed_.push_back(at::zeros({b.buffer.numel()},
-                                      b.buffer.options().dtype(wire_)));
+      compressed_.push_back(
+          at::zeros({b.buffer.numel()}, b.buffer.options().dtype(wire_)));
     }
   }
   return absl::OkStatus();
@@ -99,8 +99,7 @@ std::unique_ptr<BucketWork> CompressHook::Launch(GradBucket& bucket,
   if (!compressed.defined()) {
     return std::make_unique<WaitWork>(
         comm,
-        comm.AllReduce(bucket.buffer, backend::ReduceOp::kAverage,
-                       "allreduce"),
+        comm.AllReduce(bucket.buffer, backend::ReduceOp::kAverage, "allreduce"),
         "allreduce");
   }
   absl::Status local =
