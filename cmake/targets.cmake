@@ -1267,13 +1267,6 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_equivalence_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_models dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/ddp:ddp_placement_test
-dtrain_cc_test(dtrain_dist_ddp_ddp_placement_test
-  OUTPUT dist/ddp/ddp_placement_test
-  SRCS dist/ddp/ddp_placement_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
-  TIMEOUT 60)
-
 # //dist/ddp/hooks:compress_hook
 dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
   EXPORT_NAME ddp_hooks_compress_hook
@@ -1281,6 +1274,20 @@ dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
   SRCS dist/ddp/hooks/compress_hook.cc
   HDRS dist/ddp/hooks/compress_hook.h
   DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp:ddp_knobs_test
+dtrain_cc_test(dtrain_dist_ddp_ddp_knobs_test
+  OUTPUT dist/ddp/ddp_knobs_test
+  SRCS dist/ddp/ddp_knobs_test.cc
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //dist/ddp:ddp_placement_test
+dtrain_cc_test(dtrain_dist_ddp_ddp_placement_test
+  OUTPUT dist/ddp/ddp_placement_test
+  SRCS dist/ddp/ddp_placement_test.cc
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
 
 # //dist/ddp:ddp_test
 dtrain_cc_test(dtrain_dist_ddp_ddp_test
