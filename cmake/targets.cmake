@@ -1296,6 +1296,14 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/ddp:model_averager
+dtrain_cc_library(dtrain_dist_ddp_model_averager
+  EXPORT_NAME ddp_model_averager
+  PACKAGE dist/ddp
+  SRCS dist/ddp/model_averager.cc
+  HDRS dist/ddp/model_averager.h
+  DEPS dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/ddp:model_fingerprint_test
 dtrain_cc_test(dtrain_dist_ddp_model_fingerprint_test
   OUTPUT dist/ddp/model_fingerprint_test
@@ -1330,6 +1338,21 @@ dtrain_cc_test(dtrain_dist_ddp_sync_batch_norm_test
   OUTPUT dist/ddp/sync_batch_norm_test
   SRCS dist/ddp/sync_batch_norm_test.cc
   DEPS dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //dist/ddp/hooks:local_sgd_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_local_sgd_hook
+  EXPORT_NAME ddp_hooks_local_sgd_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/local_sgd_hook.cc
+  HDRS dist/ddp/hooks/local_sgd_hook.h
+  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp/hooks:local_sgd_test
+dtrain_cc_test(dtrain_dist_ddp_hooks_local_sgd_test
+  OUTPUT dist/ddp/hooks/local_sgd_test
+  SRCS dist/ddp/hooks/local_sgd_test.cc
+  DEPS dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/launch:launcher
