@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "base/compute_threads.h"
 #include "base/status_macros.h"
-#include "dist/ddp/hooks/compress_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "trainer/amp.h"
 #include "trainer/run_parts.h"
@@ -101,14 +100,23 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
 
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
                                      p.model, backend, MakeDdpOptions(o)));
-  if (o.parallel.fp16_allreduce) {
-    DTRAIN_RETURN_IF_ERROR(
-        p.ddp->RegisterCommHook(ddp::hooks::Fp16CompressHook()));
-  }
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<ddp::CommHook> hook,
+                          MakeCommHook(o.parallel));
+  if (hook != nullptr) DTRAIN_RETURN_IF_ERROR(p.ddp->RegisterCommHook(hook));
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   p.step = std::make_unique<TrainStep>(
       StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},
       *p.model, *p.ddp, *p.optimizer, p.device);
+  if (o.parallel.comm_hook == "local_sgd") {
+    p.averager = std::make_unique<ddp::PeriodicModelAverager>(
+        backend, ddp::ModelAveragingOptions{o.parallel.local_sgd_period,
+                                            o.parallel.local_sgd_start_step,
+                                            o.launch.timeout});
+    DTRAIN_RETURN_IF_ERROR(p.averager->Validate());
+    // Its count of steps goes on from the checkpoint's.
+    p.averager->set_step(p.start.global_step);
+    p.step->set_model_averager(p.averager.get());
+  }
   p.stop_vote =
       std::make_unique<StopVote>(*p.sync, env.stop_requested,
                                  /*collective=*/o.parallel.sync_gradients);

@@ -26,6 +26,7 @@
 #include "dist/backend/backend.h"
 #include "dist/backend/small_collectives.h"
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/model_averager.h"
 #include "dist/rendezvous/init.h"
 #include "models/model.h"
 #include "optim/lr_schedule.h"
@@ -66,6 +67,8 @@ struct RunParts {
   // resumed() says whether one was loaded), or epoch 0 step 0.
   TrainingState start;
   std::unique_ptr<ddp::DistributedDataParallel> ddp;
+  // With --comm_hook=local_sgd; the step uses it.
+  std::unique_ptr<ddp::PeriodicModelAverager> averager;
   std::unique_ptr<TrainStep> step;
   std::unique_ptr<StopVote> stop_vote;
 };

@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "data/distributed_sampler.h"
+#include "dist/ddp/hooks/compress_hook.h"
+#include "dist/ddp/hooks/local_sgd_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "models/registry.h"
 #include "models/state_dict/state_dict.h"
@@ -154,7 +156,36 @@ ddp::DdpOptions MakeDdpOptions(const TrainOptions& o) {
   // measures what the machine does with no communication at all.
   d.broadcast_buffers = o.parallel.sync_gradients;
   d.timeout = o.launch.timeout;
+  d.gradient_as_bucket_view = o.parallel.gradient_as_bucket_view;
+  d.static_graph = o.parallel.static_graph;
   return d;
+}
+
+absl::StatusOr<std::shared_ptr<ddp::CommHook>> MakeCommHook(
+    const DataParallelOptions& o) {
+  if (o.comm_hook == "allreduce") return nullptr;
+  if (o.comm_hook == "fp16") return ddp::hooks::Fp16CompressHook();
+  if (o.comm_hook == "bf16") return ddp::hooks::Bf16CompressHook();
+  if (o.comm_hook == "local_sgd") {
+    return std::make_shared<ddp::hooks::LocalSgdHook>(o.local_sgd_start_step);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--comm_hook: unknown hook '", o.comm_hook, "'"));
+}
+
+std::string CommHookSummary(const DataParallelOptions& o) {
+  if (o.comm_hook == "fp16") return " (float16 on the wire)";
+  if (o.comm_hook == "bf16") return " (bfloat16 on the wire)";
+  if (o.comm_hook == "powersgd") {
+    return absl::StrFormat(" (PowerSGD rank %d from step %d)", o.powersgd_rank,
+                           o.powersgd_start_step);
+  }
+  if (o.comm_hook == "local_sgd") {
+    return absl::StrFormat(
+        " (post-local SGD from step %d, parameters averaged every %d steps)",
+        o.local_sgd_start_step, o.local_sgd_period);
+  }
+  return "";
 }
 
 std::string RunSummary(const TrainOptions& o, const RunMetrics& metrics,
@@ -170,7 +201,7 @@ std::string RunSummary(const TrainOptions& o, const RunMetrics& metrics,
                          " per step: effective ",
                          global_batch * o.optim.accumulate_steps)
           : "",
-      buckets, o.parallel.fp16_allreduce ? " (float16 on the wire)" : "",
+      buckets, CommHookSummary(o.parallel),
       precision != Precision::kFloat32
           ? absl::StrCat(", autocast ", PrecisionName(precision))
           : "",

@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "dist/backend/backend.h"
+#include "dist/ddp/comm_hook.h"
 #include "dist/ddp/ddp_types.h"
 #include "dist/rendezvous/init.h"
 #include "models/model.h"
@@ -71,6 +72,11 @@ absl::StatusOr<optim::LrSchedule> MakeSchedule(
 
 // DDP's options as the trainer's options set them.
 ddp::DdpOptions MakeDdpOptions(const TrainOptions& o);
+
+// The communication hook --comm_hook names, with its knobs; null for the
+// built-in allreduce.
+absl::StatusOr<std::shared_ptr<ddp::CommHook>> MakeCommHook(
+    const DataParallelOptions& o);
 
 // Rank 0's line describing the run once it is set up: the model and its
 // size, the device, the world and batch sizes, DDP's buckets and what differs

@@ -123,6 +123,20 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
       {[](TrainOptions& o) { o.report.metrics_ranks = "1"; },
        "--metrics_ranks"},
       {[](TrainOptions& o) { o.report.metrics_bind = ""; }, "--metrics_bind"},
+      {[](TrainOptions& o) { o.parallel.comm_hook = "topk"; }, "--comm_hook"},
+      {[](TrainOptions& o) {
+         o.parallel.comm_hook = "fp16";
+         o.parallel.sync_gradients = false;
+       },
+       "--comm_hook"},
+      {[](TrainOptions& o) { o.parallel.powersgd_rank = 0; },
+       "--powersgd_rank"},
+      {[](TrainOptions& o) { o.parallel.powersgd_min_compression_rate = 0.5; },
+       "--powersgd_min_compression_rate"},
+      {[](TrainOptions& o) { o.parallel.local_sgd_period = 0; },
+       "--local_sgd_period"},
+      {[](TrainOptions& o) { o.parallel.local_sgd_start_step = -1; },
+       "--local_sgd_start_step"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<TrainOptions> o = ResolveDefaults(TrainOptions());

@@ -120,6 +120,9 @@ absl::StatusOr<StepOutcome> TrainStep::Finish() {
     return absl::InternalError(
         absl::StrCat("optimizer step failed: ", base::ExceptionMessage(e)));
   }
+  if (averager_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(averager_->AverageParameters(parameters_));
+  }
   return outcome_;
 }
 

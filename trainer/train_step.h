@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/optional.h"
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/model_averager.h"
 #include "models/model.h"
 #include "trainer/amp.h"
 
@@ -88,6 +89,13 @@ class TrainStep {
   // clips, and steps the optimizer (unless the gradients were not finite).
   absl::StatusOr<StepOutcome> Finish();
 
+  // Post-local SGD: after every optimizer step (skipped or not), `averager`
+  // averages the parameters when due. Null: none. It must outlive the
+  // object.
+  void set_model_averager(ddp::PeriodicModelAverager* averager) {
+    averager_ = averager;
+  }
+
   // Float16 loss scaling's state (null without float16).
   const LossScaler* loss_scaler() const {
     return scaler_.has_value() ? &*scaler_ : nullptr;
@@ -101,6 +109,7 @@ class TrainStep {
   c10::Device device_;
   std::vector<at::Tensor> parameters_;
   absl::optional<LossScaler> scaler_;
+  ddp::PeriodicModelAverager* averager_ = nullptr;
 
   int64_t micro_batches_ = 0;  // in the open step; 0 when none is open
   int64_t done_ = 0;           // of them so far

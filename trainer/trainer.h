@@ -75,7 +75,8 @@ struct TrainContext {
 
 struct TrainResult {
   RunMetrics metrics;
-  // The trained model (identical on every rank).
+  // The trained model: identical on every rank, except with
+  // --comm_hook=local_sgd when steps ran since the last averaging.
   std::shared_ptr<models::Model> model;
 };
 

@@ -95,7 +95,7 @@ TEST(TrainerFlagsTest, ClippingAndBFloat16Train) {
 // comparable number for number.)
 TEST(TrainerFlagsTest, Float16AllreduceTrains) {
   TrainOptions o = SmallRun();
-  o.parallel.fp16_allreduce = true;
+  o.parallel.comm_hook = "fp16";
   std::ostringstream log;
   auto half = TrainOnRanks(o, 2, &log);
   ASSERT_TRUE(half[0].ok()) << half[0].status();
@@ -105,6 +105,36 @@ TEST(TrainerFlagsTest, Float16AllreduceTrains) {
   const RunMetrics& m = half[0]->metrics;
   EXPECT_LT(m.epochs[1].train_loss, m.epochs[0].train_loss);
   EXPECT_GT(*m.epochs[1].val_top1, 50.0);
+}
+
+// Post-local SGD: after its start step the ranks step on their own
+// gradients and the averager brings their parameters together every period
+// steps; a run whose last step is an averaging step ends with equal models.
+TEST(TrainerFlagsTest, PostLocalSgdTrainsAndEndsAveraged) {
+  TrainOptions o = SmallRun();
+  o.parallel.comm_hook = "local_sgd";
+  o.parallel.local_sgd_start_step = 2;
+  o.parallel.local_sgd_period = 2;
+  // The averager's calls 2 and 4 (counting from 0) are due: steps 3 and 5.
+  o.optim.max_steps = 5;
+  std::ostringstream log;
+  auto runs = TrainOnRanks(o, 2, &log);
+  ASSERT_TRUE(runs[0].ok()) << runs[0].status();
+  ASSERT_TRUE(runs[1].ok()) << runs[1].status();
+  EXPECT_THAT(log.str(), HasSubstr("post-local SGD from step 2"));
+  ExpectSameParameters(*runs[0], *runs[1]);
+  // Ending on a local step (4), the ranks' models differ.
+  o.optim.max_steps = 4;
+  runs = TrainOnRanks(o, 2, &log);
+  ASSERT_TRUE(runs[0].ok()) << runs[0].status();
+  ASSERT_TRUE(runs[1].ok()) << runs[1].status();
+  const auto a = runs[0]->model->named_parameters();
+  const auto b = runs[1]->model->named_parameters();
+  bool differ = false;
+  for (const auto& item : a) {
+    differ = differ || !item.value().equal(b[item.key()]);
+  }
+  EXPECT_TRUE(differ);
 }
 
 TEST(TrainerFlagsTest, EvaluateReportsWhatTheLastValidationReported) {

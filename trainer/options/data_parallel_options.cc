@@ -1,5 +1,11 @@
 #include "trainer/options/data_parallel_options.h"
 
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "trainer/options/common.h"
@@ -12,6 +18,34 @@ absl::Status ValidateDataParallelOptions(const DataParallelOptions& o) {
   // Checked as a double, before the trainer converts it to bytes.
   DTRAIN_RETURN_IF_ERROR(base::CheckFiniteSize(
       "--bucket_cap_mb", o.bucket_cap_mb, 1 << 20, "MiB"));
+  if (std::find(std::begin(kCommHooks), std::end(kCommHooks), o.comm_hook) ==
+      std::end(kCommHooks)) {
+    return Invalid("comm_hook",
+                   absl::StrCat("'", o.comm_hook, "' is not one of ",
+                                absl::StrJoin(kCommHooks, ", ")));
+  }
+  if (o.powersgd_rank < 1) {
+    return Invalid("powersgd_rank", "the matrix rank must be 1 or more");
+  }
+  if (o.powersgd_start_step < 0) {
+    return Invalid("powersgd_start_step", "must be 0 or more");
+  }
+  if (!(o.powersgd_min_compression_rate >= 1) ||
+      !std::isfinite(o.powersgd_min_compression_rate)) {
+    return Invalid("powersgd_min_compression_rate",
+                   "must be a finite number of at least 1");
+  }
+  if (o.local_sgd_start_step < 0) {
+    return Invalid("local_sgd_start_step", "must be 0 or more");
+  }
+  if (o.local_sgd_period < 1) {
+    return Invalid("local_sgd_period", "must be 1 or more");
+  }
+  if (o.comm_hook != "allreduce" && !o.sync_gradients) {
+    return Invalid("comm_hook",
+                   "a communication hook averages gradients; "
+                   "--sync_gradients=false averages none");
+  }
   if (o.sync_batchnorm && !o.sync_gradients)
     return Invalid("sync_batchnorm",
                    "communicates batch statistics; --sync_gradients=false "
