@@ -299,7 +299,11 @@ absl::StatusOr<TrainResult> Run::Execute() {
 }
 
 absl::StatusOr<TrainResult> Run::Finish() {
-  if (o_.parallel.sync_gradients && world_.world_size > 1) {
+  // Post-local SGD's ranks agree only right after an averaging.
+  const bool identical =
+      o_.parallel.sync_gradients &&
+      (p_.averager == nullptr || p_.averager->averaged_last());
+  if (identical && world_.world_size > 1) {
     std::vector<std::pair<std::string, at::Tensor>> parameters;
     for (const auto& p : model_->named_parameters()) {
       parameters.emplace_back(p.key(), p.value());

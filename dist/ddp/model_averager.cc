@@ -42,6 +42,7 @@ absl::Status PeriodicModelAverager::AverageParameters(
   DTRAIN_RETURN_IF_ERROR(Validate());
   const bool due = Due();
   const int64_t step = step_++;
+  averaged_last_ = due;
   if (!due || comm_.world_size() == 1) return absl::OkStatus();
   return base::GuardTorch(
       absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {

@@ -55,13 +55,16 @@ class PeriodicModelAverager {
   // Calls so far; set it when resuming (the steps already trained).
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
-  // Whether the next AverageParameters averages.
+  // Whether the next AverageParameters averages, and whether the last one
+  // did (the ranks' parameters then agree).
   bool Due() const;
+  bool averaged_last() const { return averaged_last_; }
 
  private:
   backend::SmallCollectives comm_;
   ModelAveragingOptions options_;
   int64_t step_ = 0;
+  bool averaged_last_ = false;
 };
 
 }  // namespace dtrain::ddp
