@@ -1436,6 +1436,28 @@ dtrain_cc_test(dtrain_dist_store_tcp_store_test
   DEPS dtrain_dist_store_store_conformance dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_protocol dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //examples/comm_hook:line_count_test
+dtrain_sh_test(dtrain_examples_comm_hook_line_count_test
+  OUTPUT examples/comm_hook/line_count_test
+  SCRIPT examples/comm_hook/line_count_test.sh
+  DATA examples/comm_hook/norm_hook.h tools/testing/shell_test_lib.sh
+  TIMEOUT 60
+  ARGS examples/comm_hook/norm_hook.h)
+
+# //examples/comm_hook:norm_hook
+dtrain_cc_library(dtrain_examples_comm_hook_norm_hook
+  EXPORT_NAME examples_comm_hook_norm_hook
+  PACKAGE examples/comm_hook
+  HDRS examples/comm_hook/norm_hook.h
+  DEPS dtrain_base_status_macros dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //examples/comm_hook:norm_hook_test
+dtrain_cc_test(dtrain_examples_comm_hook_norm_hook_test
+  OUTPUT examples/comm_hook/norm_hook_test
+  SRCS examples/comm_hook/norm_hook_test.cc
+  DEPS dtrain_examples_comm_hook_norm_hook dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //examples/own_model:line_count_test
 dtrain_sh_test(dtrain_examples_own_model_line_count_test
   OUTPUT examples/own_model/line_count_test
