@@ -239,7 +239,11 @@ void Reducer::RegisterHooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     const int index = static_cast<int>(i);
-    p.grad_accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
+    auto accumulator =
+        std::make_shared<decltype(torch::autograd::impl::grad_accumulator(
+            p.tensor))>(torch::autograd::impl::grad_accumulator(p.tensor));
+    p.grad_accumulator = accumulator->get();
+    p.keep_accumulator = accumulator;
     // `this` stays valid: the destructor removes the hooks.
     p.hook =
         p.grad_accumulator->add_post_hook(std::make_unique<AfterAccumulation>(

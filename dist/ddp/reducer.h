@@ -112,9 +112,11 @@ class Reducer {
     // The parameter's slice of its bucket, shaped like the parameter (its
     // .grad with gradient_as_bucket_view).
     at::Tensor view;
-    // Kept alive here: the tensor holds it weakly, and a new one would not
-    // have the hook.
-    std::shared_ptr<torch::autograd::Node> grad_accumulator;
+    // The gradient accumulator, kept alive by `keep_accumulator` (the tensor
+    // holds it weakly, and a new one would not have the hook; LibTorch 1.13
+    // and 2.6 hand out a shared_ptr, 2.14 an intrusive_ptr).
+    torch::autograd::Node* grad_accumulator = nullptr;
+    std::shared_ptr<void> keep_accumulator;
     bool hooked = false;
     uintptr_t hook = 0;
   };
