@@ -16,6 +16,11 @@
 //   (blocked in SynchronizeGradients waiting for allreduces), sync_ms (all of
 //   SynchronizeGradients), last_launch_ms (first gradient hook to the last
 //   bucket's launch), hooks_ms, buckets; the label lists the bucket sizes.
+//   Each with gradients as bucket views (view:1, the default: no copies) and
+//   without (view:0: copied into the buckets in the hooks and back into
+//   .grad in SynchronizeGradients).
+// BM_BucketView: gradients as bucket views against copies, steps alternating
+//   on identical models, at world sizes 1 and 2.
 // BM_DdpOverhead: world size 1, a plain step and a DDP step on identical models
 //   alternating inside one loop, so that drift on this shared machine hits both
 //   alike; overhead_pct = ddp_ms / plain_ms - 1 (target <= 3%).
@@ -76,7 +81,10 @@ torch::optim::SGD MakeSgd(models::ConvNetImpl& model) {
 // zero_grad, forward, loss, backward; returns the time of the last three.
 Clock::duration ForwardBackward(models::ConvNetImpl& model,
                                 torch::optim::SGD& sgd, const Batch& batch) {
-  sgd.zero_grad();
+  (void)sgd;
+  // In place, as the trainer does (LibTorch 2's Optimizer::zero_grad resets
+  // .grad, which would cost the bucket views a copy per step).
+  model.zero_grad(/*set_to_none=*/false);
   const auto start = Clock::now();
   torch::nn::functional::nll_loss(model.forward(batch.input), batch.target)
       .backward();
@@ -152,7 +160,8 @@ BENCHMARK(BM_PlainStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Args: batch per rank, cap of the buckets after the first in KiB.
+// Args: batch per rank, cap of the buckets after the first in KiB, gradients
+// as bucket views (1) or copied in and out (0).
 void BM_DdpStep(benchmark::State& state) {
   bench::UseOneThread();
   auto backend = Connect(state);
@@ -164,6 +173,7 @@ void BM_DdpStep(benchmark::State& state) {
   model->train();
   DdpOptions options;
   options.bucket_cap_bytes = state.range(1) << 10;
+  options.gradient_as_bucket_view = state.range(2) != 0;
   auto ddp = DistributedDataParallel::Create(model, **backend, options);
   if (!ddp.ok()) {
     state.SkipWithError(std::string(ddp.status().message()).c_str());
@@ -199,11 +209,14 @@ void BM_DdpStep(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_DdpStep)
-    ->ArgNames({"batch", "cap_KiB"})
+    ->ArgNames({"batch", "cap_KiB", "view"})
     // PyTorch's default cap; then 1 MiB, which gives fc1.weight (1.1 MiB) a
-    // bucket of its own that overlaps the convolutions' backward.
-    ->Args({64, 25 << 10})
-    ->Args({64, 1 << 10})
+    // bucket of its own that overlaps the convolutions' backward; each with
+    // and without bucket views.
+    ->Args({64, 25 << 10, 1})
+    ->Args({64, 25 << 10, 0})
+    ->Args({64, 1 << 10, 1})
+    ->Args({64, 1 << 10, 0})
     ->Threads(1)
     ->Threads(2)
     ->Unit(benchmark::kMillisecond)
@@ -261,6 +274,79 @@ void BM_DdpOverhead(benchmark::State& state) {
 BENCHMARK(BM_DdpOverhead)
     ->ArgName("batch")
     ->Arg(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Gradients as bucket views against copies, alternating on two models with
+// the same weights (which goes first alternates too), so that drift hits both
+// alike. Per step: view_ms and copy_ms, and what DDP itself spends in each
+// (ddp_*_ms: hooks plus SynchronizeGradients, the part the copies live in);
+// saved_pct = 1 - view_ms / copy_ms.
+void BM_BucketView(benchmark::State& state) {
+  bench::UseOneThread();
+  auto backend = Connect(state);
+  if (!backend.ok()) {
+    state.SkipWithError(std::string(backend.status().message()).c_str());
+    return;
+  }
+  std::shared_ptr<models::ConvNetImpl> models[2];
+  std::unique_ptr<DistributedDataParallel> ddps[2];
+  for (int view = 0; view < 2; ++view) {
+    torch::manual_seed(0);
+    models[view] = std::make_shared<models::ConvNetImpl>();
+    models[view]->train();
+    DdpOptions options;
+    options.bucket_cap_bytes = state.range(1) << 10;
+    options.gradient_as_bucket_view = view == 1;
+    auto ddp =
+        DistributedDataParallel::Create(models[view], **backend, options);
+    if (!ddp.ok()) {
+      state.SkipWithError(std::string(ddp.status().message()).c_str());
+      return;
+    }
+    ddps[view] = *std::move(ddp);
+  }
+  torch::optim::SGD sgds[2] = {MakeSgd(*models[0]), MakeSgd(*models[1])};
+  const Batch batch = MakeBatch(state.range(0));
+  for (int view = 0; view < 2; ++view) {
+    if (!DdpStep(state, *ddps[view], *models[view], sgds[view], batch,
+                 nullptr)) {
+      return;
+    }
+  }
+  Clock::duration time[2] = {};
+  absl::Duration ddp_time[2];
+  bool view_first = true;
+  bool failed = false;
+  for (auto _ : state) {
+    for (int i = 0; i < 2 && !failed; ++i) {
+      const int view = (i == 0) == view_first ? 1 : 0;
+      const auto start = Clock::now();
+      failed = !DdpStep(state, *ddps[view], *models[view], sgds[view], batch,
+                        nullptr);
+      time[view] += Clock::now() - start;
+      const StepStats& stats = ddps[view]->last_step_stats();
+      ddp_time[view] += stats.hooks + stats.synchronize;
+    }
+    if (failed) break;
+    view_first = !view_first;
+  }
+  const int64_t n = std::max<int64_t>(state.iterations(), 1);
+  state.counters["view_ms"] = PerStep(Ms(time[1]), n);
+  state.counters["copy_ms"] = PerStep(Ms(time[0]), n);
+  state.counters["ddp_view_ms"] =
+      PerStep(absl::ToDoubleMilliseconds(ddp_time[1]), n);
+  state.counters["ddp_copy_ms"] =
+      PerStep(absl::ToDoubleMilliseconds(ddp_time[0]), n);
+  state.counters["saved_pct"] =
+      100.0 * (1.0 - Ms(time[1]) / std::max(Ms(time[0]), 1e-9));
+  state.SetLabel(BucketSizes(*ddps[1]));
+}
+BENCHMARK(BM_BucketView)
+    ->ArgNames({"batch", "cap_KiB"})
+    ->Args({64, 25 << 10})
+    ->Threads(1)
+    ->Threads(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
