@@ -1355,6 +1355,36 @@ dtrain_cc_test(dtrain_dist_ddp_hooks_local_sgd_test
   DEPS dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/ddp/hooks:numpy_random_state
+dtrain_cc_library(dtrain_dist_ddp_hooks_numpy_random_state
+  EXPORT_NAME ddp_hooks_numpy_random_state
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/numpy_random_state.cc
+  HDRS dist/ddp/hooks/numpy_random_state.h
+  DEPS dtrain_tp_absl)
+
+# //dist/ddp/hooks:numpy_random_state_test
+dtrain_cc_test(dtrain_dist_ddp_hooks_numpy_random_state_test
+  OUTPUT dist/ddp/hooks/numpy_random_state_test
+  SRCS dist/ddp/hooks/numpy_random_state_test.cc
+  DEPS dtrain_dist_ddp_hooks_numpy_random_state dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //dist/ddp/hooks:powersgd_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_powersgd_hook
+  EXPORT_NAME ddp_hooks_powersgd_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/powersgd_hook.cc
+  HDRS dist/ddp/hooks/powersgd_hook.h
+  DEPS dtrain_dist_ddp_hooks_numpy_random_state dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp/hooks:powersgd_hook_test
+dtrain_cc_test(dtrain_dist_ddp_hooks_powersgd_hook_test
+  OUTPUT dist/ddp/hooks/powersgd_hook_test
+  SRCS dist/ddp/hooks/powersgd_hook_test.cc
+  DEPS dtrain_dist_ddp_hooks_powersgd_hook dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //dist/launch:launcher
 dtrain_cc_library(dtrain_dist_launch_launcher
   EXPORT_NAME launch_launcher
@@ -2243,6 +2273,21 @@ dtrain_sh_test(dtrain_tools_cmake_cmake_sync_test
   SCRIPT tools/cmake/cmake_sync_test.sh
   DATA WORKSPACE tools/testing/shell_test_lib.sh
   TIMEOUT 60)
+
+# //tools/hook_reference:hook_reference
+dtrain_cc_binary(dtrain_tools_hook_reference
+  OUTPUT tools/hook_reference/hook_reference
+  SRCS tools/hook_reference/hook_reference.cc
+  DEPS dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_hooks_powersgd_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //tools/hook_reference:hook_reference_test
+dtrain_sh_test(dtrain_tools_hook_reference_hook_reference_test
+  OUTPUT tools/hook_reference/hook_reference_test
+  SCRIPT tools/hook_reference/hook_reference_test.sh
+  DATA tools/hook_reference/hook_reference.py tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_tools_hook_reference
+  TIMEOUT 300
+  ARGS tools/hook_reference/hook_reference tools/hook_reference/hook_reference.py)
 
 # //tools/launch:launch_test
 dtrain_sh_test(dtrain_tools_launch_launch_test
