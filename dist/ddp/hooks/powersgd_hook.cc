@@ -11,7 +11,6 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -21,6 +20,8 @@
 
 namespace dtrain::ddp::hooks {
 
+namespace {
+
 // One shape of gradient matrices that are compressed: members are indices
 // into GradBucket::gradients, in bucket order.
 struct ShapeGroup {
@@ -29,6 +30,8 @@ struct ShapeGroup {
   int64_t cols = 0;
   int64_t rank = 0;  // min(rows, cols, matrix_approximation_rank)
 };
+
+}  // namespace
 
 struct PowerSgdHook::Bucket {
   // The plan, from the gradients' shapes (the same on every rank).
@@ -52,7 +55,7 @@ struct PowerSgdHook::Bucket {
   bool has_q = false;
   bool has_error = false;
   at::Tensor error;
-  at::Tensor input_copy;  // this step's gradients plus error, before
+  at::Tensor input_copy;  // this step's gradients plus error, uncompressed
 };
 
 namespace {
