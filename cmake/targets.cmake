@@ -1487,14 +1487,6 @@ dtrain_cc_binary(dtrain_examples_own_model_model_summary
   OUTPUT examples/own_model/model_summary
   DEPS dtrain_examples_own_model_registered_model dtrain_tools_model_summary_main)
 
-# //trainer/checkpoint:tensor_codec
-dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
-  EXPORT_NAME trainer_checkpoint_tensor_codec
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/tensor_codec.cc
-  HDRS trainer/checkpoint/tensor_codec.h
-  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
-
 # //trainer/checkpoint:training_state
 dtrain_cc_library(dtrain_trainer_checkpoint_training_state
   EXPORT_NAME trainer_checkpoint_training_state
@@ -1502,6 +1494,22 @@ dtrain_cc_library(dtrain_trainer_checkpoint_training_state
   SRCS trainer/checkpoint/training_state.cc
   HDRS trainer/checkpoint/training_state.h
   DEPS dtrain_data_distributed_sampler dtrain_tp_absl)
+
+# //trainer/checkpoint:hook_state
+dtrain_cc_library(dtrain_trainer_checkpoint_hook_state
+  EXPORT_NAME trainer_checkpoint_hook_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/hook_state.cc
+  HDRS trainer/checkpoint/hook_state.h
+  DEPS dtrain_trainer_checkpoint_training_state dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:tensor_codec
+dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
+  EXPORT_NAME trainer_checkpoint_tensor_codec
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/tensor_codec.cc
+  HDRS trainer/checkpoint/tensor_codec.h
+  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:optimizer_codec
 dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_codec
@@ -1517,7 +1525,7 @@ dtrain_cc_library(dtrain_trainer_checkpoint_payload
   PACKAGE trainer/checkpoint
   SRCS trainer/checkpoint/payload.cc
   HDRS trainer/checkpoint/payload.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:format
 dtrain_cc_library(dtrain_trainer_checkpoint_format
@@ -1525,7 +1533,7 @@ dtrain_cc_library(dtrain_trainer_checkpoint_format
   PACKAGE trainer/checkpoint
   SRCS trainer/checkpoint/checkpoint.cc
   HDRS trainer/checkpoint/checkpoint.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:checkpoint_dir
 dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_dir
