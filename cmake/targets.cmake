@@ -1517,14 +1517,6 @@ dtrain_cc_binary(dtrain_examples_own_model_model_summary
   OUTPUT examples/own_model/model_summary
   DEPS dtrain_examples_own_model_registered_model dtrain_tools_model_summary_main)
 
-# //trainer/checkpoint:tensor_codec
-dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
-  EXPORT_NAME trainer_checkpoint_tensor_codec
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/tensor_codec.cc
-  HDRS trainer/checkpoint/tensor_codec.h
-  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
-
 # //trainer/checkpoint:training_state
 dtrain_cc_library(dtrain_trainer_checkpoint_training_state
   EXPORT_NAME trainer_checkpoint_training_state
@@ -1532,6 +1524,22 @@ dtrain_cc_library(dtrain_trainer_checkpoint_training_state
   SRCS trainer/checkpoint/training_state.cc
   HDRS trainer/checkpoint/training_state.h
   DEPS dtrain_data_distributed_sampler dtrain_tp_absl)
+
+# //trainer/checkpoint:hook_state
+dtrain_cc_library(dtrain_trainer_checkpoint_hook_state
+  EXPORT_NAME trainer_checkpoint_hook_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/hook_state.cc
+  HDRS trainer/checkpoint/hook_state.h
+  DEPS dtrain_trainer_checkpoint_training_state dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:tensor_codec
+dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
+  EXPORT_NAME trainer_checkpoint_tensor_codec
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/tensor_codec.cc
+  HDRS trainer/checkpoint/tensor_codec.h
+  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:optimizer_codec
 dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_codec
@@ -1547,7 +1555,7 @@ dtrain_cc_library(dtrain_trainer_checkpoint_payload
   PACKAGE trainer/checkpoint
   SRCS trainer/checkpoint/payload.cc
   HDRS trainer/checkpoint/payload.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:format
 dtrain_cc_library(dtrain_trainer_checkpoint_format
@@ -1555,7 +1563,7 @@ dtrain_cc_library(dtrain_trainer_checkpoint_format
   PACKAGE trainer/checkpoint
   SRCS trainer/checkpoint/checkpoint.cc
   HDRS trainer/checkpoint/checkpoint.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:checkpoint_dir
 dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_dir
@@ -1829,7 +1837,7 @@ dtrain_cc_library(dtrain_trainer_run_assembly
   PACKAGE trainer
   SRCS trainer/run_assembly.cc
   HDRS trainer/run_assembly.h
-  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_comm_hook dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
 
 # //trainer:run_outputs
 dtrain_cc_library(dtrain_trainer_run_outputs
@@ -2328,6 +2336,22 @@ dtrain_cc_test(dtrain_trainer_amp_test
   DEPS dtrain_trainer_amp dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //trainer:trainer_testing
+dtrain_cc_library(dtrain_trainer_trainer_testing
+  EXPORT_NAME trainer_trainer_testing
+  PACKAGE trainer
+  SRCS trainer/trainer_testing.cc
+  HDRS trainer/trainer_testing.h
+  DEPS dtrain_trainer dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_store dtrain_tp_absl dtrain_tp_gtest dtrain_tp_torch
+  TESTONLY)
+
+# //trainer:comm_hook_resume_test
+dtrain_cc_test(dtrain_trainer_comm_hook_resume_test
+  OUTPUT trainer/comm_hook_resume_test
+  SRCS trainer/comm_hook_resume_test.cc
+  DEPS dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_crc32 dtrain_models dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //trainer:fault_test
 dtrain_sh_test(dtrain_trainer_fault_test
   OUTPUT trainer/fault_test
@@ -2354,15 +2378,6 @@ dtrain_sh_test(dtrain_trainer_imagefolder_test
   DATA_TARGETS dtrain_trainer_train dtrain_tools_launch dtrain_data_make_image_folder
   TIMEOUT 300
   ARGS trainer/train tools/launch/launch data/make_image_folder)
-
-# //trainer:trainer_testing
-dtrain_cc_library(dtrain_trainer_trainer_testing
-  EXPORT_NAME trainer_trainer_testing
-  PACKAGE trainer
-  SRCS trainer/trainer_testing.cc
-  HDRS trainer/trainer_testing.h
-  DEPS dtrain_trainer dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_store dtrain_tp_absl dtrain_tp_gtest dtrain_tp_torch
-  TESTONLY)
 
 # //trainer:loop_checkpoints_test
 dtrain_cc_test(dtrain_trainer_loop_checkpoints_test

@@ -24,7 +24,8 @@ absl::StatusOr<LoopCheckpoints> LoopCheckpoints::Open(
 
 absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-    data::DataLoader* loader) {
+    data::DataLoader* loader, HookState* hook) {
+  if (hook != nullptr) *hook = HookState();
   resumed_ = false;
   resumed_from_.clear();
   skipped_.clear();
@@ -51,7 +52,7 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingState state,
       DecodeCheckpoint(bytes, model, optimizer, options_.model_name,
-                       options_.optimizer_name));
+                       options_.optimizer_name, hook));
   if (loader != nullptr) DTRAIN_RETURN_IF_ERROR(loader->Restore(state.sampler));
   resumed_ = true;
   resumed_from_ = std::move(path);
@@ -60,11 +61,11 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
 
 absl::StatusOr<std::string> LoopCheckpoints::Save(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-    const TrainingState& state, bool also_best,
+    const TrainingState& state, const HookState& hook, bool also_best,
     std::vector<std::string>* warnings) {
   if (!dir_.has_value()) return std::string();
   DTRAIN_ASSIGN_OR_RETURN(std::string bytes,
-                          EncodeCheckpoint(model, optimizer, state));
+                          EncodeCheckpoint(model, optimizer, state, hook));
   DTRAIN_ASSIGN_OR_RETURN(std::string path,
                           dir_->Save(state.global_step, bytes, warnings));
   if (also_best) DTRAIN_RETURN_IF_ERROR(dir_->SaveBest(bytes).status());
@@ -73,12 +74,13 @@ absl::StatusOr<std::string> LoopCheckpoints::Save(
 
 absl::StatusOr<std::string> LoopCheckpoints::Save(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-    int64_t global_step, const data::DataLoader& loader) {
+    int64_t global_step, const data::DataLoader& loader,
+    const HookState& hook) {
   TrainingState state;
   state.global_step = global_step;
   state.sampler = loader.state();
   state.epoch = state.sampler.epoch;
-  return Save(model, optimizer, state);
+  return Save(model, optimizer, state, hook);
 }
 
 }  // namespace dtrain::trainer

@@ -2,7 +2,8 @@
 // them: rank 0 owns the checkpoint directory (trainer/checkpoint/), and
 // resuming reads the newest valid checkpoint there and broadcasts its bytes,
 // so that the other ranks need no shared filesystem. Every rank then restores
-// the model, the optimizer and, if given, the loader's position.
+// the model, the optimizer and, if given, the loader's position and the state
+// of DDP's communication hook.
 //
 //   DTRAIN_ASSIGN_OR_RETURN(LoopCheckpoints checkpoints,
 //                           LoopCheckpoints::Open("ckpt", *backend));
@@ -11,6 +12,11 @@
 //   ... train from state.epoch, state.global_step ...
 //   DTRAIN_RETURN_IF_ERROR(
 //       checkpoints.Save(*model, optimizer, step, *loader).status());
+//
+// With a DDP communication hook that keeps state (dist/ddp/comm_hook.h),
+// pass Save a HookState of its name() and State(), and give Resume a
+// HookState to fill for the hook's LoadState: the checkpoint package holds
+// no DDP type, so the copying is the caller's.
 //
 // The optimizer must be one the checkpoint format knows (SGD, optim::Adadelta;
 // trainer/checkpoint/checkpoint.h). //trainer:train keeps its checkpoints
@@ -36,6 +42,7 @@
 #include "data/loader.h"
 #include "dist/backend/backend.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/checkpoint/hook_state.h"
 #include "trainer/checkpoint/training_state.h"
 
 namespace dtrain::trainer {
@@ -68,7 +75,9 @@ class LoopCheckpoints {
   // `loader` is not null, continues its epoch where the checkpoint stopped
   // (DataLoader::Restore). Returns the checkpoint's TrainingState, or a
   // default one (epoch 0, step 0) when the directory has no checkpoint;
-  // resumed() and resumed_from() then say whether and from which file.
+  // resumed() and resumed_from() then say whether and from which file. When
+  // `hook` is not null it receives the checkpoint's hook state (CPU tensors;
+  // empty when there is no checkpoint or it has none), on every rank.
   // Every rank fails alike when rank 0 cannot read the directory or finds
   // only damaged files (kDataLoss listing them; on the other ranks the same
   // after "rank 0: "); a checkpoint that does not fit the model, or names
@@ -76,19 +85,21 @@ class LoopCheckpoints {
   // DecodeCheckpoint's error.
   absl::StatusOr<TrainingState> Resume(torch::nn::Module& model,
                                        torch::optim::Optimizer& optimizer,
-                                       data::DataLoader* loader = nullptr);
+                                       data::DataLoader* loader = nullptr,
+                                       HookState* hook = nullptr);
 
-  // Not collective. Rank 0 writes checkpoint-<state.global_step>.dtc
-  // (CheckpointDir::Save: atomically, then rotation) and returns its path;
-  // the other ranks return "" at once. With `also_best`, the same bytes also
+  // Not collective. Rank 0 writes checkpoint-<state.global_step>.dtc with
+  // `state` and `hook` (CheckpointDir::Save: atomically, then rotation) and
+  // returns its path; the other ranks return "" at once. With `also_best`,
+  // the same bytes also
   // go to best.dtc (CheckpointDir::SaveBest). Lines about files rotation left
   // alone are appended to `warnings` when given. EncodeCheckpoint's errors
   // (among them a state that CheckTrainingState refuses: state.epoch must
   // equal state.sampler.epoch) and the directory's.
   absl::StatusOr<std::string> Save(
       const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-      const TrainingState& state, bool also_best = false,
-      std::vector<std::string>* warnings = nullptr);
+      const TrainingState& state, const HookState& hook = {},
+      bool also_best = false, std::vector<std::string>* warnings = nullptr);
 
   // Save for a loop that has taken `global_step` optimizer steps and reads
   // its data from `loader`: the state holds the step and the loader's
@@ -96,7 +107,8 @@ class LoopCheckpoints {
   absl::StatusOr<std::string> Save(const torch::nn::Module& model,
                                    const torch::optim::Optimizer& optimizer,
                                    int64_t global_step,
-                                   const data::DataLoader& loader);
+                                   const data::DataLoader& loader,
+                                   const HookState& hook = {});
 
   // Whether the last Resume loaded a checkpoint (every rank alike).
   bool resumed() const { return resumed_; }

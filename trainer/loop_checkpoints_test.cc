@@ -1,6 +1,6 @@
 // LoopCheckpoints with ranks as threads (Gloo over an in-memory store): no
-// checkpoint yet, a checkpoint saved by rank 0 restored on every rank, and
-// damaged files failing every rank alike.
+// checkpoint yet, a checkpoint saved by rank 0 restored on every rank (the
+// hook's state too), and damaged files failing every rank alike.
 #include "trainer/loop_checkpoints.h"
 
 #include <torch/nn/modules/linear.h>
@@ -65,10 +65,13 @@ TEST(LoopCheckpointsTest, WithoutACheckpointEveryRankStartsAtZero) {
     ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
     torch::nn::Linear model(4, 2);
     torch::optim::SGD optimizer(model->parameters(), 0.1);
+    HookState hook{"left over", {{"x", torch::ones({1})}}};
     absl::StatusOr<TrainingState> state =
-        checkpoints->Resume(*model, optimizer);
+        checkpoints->Resume(*model, optimizer, nullptr, &hook);
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(*state, TrainingState());
+    EXPECT_EQ(hook.name, "");
+    EXPECT_TRUE(hook.tensors.empty());
     EXPECT_FALSE(checkpoints->resumed());
     EXPECT_EQ(checkpoints->resumed_from(), "");
   });
@@ -137,6 +140,36 @@ TEST(LoopCheckpointsTest, RankZeroSavesAndEveryRankResumes) {
   }
 }
 
+// Rank 0's hook state is what every rank gets back.
+TEST(LoopCheckpointsTest, TheHookStateOfRankZeroReachesEveryRank) {
+  const std::string dir = TempDir("hook");
+  std::vector<HookState> resumed(2);
+  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    std::unique_ptr<data::DataLoader> loader = Loader(b.rank(), b.size());
+    ASSERT_NE(loader, nullptr);
+    const HookState hook{
+        "local_sgd",
+        {{"local_sgd.steps",
+          torch::scalar_tensor(b.rank() == 0 ? 5 : 99, torch::kLong)}}};
+    ASSERT_TRUE(
+        checkpoints->Save(*model, optimizer, /*global_step=*/5, *loader, hook)
+            .ok());
+    ASSERT_TRUE(
+        checkpoints->Resume(*model, optimizer, nullptr, &resumed[b.rank()])
+            .ok());
+  });
+  for (const HookState& hook : resumed) {
+    EXPECT_EQ(hook.name, "local_sgd");
+    ASSERT_EQ(hook.tensors.size(), 1u);
+    EXPECT_EQ(hook.tensors[0].first, "local_sgd.steps");
+    EXPECT_EQ(hook.tensors[0].second.item<int64_t>(), 5);
+  }
+}
+
 TEST(LoopCheckpointsTest, SavesTheStateItIsGiven) {
   const std::string dir = TempDir("state");
   backend::testing::RunRanks(1, Gloo, [&](backend::Backend& b) {
@@ -200,7 +233,7 @@ TEST(LoopCheckpointsTest, TheBestIsSavedFromTheSameBytes) {
     TrainingState state;
     state.global_step = 7;
     absl::StatusOr<std::string> path =
-        checkpoints->Save(*model, optimizer, state, /*also_best=*/true);
+        checkpoints->Save(*model, optimizer, state, {}, /*also_best=*/true);
     ASSERT_TRUE(path.ok()) << path.status();
     auto read = [](const std::string& p) {
       std::ifstream in(p, std::ios::binary);

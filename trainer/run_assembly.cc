@@ -7,8 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/compute_threads.h"
 #include "base/status_macros.h"
+#include "dist/ddp/comm_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "trainer/amp.h"
+#include "trainer/checkpoint/hook_state.h"
 #include "trainer/run_parts.h"
 
 namespace dtrain::trainer {
@@ -16,14 +18,15 @@ namespace {
 
 // --resume: the newest valid checkpoint into the model, the optimizer and
 // (unless only evaluating, which needs the weights alone, on any number of
-// ranks) the training loader's position.
+// ranks) the training loader's position; its hook state into `hook`, for
+// RestoreHookState once DDP exists.
 absl::Status Resume(const TrainOptions& o, const rendezvous::World& world,
-                    RunParts& p) {
+                    RunParts& p, HookState* hook) {
   Recorder& r = *p.recorder;
   DTRAIN_ASSIGN_OR_RETURN(
       p.start,
       p.checkpoints->Resume(*p.model, *p.optimizer,
-                            o.evaluate ? nullptr : p.train_loader.get()));
+                            o.evaluate ? nullptr : p.train_loader.get(), hook));
   for (const std::string& skipped : p.checkpoints->skipped())
     r.Say(absl::StrCat("skipping checkpoint ", skipped));
   const std::string& from = p.checkpoints->resumed_from();
@@ -37,6 +40,41 @@ absl::Status Resume(const TrainOptions& o, const rendezvous::World& world,
     r.metrics().resumed_from = from;
     r.Say(ResumeLine(p.start, p.train_loader->sampler(), p.data->train->size(),
                      world.world_size, from));
+  }
+  return absl::OkStatus();
+}
+
+// The checkpoint's hook state into the registered hook when it is the same
+// hook; otherwise the hook starts afresh, which rank 0 says rather than
+// resuming inexactly in silence.
+absl::Status RestoreHookState(const HookState& saved, ddp::CommHook& hook,
+                              Recorder& r) {
+  const std::string name = hook.name();
+  if (saved.name == name) {
+    if (absl::Status s = hook.LoadState(saved.tensors); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--resume: the checkpoint's state of communication hook ", name,
+          " does not fit this model and hook: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+  const bool keeps_state = !hook.State().empty();
+  if (!saved.name.empty()) {
+    std::string line =
+        absl::StrCat("the checkpoint was written with --comm_hook=", saved.name,
+                     ", this run uses ", name);
+    if (keeps_state) {
+      absl::StrAppend(&line, ": ", name, " starts from a fresh state");
+    } else if (!saved.tensors.empty()) {
+      absl::StrAppend(&line, ": the checkpoint's ", saved.name,
+                      " state is not used");
+    }
+    r.Say(line);
+  } else if (keeps_state) {
+    r.Say(
+        absl::StrCat("the checkpoint holds no communication hook state (an "
+                     "older format, or written without DDP): ",
+                     name, " starts from a fresh state"));
   }
   return absl::OkStatus();
 }
@@ -96,13 +134,19 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
             {o.checkpoint.keep_checkpoints, p.device, o.launch.timeout,
              o.model.name, *o.optim.optimizer}));
   }
-  if (o.checkpoint.resume) DTRAIN_RETURN_IF_ERROR(Resume(o, world, p));
+  HookState saved_hook;
+  if (o.checkpoint.resume) {
+    DTRAIN_RETURN_IF_ERROR(Resume(o, world, p, &saved_hook));
+  }
 
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
                                      p.model, backend, MakeDdpOptions(o)));
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<ddp::CommHook> hook,
                           MakeCommHook(o.parallel));
   if (hook != nullptr) DTRAIN_RETURN_IF_ERROR(p.ddp->RegisterCommHook(hook));
+  if (p.checkpoints.has_value() && p.checkpoints->resumed() && !o.evaluate) {
+    DTRAIN_RETURN_IF_ERROR(RestoreHookState(saved_hook, p.ddp->comm_hook(), r));
+  }
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   p.step = std::make_unique<TrainStep>(
       StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},

@@ -2,7 +2,8 @@
 // need them: the device and the reporting first (a busy metrics port fails
 // before any collective), the data, the model and its optimizer, the
 // schedule, the checkpoint read on --resume (before DDP, which then starts
-// every rank from the loaded weights), DDP, the training step and the stop
+// every rank from the loaded weights), DDP with its communication hook (the
+// checkpoint's hook state restored into it), the training step and the stop
 // vote. trainer.cc's loop runs over them.
 //
 // Collective: every rank calls AssembleRun with the same options (the resume

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "models/state_dict/state_dict.h"
+#include "trainer/checkpoint/hook_state.h"
 
 namespace dtrain::trainer {
 
@@ -22,9 +23,14 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   state.model_name = o_.model.name;
   state.optimizer_name = *o_.optim.optimizer;
   state.seed = o_.seed;
+  // Read after ConfirmLastStep: the hook's state of the finished step.
+  HookState hook;
+  hook.name = p_.ddp->comm_hook().name();
+  hook.tensors = p_.ddp->comm_hook().State();
   std::vector<std::string> warnings;
   DTRAIN_RETURN_IF_ERROR(
-      p_.checkpoints->Save(*p_.model, *p_.optimizer, state, best, &warnings)
+      p_.checkpoints
+          ->Save(*p_.model, *p_.optimizer, state, hook, best, &warnings)
           .status());
   for (const std::string& warning : warnings) p_.recorder->Say(warning);
   if (o_.checkpoint.state_dict_with_checkpoints) return StateDict(global_step);

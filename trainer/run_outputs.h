@@ -1,8 +1,9 @@
 // What a training run writes: rank 0's checkpoints (through LoopCheckpoints,
-// the same protocol a loop of one's own uses) and the PyTorch-compatible
-// weights (--save_state_dict). Nothing is written before the last step's
-// gradient averaging is confirmed good: on CUDA it can fail after the step
-// was queued, and a checkpoint of unaveraged weights would be silently wrong.
+// the same protocol a loop of one's own uses; with rank 0's communication
+// hook state) and the PyTorch-compatible weights (--save_state_dict). Nothing
+// is written before the last step's gradient averaging is confirmed good: on
+// CUDA it can fail after the step was queued, and a checkpoint of unaveraged
+// weights would be silently wrong.
 //
 // Not collective: other ranks return at once. Thread-compatible. Lifetimes:
 // the options and the parts outlive the object.

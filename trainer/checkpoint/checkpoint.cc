@@ -39,14 +39,28 @@ using internal::SavedOptimizer;
 using internal::SavedParamState;
 using internal::SupportedOptimizers;
 
+using internal::kFormatVersion;
+using internal::kOldestFormatVersion;
+
 constexpr absl::string_view kMagic = "DTRAINCK";
-constexpr uint32_t kFormatVersion = 2;
 static_assert(kCheckpointHeaderSize == 8 + 4 + 8 + 4);
 
+struct HeaderFields {
+  uint32_t version = 0;
+  uint32_t crc = 0;
+};
+
+// "versions 2 and 3", for messages.
+std::string VersionsRead() {
+  return absl::StrCat("versions ", kOldestFormatVersion, " and ",
+                      kFormatVersion);
+}
+
 // The header's checks that need only its bytes (`header`, a prefix of the
-// file) and the file's size: returns the CRC-32 the header states.
-absl::StatusOr<uint32_t> CheckHeaderFields(absl::string_view header,
-                                           uint64_t file_size) {
+// file) and the file's size: returns the version and the CRC-32 the header
+// states.
+absl::StatusOr<HeaderFields> CheckHeaderFields(absl::string_view header,
+                                               uint64_t file_size) {
   const absl::string_view magic = header.substr(0, kMagic.size());
   // A prefix of the magic is a file cut short, not a foreign one.
   if (!absl::StartsWith(kMagic, magic)) {
@@ -72,16 +86,15 @@ absl::StatusOr<uint32_t> CheckHeaderFields(absl::string_view header,
       static_cast<uint32_t>(base::GetLittleEndian(fields + 12, 4));
   if (version == 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint format version 1 is no longer read; this build reads "
-        "version ",
-        kFormatVersion,
+        "checkpoint format version 1 is no longer read; this build reads ",
+        VersionsRead(),
         " (version 1 held a LibTorch archive, which cannot be read safely): "
         "start the run afresh"));
   }
-  if (version != kFormatVersion) {
+  if (version < kOldestFormatVersion || version > kFormatVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported checkpoint format version ", version,
-                     " (this build reads version ", kFormatVersion, ")"));
+                     " (this build reads ", VersionsRead(), ")"));
   }
   const uint64_t payload_size = file_size - kCheckpointHeaderSize;
   if (payload_size < length) {
@@ -94,21 +107,26 @@ absl::StatusOr<uint32_t> CheckHeaderFields(absl::string_view header,
         "header says ", length, " payload bytes, found ", payload_size, " (",
         payload_size - length, " unexpected bytes at the end)"));
   }
-  return crc;
+  return HeaderFields{version, crc};
 }
 
-// The payload of a checkpoint whose header checks pass.
-absl::StatusOr<absl::string_view> CheckHeader(absl::string_view bytes) {
-  DTRAIN_ASSIGN_OR_RETURN(const uint32_t crc,
+struct CheckedBytes {
+  uint32_t version = 0;
+  absl::string_view payload;
+};
+
+// The version and payload of a checkpoint whose header checks pass.
+absl::StatusOr<CheckedBytes> CheckHeader(absl::string_view bytes) {
+  DTRAIN_ASSIGN_OR_RETURN(const HeaderFields header,
                           CheckHeaderFields(bytes, bytes.size()));
   const absl::string_view payload = bytes.substr(kCheckpointHeaderSize);
-  if (const uint32_t actual = base::Crc32(payload); actual != crc) {
+  if (const uint32_t actual = base::Crc32(payload); actual != header.crc) {
     return absl::DataLossError(
         absl::StrFormat("checksum mismatch: header says CRC-32 %08x, the "
                         "%d-byte payload has %08x",
-                        crc, payload.size(), actual));
+                        header.crc, payload.size(), actual));
   }
-  return payload;
+  return CheckedBytes{header.version, payload};
 }
 
 // --- Loading ----------------------------------------------------------------
@@ -276,14 +294,14 @@ class OptimizerRollback {
 
 absl::StatusOr<std::string> EncodeCheckpoint(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-    const TrainingState& state) {
+    const TrainingState& state, const HookState& hook) {
   // The header goes first; its length and CRC are filled in at the end.
   std::string out(kCheckpointHeaderSize, '\0');
   base::ByteWriter w(&out, kEncodeError);
   absl::Status encoded = base::GuardTorch(
       // Copying a tensor to the CPU failed, or memory ran out.
       absl::StatusCode::kInternal, kEncodeError,
-      [&] { return internal::WritePayload(model, optimizer, state, w); });
+      [&] { return internal::WritePayload(model, optimizer, state, hook, w); });
   DTRAIN_RETURN_IF_ERROR(encoded);
   const absl::string_view payload =
       absl::string_view(out).substr(kCheckpointHeaderSize);
@@ -301,24 +319,24 @@ absl::Status ValidateCheckpointHeader(absl::string_view header,
 }
 
 absl::Status ValidateCheckpointBytes(absl::string_view bytes) {
-  DTRAIN_ASSIGN_OR_RETURN(const absl::string_view payload, CheckHeader(bytes));
+  DTRAIN_ASSIGN_OR_RETURN(const CheckedBytes checked, CheckHeader(bytes));
   SavedCheckpoint saved;
-  return base::GuardTorch(absl::StatusCode::kInternal,
-                          "cannot decode checkpoint: ", [&] {
-                            return internal::ReadPayload(payload, &saved);
-                          });
+  return base::GuardTorch(
+      absl::StatusCode::kInternal, "cannot decode checkpoint: ", [&] {
+        return internal::ReadPayload(checked.payload, checked.version, &saved);
+      });
 }
 
 absl::StatusOr<TrainingState> DecodeCheckpoint(
     absl::string_view bytes, torch::nn::Module& model,
     torch::optim::Optimizer& optimizer, absl::string_view expected_model_name,
-    absl::string_view expected_optimizer_name) {
-  DTRAIN_ASSIGN_OR_RETURN(const absl::string_view payload, CheckHeader(bytes));
+    absl::string_view expected_optimizer_name, HookState* hook) {
+  DTRAIN_ASSIGN_OR_RETURN(const CheckedBytes checked, CheckHeader(bytes));
   SavedCheckpoint saved;
   // Every size is checked against the payload: only memory can run out.
   DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
       absl::StatusCode::kInternal, "cannot decode checkpoint: ", [&] {
-        return internal::ReadPayload(payload, &saved);
+        return internal::ReadPayload(checked.payload, checked.version, &saved);
       }));
 
   // Names first: loading another model's checkpoint should say so, not list
@@ -385,6 +403,7 @@ absl::StatusOr<TrainingState> DecodeCheckpoint(
         for (size_t i = 0; i < targets.size(); ++i)
           targets[i].copy_(sources[i]);
         rollback.Commit();
+        if (hook != nullptr) *hook = std::move(saved.hook);
         return saved.state;
       });
 }

@@ -107,12 +107,22 @@ std::vector<Damaged> DamagedVersions(const std::string& good) {
   version1[8] = 1;
   out.push_back({"version 1", version1, absl::StatusCode::kInvalidArgument,
                  "checkpoint format version 1 is no longer read; this build "
-                 "reads version 2"});
-  std::string version3 = good;
-  version3[8] = 3;
-  out.push_back({"version 3", version3, absl::StatusCode::kInvalidArgument,
-                 "unsupported checkpoint format version 3 (this build reads "
-                 "version 2)"});
+                 "reads versions 2 and 3"});
+  std::string version4 = good;
+  version4[8] = 4;
+  out.push_back({"version 4", version4, absl::StatusCode::kInvalidArgument,
+                 "unsupported checkpoint format version 4 (this build reads "
+                 "versions 2 and 3)"});
+  std::string version0 = good;
+  version0[8] = 0;
+  out.push_back({"version 0", version0, absl::StatusCode::kInvalidArgument,
+                 "unsupported checkpoint format version 0"});
+  // A version 3 payload behind a version 2 header: its HOOK section is bytes
+  // that version 2 does not have (the CRC covers the payload only).
+  std::string version2 = good;
+  version2[8] = 2;
+  out.push_back({"version 3 payload as version 2", version2,
+                 absl::StatusCode::kDataLoss, "the end of the payload"});
 
   std::mt19937 random(7);
   std::string noise(1000, '\0');
@@ -163,8 +173,8 @@ void OverwriteRun(std::mt19937_64& rng, std::string& bytes) {
     bytes[at + k] = static_cast<char>(rng() & 0xff);
 }
 
-// Random bytes at random places among the last 200 (in a payload: the
-// training state).
+// Random bytes at random places among the last 200 (in a payload: the hook's
+// state and the end of the training state).
 void OverwriteEnd(std::mt19937_64& rng, std::string& bytes) {
   for (size_t k = 1; k <= std::min<size_t>(200, bytes.size()); ++k)
     if (rng() % 3 == 0)
@@ -229,7 +239,7 @@ TEST(CheckpointTest, RandomPayloadDamageBehindAValidHeaderIsHandled) {
     kDamage[i % std::size(kDamage)](rng, damaged);
     const std::vector<torch::Tensor> before = Snapshot(*target.model);
     const OptimizerSnapshot momentum = Snapshot(target.sgd);
-    const std::string bytes = MakeHeader(2, damaged) + damaged;
+    const std::string bytes = MakeHeader(3, damaged) + damaged;
     ASSERT_TRUE(ValidateCheckpointHeader(bytes, bytes.size()).ok());
     // What ValidateCheckpointBytes refuses (a resume then skips the file),
     // DecodeCheckpoint refuses alike.
@@ -262,7 +272,8 @@ TEST(CheckpointTest, RandomPayloadDamageBehindAValidHeaderIsHandled) {
 }
 
 // Randomized: damage anywhere in the file, header included, without fixing
-// the header, is caught by the header checks alone.
+// the header, is caught by the header checks alone (or, where it makes the
+// version 2, by the payload reader: the CRC does not cover the version).
 TEST(CheckpointTest, RandomDamageAnywhereIsRejectedByTheHeaderChecks) {
   const std::string good = TinyCheckpoint(1);
   SteppedTiny target;
@@ -308,7 +319,7 @@ TEST(CheckpointTest, ValidHeaderWithForeignPayloadIsDataLoss) {
   torch::manual_seed(1);
   Tiny model;
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string bytes = MakeHeader(2, payload) + payload;
+  const std::string bytes = MakeHeader(3, payload) + payload;
   EXPECT_TRUE(ValidateCheckpointHeader(bytes, bytes.size()).ok());
   EXPECT_EQ(ValidateCheckpointBytes(bytes).code(), absl::StatusCode::kDataLoss);
   ExpectDecodeRejected(
@@ -317,9 +328,9 @@ TEST(CheckpointTest, ValidHeaderWithForeignPayloadIsDataLoss) {
                HasSubstr("malformed checkpoint payload: expected section MODL "
                          "at offset 0, found \"not \"")));
 
-  // A LibTorch archive (what version 1 held) behind a version 2 header.
+  // A LibTorch archive (what version 1 held) behind a version 3 header.
   const std::string archive = TorchArchive();
-  ExpectDecodeRejected(MakeHeader(2, archive) + archive, *model, sgd,
+  ExpectDecodeRejected(MakeHeader(3, archive) + archive, *model, sgd,
                        StatusIs(absl::StatusCode::kDataLoss,
                                 HasSubstr("expected section MODL at offset 0, "
                                           "found \"PK\\x03\\x04\"")));

@@ -40,15 +40,23 @@ using ::testing::SizeIs;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// `checkpoint` (a valid one) with its STAT section replaced by `state`,
-// written field by field as docs/FORMATS.md says, behind a valid header.
-std::string WithState(const std::string& checkpoint, const TrainingState& s) {
-  const std::string payload = checkpoint.substr(kCheckpointHeaderSize);
+// The offset just past the `n`-th section of `payload`.
+size_t SectionEnd(absl::string_view payload, int n) {
   size_t at = 0;
-  for (int section = 0; section < 2; ++section) {  // MODL, OPTM
+  for (int section = 0; section < n; ++section) {
     at += 4;
     at += 8 + base::GetLittleEndian(payload.data() + at, 8);
   }
+  return at;
+}
+
+// `checkpoint` (a valid one of version 3) with its STAT section replaced by
+// `state`, written field by field as docs/FORMATS.md says, behind a valid
+// header.
+std::string WithState(const std::string& checkpoint, const TrainingState& s) {
+  const std::string payload = checkpoint.substr(kCheckpointHeaderSize);
+  const size_t at = SectionEnd(payload, 2);  // MODL, OPTM
+  const size_t hook_at = SectionEnd(payload, 3);
   const Payload state = Payload()
                             .I64(s.epoch)
                             .Str(s.sampler.Serialize())
@@ -58,9 +66,10 @@ std::string WithState(const std::string& checkpoint, const TrainingState& s) {
                             .Str(s.optimizer_name)
                             .U64(s.seed)
                             .Str(s.config_json);
-  const std::string out =
-      payload.substr(0, at) + Payload().Section("STAT", state).bytes();
-  return MakeHeader(2, out) + out;
+  const std::string out = payload.substr(0, at) +
+                          Payload().Section("STAT", state).bytes() +
+                          payload.substr(hook_at);
+  return MakeHeader(3, out) + out;
 }
 
 struct Lie {

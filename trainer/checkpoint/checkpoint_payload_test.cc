@@ -1,6 +1,7 @@
 // The checkpoint payload field by field: what EncodeCheckpoint writes is the
-// format docs/FORMATS.md describes, and hand-made payloads behind valid
-// headers, each with one field that lies, are rejected naming the field.
+// format docs/FORMATS.md describes, a version 2 payload still reads, and
+// hand-made payloads behind valid headers, each with one field that lies,
+// are rejected naming the field.
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
@@ -12,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -37,7 +39,8 @@ struct OneParamImpl : torch::nn::Module {
 TORCH_MODULE(OneParam);
 
 // The sections of a OneParam checkpoint with SGD (lr 0.1, momentum 0.9, no
-// state) and SomeState("one", "sgd"), with the parts the tests replace.
+// state), SomeState("one", "sgd") and no hook, with the parts the tests
+// replace.
 struct OneParamSections {
   Payload w_tensor = Payload().U8(1).U8(1).I64(2).Floats({1.5f, -2.0f});
   Payload model = Payload().U32(1).Str("w").U8(0).Raw(w_tensor.bytes());
@@ -45,6 +48,8 @@ struct OneParamSections {
   Payload optimizer =
       Payload().U8(1).U32(1).Raw(sgd_options.bytes()).U32(1).U8(0);
   Payload state = StateSection(SomeState("one", "sgd"));
+  // No name, no entries.
+  Payload hook = Payload().Str("").U32(0);
 
   static Payload StateSection(const TrainingState& s) {
     return Payload()
@@ -57,13 +62,19 @@ struct OneParamSections {
         .U64(s.seed)
         .Str(s.config_json);
   }
-  std::string Bytes() const {
+  // Version 2: without HOOK.
+  std::string V2Bytes() const {
     return Payload()
         .Section("MODL", model)
         .Section("OPTM", optimizer)
         .Section("STAT", state)
         .bytes();
   }
+  std::string Bytes() const {
+    return V2Bytes() + Payload().Section("HOOK", hook).bytes();
+  }
+  // The offset of the HOOK section's body in Bytes().
+  size_t HookOffset() const { return V2Bytes().size() + 4 + 8; }
 };
 TEST(CheckpointTest, PayloadIsTheDocumentedFormat) {
   OneParam model;
@@ -73,7 +84,7 @@ TEST(CheckpointTest, PayloadIsTheDocumentedFormat) {
       EncodeCheckpoint(*model, sgd, SomeState("one", "sgd"));
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   const std::string payload = OneParamSections().Bytes();
-  EXPECT_EQ(*bytes, MakeHeader(2, payload) + payload);
+  EXPECT_EQ(*bytes, MakeHeader(3, payload) + payload);
 
   // And with a momentum buffer (has-state 1, then the tensor).
   model->w.mutable_grad() = torch::tensor({1.0f, 2.0f});
@@ -94,7 +105,69 @@ TEST(CheckpointTest, PayloadIsTheDocumentedFormat) {
                           .U8(1)
                           .I64(2)
                           .Floats({1.0f, 2.0f});
-  EXPECT_EQ(*bytes, MakeHeader(2, stepped.Bytes()) + stepped.Bytes());
+  EXPECT_EQ(*bytes, MakeHeader(3, stepped.Bytes()) + stepped.Bytes());
+}
+
+TEST(CheckpointTest, HookSectionIsTheDocumentedFormat) {
+  OneParam model;
+  torch::optim::SGD sgd(model->parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  HookState hook;
+  hook.name = "local_sgd";
+  hook.tensors.emplace_back("local_sgd.steps",
+                            torch::scalar_tensor(7, torch::kLong));
+  hook.tensors.emplace_back("q", torch::tensor({0.5f, -1.0f}));
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*model, sgd, SomeState("one", "sgd"), hook);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  OneParamSections expected;
+  expected.hook = Payload()
+                      .Str("local_sgd")
+                      .U32(2)
+                      .Str("local_sgd.steps")
+                      .U8(5)  // int64
+                      .U8(0)  // a scalar
+                      .I64(7)
+                      .Str("q")
+                      .U8(1)
+                      .U8(1)
+                      .I64(2)
+                      .Floats({0.5f, -1.0f});
+  EXPECT_EQ(*bytes, MakeHeader(3, expected.Bytes()) + expected.Bytes());
+}
+
+// A version 2 file (written here from the documented layout: three
+// sections, no HOOK) still loads, with an empty hook state.
+TEST(CheckpointTest, Version2ReadsWithoutHookState) {
+  const std::string payload = OneParamSections().V2Bytes();
+  const std::string bytes = MakeHeader(2, payload) + payload;
+  EXPECT_TRUE(ValidateCheckpointBytes(bytes).ok());
+  OneParam model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  HookState hook;
+  hook.name = "left over";
+  hook.tensors.emplace_back("x", torch::ones({1}));
+  absl::StatusOr<TrainingState> decoded =
+      DecodeCheckpoint(bytes, *model, sgd, "one", "sgd", &hook);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, SomeState("one", "sgd"));
+  EXPECT_EQ(hook.name, "");
+  EXPECT_THAT(hook.tensors, SizeIs(0));
+
+  // Version 3 requires the HOOK section; version 2 allows nothing after
+  // STAT.
+  ExpectDecodeRejected(
+      MakeHeader(3, payload) + payload, *model, sgd,
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr(absl::StrCat("section HOOK needs 4 bytes at offset ",
+                                      payload.size(), ", 0 left"))));
+  const std::string v3 = OneParamSections().Bytes();
+  ExpectDecodeRejected(
+      MakeHeader(2, v3) + v3, *model, sgd,
+      StatusIs(
+          absl::StatusCode::kDataLoss,
+          HasSubstr(absl::StrCat("20 unexpected bytes at offset ",
+                                 payload.size(), ", the end of the payload"))));
 }
 
 // Hand-made payloads behind valid headers, each with one field that lies.
@@ -309,6 +382,64 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
     s.state.U8(0);
     add("a byte left in STAT", s, "the end of section STAT");
   }
+  // The HOOK section.
+  const size_t hook_at = OneParamSections().HookOffset();
+  auto with_hook = [](const Payload& hook) {
+    OneParamSections s;
+    s.hook = hook;
+    return s;
+  };
+  add("hook name cut short", with_hook(Payload().U32(100).Raw("local_sgd")),
+      absl::StrCat("communication hook name needs 100 bytes at offset ",
+                   hook_at + 4, ", 9 left"));
+  add("hook name of 1025 bytes",
+      with_hook(Payload().Str(std::string(1025, 'h')).U32(0)),
+      absl::StrCat("communication hook name at offset ", hook_at,
+                   " has 1025 bytes, more than 1024"));
+  add("hook count missing", with_hook(Payload().Str("h")),
+      absl::StrCat("communication hook state count needs 4 bytes at offset ",
+                   hook_at + 5, ", 0 left"));
+  const Payload steps_tensor = Payload().U8(5).U8(0).I64(3);
+  add("huge hook count",
+      with_hook(
+          Payload().Str("h").U32(1000).Str("s").Raw(steps_tensor.bytes())),
+      absl::StrCat("communication hook state count at offset ", hook_at + 5,
+                   " is 1000, but the 15 bytes left hold at most 2"));
+  add("hook state without a hook name",
+      with_hook(Payload().Str("").U32(1).Str("s").Raw(steps_tensor.bytes())),
+      absl::StrCat("communication hook state count at offset ", hook_at + 4,
+                   " is 1, but the hook has no name"));
+  add("hook entry without a name",
+      with_hook(Payload().Str("h").U32(1).Str("").Raw(steps_tensor.bytes())),
+      absl::StrCat("name of communication hook state entry 0 at offset ",
+                   hook_at + 9, " has 0 bytes (1 to 1024)"));
+  add("hook entry twice",
+      with_hook(Payload()
+                    .Str("h")
+                    .U32(2)
+                    .Str("s")
+                    .Raw(steps_tensor.bytes())
+                    .Str("s")
+                    .Raw(steps_tensor.bytes())),
+      absl::StrCat("communication hook state entry 1 at offset ",
+                   hook_at + 9 + 5 + 10, ": \"s\" is twice"));
+  add("hook entry cut short",
+      with_hook(Payload().Str("h").U32(1).Str("s").U8(5).U8(0).U32(3)),
+      absl::StrCat("data of communication hook state \"s\" needs 8 bytes at "
+                   "offset ",
+                   hook_at + 16, ", 4 left"));
+  add("hook tensor of unknown dtype",
+      with_hook(Payload().Str("h").U32(1).Str("s").U8(0).U8(0).I64(3)),
+      absl::StrCat("communication hook state \"s\" at offset ", hook_at + 14,
+                   " has unknown dtype code 0"));
+  add("hook tensor of 9 dimensions",
+      with_hook(Payload().Str("h").U32(1).Str("s").U8(1).U8(9)),
+      "communication hook state \"s\" at offset");
+  add("a byte left in HOOK",
+      with_hook(
+          Payload().Str("h").U32(1).Str("s").Raw(steps_tensor.bytes()).U8(0)),
+      absl::StrCat("1 unexpected bytes at offset ", hook_at + 24,
+                   ", the end of section HOOK"));
   {
     const OneParamSections s;
     cases.push_back({"sections out of order",
@@ -332,6 +463,10 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
                          .Section("OPTM", s.optimizer)
                          .bytes(),
                      "section STAT needs 4 bytes at offset"});
+    cases.push_back({"another section in place of HOOK",
+                     s.V2Bytes() + Payload().Section("STAT", s.hook).bytes(),
+                     absl::StrCat("expected section HOOK at offset ",
+                                  s.V2Bytes().size(), ", found \"STAT\"")});
     cases.push_back({"bytes after the last section", s.Bytes() + "STAT",
                      "4 unexpected bytes at offset"});
     cases.push_back(
@@ -344,7 +479,7 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
     const std::string payload = OneParamSections().Bytes();
     absl::StatusOr<TrainingState> decoded =
-        DecodeCheckpoint(MakeHeader(2, payload) + payload, *model, sgd);
+        DecodeCheckpoint(MakeHeader(3, payload) + payload, *model, sgd);
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     EXPECT_EQ(*decoded, SomeState("one", "sgd"));
   }
@@ -357,7 +492,7 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     ExpectDecodeRejected(
-        MakeHeader(2, c.payload) + c.payload, *model, sgd,
+        MakeHeader(3, c.payload) + c.payload, *model, sgd,
         StatusIs(absl::StatusCode::kDataLoss,
                  AllOf(HasSubstr("malformed checkpoint payload: "),
                        HasSubstr(c.message))));

@@ -1,7 +1,7 @@
-// The checkpoint format: its header, round trips, and checkpoints that do not
-// fit the model. Damaged bytes: checkpoint_damage_test.cc; the payload field
-// by field: checkpoint_payload_test.cc; optimizer state:
-// optimizer_codec_test.cc.
+// The checkpoint format: its header, round trips (the hook's state too), and
+// checkpoints that do not fit the model. Damaged bytes:
+// checkpoint_damage_test.cc; the payload field by field:
+// checkpoint_payload_test.cc; optimizer state: optimizer_codec_test.cc.
 #include "trainer/checkpoint/checkpoint.h"
 
 #include <torch/nn/module.h>
@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "base/crc32_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,8 +29,10 @@ namespace {
 using ::dtrain::base::testing::BitwiseCrc32;
 using ::dtrain::trainer::testing::BitwiseEqual;
 using ::dtrain::trainer::testing::ExpectDecodeRejected;
+using ::dtrain::trainer::testing::ExpectSameHookState;
 using ::dtrain::trainer::testing::ExpectSameTensors;
 using ::dtrain::trainer::testing::MomentumOf;
+using ::dtrain::trainer::testing::SomeHookState;
 using ::dtrain::trainer::testing::SomeState;
 using ::dtrain::trainer::testing::StatusIs;
 using ::dtrain::trainer::testing::Tiny;
@@ -70,7 +73,7 @@ TEST(CheckpointTest, HeaderIsMagicVersionLengthAndCrcLittleEndian) {
   const std::string bytes = TinyCheckpoint();
   ASSERT_GT(bytes.size(), kCheckpointHeaderSize);
   EXPECT_EQ(bytes.substr(0, 8), "DTRAINCK");
-  EXPECT_EQ(ReadLittleEndian(bytes, 8, 4), 2u);
+  EXPECT_EQ(ReadLittleEndian(bytes, 8, 4), 3u);
   const absl::string_view payload =
       absl::string_view(bytes).substr(kCheckpointHeaderSize);
   EXPECT_EQ(ReadLittleEndian(bytes, 12, 8), payload.size());
@@ -184,6 +187,92 @@ TEST(CheckpointTest, EveryDtypeAndShapeRoundTrips) {
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     EXPECT_TRUE(BitwiseEqual(*a, *b)) << i;
+  }
+}
+
+// The hook's state: any name, tensors of any dtype and shape of the format,
+// bit for bit and in order, on the CPU.
+TEST(CheckpointTest, HookStateRoundTrips) {
+  torch::manual_seed(1);
+  Tiny model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  HookState hook = SomeHookState();
+  hook.tensors.emplace_back("error.0", torch::randn({3, 4}).t());
+  hook.tensors.emplace_back("bf16", torch::randn({5}).to(torch::kBFloat16));
+  hook.tensors.emplace_back("mask", torch::tensor({true, false, true}));
+  hook.tensors.emplace_back("empty", torch::zeros({0, 2}, torch::kDouble));
+  ASSERT_FALSE(hook.tensors[2].second.is_contiguous());
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*model, sgd, SomeState("tiny", "sgd"), hook);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_TRUE(ValidateCheckpointBytes(*bytes).ok());
+
+  Tiny restored;
+  torch::optim::SGD restored_sgd(restored->parameters(),
+                                 torch::optim::SGDOptions(0.1));
+  HookState decoded_hook;
+  absl::StatusOr<TrainingState> decoded = DecodeCheckpoint(
+      *bytes, *restored, restored_sgd, "tiny", "sgd", &decoded_hook);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, SomeState("tiny", "sgd"));
+  ExpectSameHookState(decoded_hook, hook);
+  for (const auto& [name, tensor] : decoded_hook.tensors) {
+    EXPECT_TRUE(tensor.device().is_cpu()) << name;
+  }
+
+  // Without a hook: an empty name and no entries.
+  bytes = EncodeCheckpoint(*model, sgd, SomeState("tiny", "sgd"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  decoded = DecodeCheckpoint(*bytes, *restored, restored_sgd, "tiny", "sgd",
+                             &decoded_hook);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded_hook.name, "");
+  EXPECT_THAT(decoded_hook.tensors, IsEmpty());
+
+  // A failed decode leaves `hook` alone.
+  torch::manual_seed(2);
+  Tiny other(4, 8, /*extra=*/true);
+  torch::optim::SGD other_sgd(other->parameters(),
+                              torch::optim::SGDOptions(0.1));
+  decoded_hook = SomeHookState();
+  EXPECT_FALSE(DecodeCheckpoint(TinyCheckpoint(), *other, other_sgd, "tiny",
+                                "sgd", &decoded_hook)
+                   .ok());
+  ExpectSameHookState(decoded_hook, SomeHookState());
+}
+
+TEST(CheckpointTest, HookStateAReaderWouldRefuseIsNotWritten) {
+  torch::manual_seed(1);
+  Tiny model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  struct Case {
+    HookState hook;
+    std::string message;
+  };
+  const torch::Tensor one = torch::ones({1});
+  const std::vector<Case> cases = {
+      {{"", {{"a", one}}},
+       "communication hook state of 1 entries without the hook's name"},
+      {{std::string(1025, 'h'), {}},
+       "the communication hook's name has 1025 bytes, more than 1024"},
+      {{"h", {{"", one}}},
+       "entry 0 of the communication hook's state has no name"},
+      {{"h", {{std::string(1025, 'e'), one}}},
+       "the name of entry 0 of the communication hook's state has 1025 bytes"},
+      {{"h", {{"a", one}, {"a", one}}},
+       "the communication hook's state has \"a\" twice"},
+      {{"h", {{"a", torch::Tensor()}}},
+       "the communication hook's state \"a\" is an undefined tensor"},
+      {{"h", {{"c", torch::ones({2}, torch::kComplexFloat)}}},
+       "communication hook state \"c\" has dtype ComplexFloat"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    EXPECT_THAT(EncodeCheckpoint(*model, sgd, SomeState("tiny", "sgd"), c.hook)
+                    .status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("cannot encode checkpoint: ",
+                                                c.message))));
   }
 }
 

@@ -120,6 +120,15 @@ TrainingState SomeState(absl::string_view model, absl::string_view optimizer) {
   return state;
 }
 
+HookState SomeHookState() {
+  HookState hook;
+  hook.name = "tiny_hook";
+  hook.tensors.emplace_back(
+      "q.0", torch::arange(6, torch::kFloat).reshape({2, 3}) - 2.5);
+  hook.tensors.emplace_back("steps", torch::scalar_tensor(41, torch::kLong));
+  return hook;
+}
+
 std::string TinyCheckpoint(int64_t seed) {
   torch::manual_seed(seed);
   Tiny model;
@@ -127,7 +136,7 @@ std::string TinyCheckpoint(int64_t seed) {
                         torch::optim::SGDOptions(0.1).momentum(0.9));
   TinyStep(model, sgd, seed);
   absl::StatusOr<std::string> bytes =
-      EncodeCheckpoint(*model, sgd, SomeState("tiny", "sgd"));
+      EncodeCheckpoint(*model, sgd, SomeState("tiny", "sgd"), SomeHookState());
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return bytes.ok() ? *bytes : "";
 }
@@ -141,6 +150,16 @@ bool BitwiseEqual(const torch::Tensor& a, const torch::Tensor& b) {
   // memcmp must not see the null data of an empty tensor.
   return ca.nbytes() == 0 ||
          std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+void ExpectSameHookState(const HookState& a, const HookState& b) {
+  EXPECT_EQ(a.name, b.name);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].first, b.tensors[i].first) << "entry " << i;
+    EXPECT_TRUE(BitwiseEqual(a.tensors[i].second, b.tensors[i].second))
+        << a.tensors[i].first;
+  }
 }
 
 void ExpectSameTensors(const torch::nn::Module& a, const torch::nn::Module& b) {

@@ -43,12 +43,19 @@ void TinyStep(Tiny& model, torch::optim::Optimizer& optimizer, int64_t seed);
 // A TrainingState with every field set, none to its default.
 TrainingState SomeState(absl::string_view model, absl::string_view optimizer);
 
-// A valid checkpoint of a Tiny model with SGD state (momentum buffers) and
-// SomeState("tiny", "sgd").
+// A hook state with a float32 matrix "q.0" (2 x 3) and an int64 scalar
+// "steps", named "tiny_hook".
+HookState SomeHookState();
+
+// A valid checkpoint of a Tiny model with SGD state (momentum buffers),
+// SomeState("tiny", "sgd") and SomeHookState(); its last section is HOOK.
 std::string TinyCheckpoint(int64_t seed = 1);
 
 // Same dtype, shape and bytes.
 bool BitwiseEqual(const torch::Tensor& a, const torch::Tensor& b);
+
+// The same name and entries (names in order, tensors bit for bit).
+void ExpectSameHookState(const HookState& a, const HookState& b);
 
 // Every parameter and buffer, by name, bit for bit.
 void ExpectSameTensors(const torch::nn::Module& a, const torch::nn::Module& b);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@ namespace {
 constexpr absl::string_view kModelSection = "MODL";
 constexpr absl::string_view kOptimizerSection = "OPTM";
 constexpr absl::string_view kStateSection = "STAT";
+constexpr absl::string_view kHookSection = "HOOK";
 
 // MODL entries.
 constexpr uint8_t kParameterKind = 0;
@@ -23,9 +25,11 @@ constexpr uint8_t kBufferKind = 1;
 
 // Smallest encodings, to cap counts by the bytes left: a MODL entry is a
 // name length, a kind and a tensor; a parameter of an optimizer group at
-// least its has-state byte.
+// least its has-state byte; a HOOK entry a name length, a name of one byte
+// or more and a tensor.
 constexpr size_t kMinModelEntrySize = 4 + 1 + kMinTensorSize;
 constexpr size_t kMinGroupParameterSize = 1;
+constexpr size_t kMinHookEntrySize = 4 + 1 + kMinTensorSize;
 
 }  // namespace
 
@@ -117,14 +121,31 @@ absl::Status WriteTrainingState(const TrainingState& state,
   return absl::OkStatus();
 }
 
+absl::Status WriteHook(const HookState& hook, base::ByteWriter& w) {
+  DTRAIN_RETURN_IF_ERROR(w.String(hook.name, "the communication hook's name"));
+  DTRAIN_RETURN_IF_ERROR(
+      w.Count(hook.tensors.size(), "communication hook state entries"));
+  for (const auto& [name, tensor] : hook.tensors) {
+    const std::string what =
+        absl::StrCat("communication hook state ", Quoted(name));
+    DTRAIN_RETURN_IF_ERROR(w.String(name, what));
+    DTRAIN_RETURN_IF_ERROR(WriteTensor(tensor, what, w));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WritePayload(const torch::nn::Module& model,
                           const torch::optim::Optimizer& optimizer,
-                          const TrainingState& state, base::ByteWriter& w) {
+                          const TrainingState& state, const HookState& hook,
+                          base::ByteWriter& w) {
   // What a reader would refuse is not written.
   if (absl::Status valid = CheckTrainingState(state); !valid.ok()) {
     return w.Error(absl::StrCat("the training state: ", valid.message()));
+  }
+  if (absl::Status valid = CheckHookState(hook); !valid.ok()) {
+    return w.Error(valid.message());
   }
   const OptimizerCodec* codec = CodecFor(optimizer);
   if (codec != nullptr && !state.optimizer_name.empty() &&
@@ -137,15 +158,16 @@ absl::Status WritePayload(const torch::nn::Module& model,
       WriteSection(kModelSection, w, [&] { return WriteModel(model, w); }));
   DTRAIN_RETURN_IF_ERROR(WriteSection(
       kOptimizerSection, w, [&] { return WriteOptimizer(optimizer, w); }));
-  return WriteSection(kStateSection, w,
-                      [&] { return WriteTrainingState(state, w); });
+  DTRAIN_RETURN_IF_ERROR(WriteSection(
+      kStateSection, w, [&] { return WriteTrainingState(state, w); }));
+  return WriteSection(kHookSection, w, [&] { return WriteHook(hook, w); });
 }
 
 namespace {
 
 // --- Reading ----------------------------------------------------------------
 
-// The sections, in order: MODL, OPTM, STAT.
+// The sections, in order: MODL, OPTM, STAT, HOOK (version 3).
 absl::Status ReadSection(base::ByteReader& payload, absl::string_view tag,
                          base::ByteReader* section) {
   const size_t at = payload.offset();
@@ -261,9 +283,53 @@ absl::Status ReadTrainingState(base::ByteReader& r, TrainingState* state) {
   return absl::OkStatus();
 }
 
+// Names and counts are checked as WritePayload's CheckHookState checks them,
+// each naming its offset.
+absl::Status ReadHook(base::ByteReader& r, HookState* hook) {
+  const size_t name_at = r.offset();
+  DTRAIN_RETURN_IF_ERROR(r.String("communication hook name", &hook->name));
+  if (hook->name.size() > kMaxCheckpointNameSize) {
+    return Malformed(absl::StrCat(
+        "communication hook name at offset ", name_at, " has ",
+        hook->name.size(), " bytes, more than ", kMaxCheckpointNameSize));
+  }
+  const size_t count_at = r.offset();
+  size_t count = 0;
+  DTRAIN_RETURN_IF_ERROR(
+      r.Count("communication hook state count", kMinHookEntrySize, &count));
+  if (count > 0 && hook->name.empty()) {
+    return Malformed(absl::StrCat("communication hook state count at offset ",
+                                  count_at, " is ", count,
+                                  ", but the hook has no name"));
+  }
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = r.offset();
+    std::string name;
+    DTRAIN_RETURN_IF_ERROR(r.String(
+        absl::StrCat("name of communication hook state entry ", i), &name));
+    if (name.empty() || name.size() > kMaxCheckpointNameSize) {
+      return Malformed(absl::StrCat(
+          "name of communication hook state entry ", i, " at offset ", at,
+          " has ", name.size(), " bytes (1 to ", kMaxCheckpointNameSize, ")"));
+    }
+    if (!names.insert(name).second) {
+      return Malformed(absl::StrCat("communication hook state entry ", i,
+                                    " at offset ", at, ": ", Quoted(name),
+                                    " is twice"));
+    }
+    at::Tensor tensor;
+    DTRAIN_RETURN_IF_ERROR(ReadTensor(
+        r, absl::StrCat("communication hook state ", Quoted(name)), &tensor));
+    hook->tensors.emplace_back(std::move(name), std::move(tensor));
+  }
+  return r.ExpectEnd("section HOOK");
+}
+
 }  // namespace
 
-absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out) {
+absl::Status ReadPayload(absl::string_view payload, uint32_t version,
+                         SavedCheckpoint* out) {
   base::ByteReader r(payload, 0, kMalformed);
   base::ByteReader section(absl::string_view(), 0, kMalformed);
   DTRAIN_RETURN_IF_ERROR(ReadSection(r, kModelSection, &section));
@@ -272,6 +338,10 @@ absl::Status ReadPayload(absl::string_view payload, SavedCheckpoint* out) {
   DTRAIN_RETURN_IF_ERROR(ReadOptimizer(section, &out->optimizer));
   DTRAIN_RETURN_IF_ERROR(ReadSection(r, kStateSection, &section));
   DTRAIN_RETURN_IF_ERROR(ReadTrainingState(section, &out->state));
+  if (version >= 3) {
+    DTRAIN_RETURN_IF_ERROR(ReadSection(r, kHookSection, &section));
+    DTRAIN_RETURN_IF_ERROR(ReadHook(section, &out->hook));
+  }
   DTRAIN_RETURN_IF_ERROR(r.ExpectEnd("the payload"));
   // An optimizer_name is what the writer ran, so it names the state's codec.
   const std::string& named = out->state.optimizer_name;
