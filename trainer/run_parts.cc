@@ -15,6 +15,7 @@
 #include "data/distributed_sampler.h"
 #include "dist/ddp/hooks/compress_hook.h"
 #include "dist/ddp/hooks/local_sgd_hook.h"
+#include "dist/ddp/hooks/powersgd_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "models/registry.h"
 #include "models/state_dict/state_dict.h"
@@ -166,6 +167,16 @@ absl::StatusOr<std::shared_ptr<ddp::CommHook>> MakeCommHook(
   if (o.comm_hook == "allreduce") return nullptr;
   if (o.comm_hook == "fp16") return ddp::hooks::Fp16CompressHook();
   if (o.comm_hook == "bf16") return ddp::hooks::Bf16CompressHook();
+  if (o.comm_hook == "powersgd") {
+    ddp::hooks::PowerSgdOptions p;
+    p.matrix_approximation_rank = static_cast<int>(o.powersgd_rank);
+    p.start_powersgd_iter = o.powersgd_start_step;
+    p.min_compression_rate = o.powersgd_min_compression_rate;
+    p.use_error_feedback = o.powersgd_error_feedback;
+    p.warm_start = o.powersgd_warm_start;
+    p.random_seed = o.powersgd_seed;
+    return std::make_shared<ddp::hooks::PowerSgdHook>(p);
+  }
   if (o.comm_hook == "local_sgd") {
     return std::make_shared<ddp::hooks::LocalSgdHook>(o.local_sgd_start_step);
   }

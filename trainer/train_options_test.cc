@@ -133,6 +133,13 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
        "--powersgd_rank"},
       {[](TrainOptions& o) { o.parallel.powersgd_min_compression_rate = 0.5; },
        "--powersgd_min_compression_rate"},
+      {[](TrainOptions& o) {
+         o.parallel.comm_hook = "powersgd";
+         o.parallel.powersgd_start_step = 1;
+       },
+       "--powersgd_start_step"},
+      {[](TrainOptions& o) { o.parallel.powersgd_seed = int64_t{1} << 32; },
+       "--powersgd_seed"},
       {[](TrainOptions& o) { o.parallel.local_sgd_period = 0; },
        "--local_sgd_period"},
       {[](TrainOptions& o) { o.parallel.local_sgd_start_step = -1; },

@@ -137,6 +137,23 @@ TEST(TrainerFlagsTest, PostLocalSgdTrainsAndEndsAveraged) {
   EXPECT_TRUE(differ);
 }
 
+// PowerSGD after two plain steps: the run trains, the ranks end identical
+// (every rank applies the same approximation), and the log says so.
+TEST(TrainerFlagsTest, PowerSgdTrains) {
+  TrainOptions o = SmallRun();
+  o.parallel.comm_hook = "powersgd";
+  o.parallel.powersgd_rank = 2;
+  o.parallel.powersgd_start_step = 2;
+  std::ostringstream log;
+  auto runs = TrainOnRanks(o, 2, &log);
+  ASSERT_TRUE(runs[0].ok()) << runs[0].status();
+  ASSERT_TRUE(runs[1].ok()) << runs[1].status();
+  EXPECT_THAT(log.str(), HasSubstr("(PowerSGD rank 2 from step 2)"));
+  ExpectSameParameters(*runs[0], *runs[1]);
+  const RunMetrics& m = runs[0]->metrics;
+  EXPECT_LT(m.epochs[1].train_loss, m.epochs[0].train_loss);
+}
+
 TEST(TrainerFlagsTest, EvaluateReportsWhatTheLastValidationReported) {
   TrainOptions o = SmallRun();
   o.optim.epochs = 1;

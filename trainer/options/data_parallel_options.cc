@@ -30,6 +30,15 @@ absl::Status ValidateDataParallelOptions(const DataParallelOptions& o) {
   if (o.powersgd_start_step < 0) {
     return Invalid("powersgd_start_step", "must be 0 or more");
   }
+  if (o.comm_hook == "powersgd" && o.powersgd_start_step < 2 &&
+      (o.powersgd_error_feedback || o.powersgd_warm_start)) {
+    return Invalid("powersgd_start_step",
+                   "must be at least 2 with error feedback or warm start "
+                   "(PyTorch's rule for start_powerSGD_iter)");
+  }
+  if (o.powersgd_seed < 0 || o.powersgd_seed > 0xFFFFFFFFll) {
+    return Invalid("powersgd_seed", "must be in 0 .. 2^32 - 1 (numpy's seeds)");
+  }
   if (!(o.powersgd_min_compression_rate >= 1) ||
       !std::isfinite(o.powersgd_min_compression_rate)) {
     return Invalid("powersgd_min_compression_rate",

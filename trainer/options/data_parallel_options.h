@@ -50,7 +50,7 @@ struct DataParallelOptions {
 
 // The hooks --comm_hook takes, in the order --help lists them.
 inline constexpr const char* kCommHooks[] = {"allreduce", "fp16", "bf16",
-                                             "local_sgd"};
+                                             "powersgd", "local_sgd"};
 
 // kInvalidArgument naming the flag.
 absl::Status ValidateDataParallelOptions(const DataParallelOptions& o);
