@@ -36,6 +36,8 @@
 // in the same order, in Launch and in each round of Continue. A hook that
 // fails locally (a LibTorch error) still issues its collectives and reports
 // the failure from Continue, so that the other ranks are not left waiting.
+// After a failed Wait it may stop issuing its later stages: the backend is
+// broken then, and so is DDP, for every rank.
 //
 // Thread safety: Launch runs on LibTorch's autograd threads or the training
 // thread, one call at a time (DDP holds its lock); Continue and the state
@@ -185,7 +187,9 @@ class CommHook {
   virtual std::vector<std::pair<std::string, at::Tensor>> State() const {
     return {};
   }
-  // Restores what State returned, before the first synchronised step.
+  // Restores what State returned: after RegisterCommHook (state may depend
+  // on Setup's plan for the buckets), before the first synchronised step.
+  // The tensors may be on the CPU whatever the buckets' device.
   // kInvalidArgument when it does not fit this hook and these buckets.
   virtual absl::Status LoadState(
       const std::vector<std::pair<std::string, at::Tensor>>& state) {
