@@ -18,15 +18,35 @@ our trainer's format (trainer/report/run_metrics.cc, "dtrain.metrics.v1"), plus
     bazel-bin/tools/launch/launch --nproc_per_node=2 --master_port=29511 -- \\
         experiments/pytorch_reference.py --batch_size=64
 
+DDP's communication hooks and knobs take train's flags and are PyTorch's own:
+--comm_hook=allreduce|fp16|bf16|powersgd|local_sgd (--fp16_allreduce names
+fp16) registers default_hooks.fp16_compress_hook or bf16_compress_hook,
+powerSGD_hook with a PowerSGDState (--powersgd_rank, --powersgd_start_step,
+--powersgd_min_compression_rate, --powersgd_error_feedback,
+--powersgd_warm_start, --powersgd_seed), or post_localSGD_hook (global
+averaging for --local_sgd_start_step steps, then none) with a
+PeriodicModelAverager run after every optimizer step (--local_sgd_period).
+--gradient_as_bucket_view and --static_graph are DDP's arguments;
+--gradient_as_bucket_view defaults to true here, as train's does (PyTorch's
+own default is false), so that default runs compare like with like. The
+metrics JSON's config records comm_hook, fp16_allreduce,
+gradient_as_bucket_view and static_graph, as train's does. PyTorch 1.13's
+Gloo cannot allreduce bfloat16: there --comm_hook=bf16 with Gloo is refused
+(exit 2), and --probe says so ("gloo_bfloat16": false).
+
+    bazel-bin/tools/launch/launch --nproc_per_node=2 --master_port=29512 -- \\
+        experiments/pytorch_reference.py --comm_hook=powersgd \\
+        --powersgd_rank=2 --powersgd_start_step=10
+
 Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13) and
 python3-torchvision (for --model=resnet18): run it with /usr/bin/python3.
 
     # what this Python torch can do, as one JSON line (the scaling sweep
-    # asks before planning PyTorch's NCCL runs)
+    # asks before planning PyTorch's NCCL and bf16 runs)
     experiments/pytorch_reference.py --probe
 
 Exit status: 0 when training finished, 1 when it failed (the message names
-the rank), 2 for bad flags.
+the rank), 2 for bad flags (or a hook or device this torch cannot run).
 """
 
 import time
@@ -55,6 +75,8 @@ STATS = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 # trainer/report/run_metrics.cc StepHistogramBounds().
 STEP_HISTOGRAM_BOUNDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                          0.5, 1.0, 2.5, 5.0, 10.0]
+# trainer/options/data_parallel_options.h kCommHooks (powersgd: PyTorch's).
+COMM_HOOKS = ("allreduce", "fp16", "bf16", "powersgd", "local_sgd")
 
 
 class FlagError(Exception):
@@ -163,6 +185,36 @@ def _parser():
          help="Bounds the rendezvous and every collective (60s, 5m, ...).")
     flag("bucket_cap_mb", type=float, default=25.0,
          help="DDP gradient bucket size in MiB.")
+    flag("comm_hook", default="allreduce",
+         help="How DDP averages gradients, with PyTorch's own hooks: "
+         "allreduce (none registered); fp16 or bf16 (default_hooks' "
+         "fp16_compress_hook, bf16_compress_hook); powersgd (powerSGD_hook, "
+         "--powersgd_*); local_sgd (post_localSGD_hook and a "
+         "PeriodicModelAverager, --local_sgd_*).")
+    bool_flag("fp16_allreduce", "Another name for --comm_hook=fp16.")
+    flag("powersgd_rank", type=int, default=1,
+         help="PowerSGDState's matrix_approximation_rank.")
+    flag("powersgd_start_step", type=int, default=1000,
+         help="PowerSGDState's start_powerSGD_iter: plain allreduce for this "
+         "many steps first.")
+    flag("powersgd_min_compression_rate", type=float, default=2.0,
+         help="PowerSGDState's min_compression_rate.")
+    bool_flag("powersgd_error_feedback", "PowerSGDState's use_error_feedback.")
+    p.set_defaults(powersgd_error_feedback=True)
+    bool_flag("powersgd_warm_start", "PowerSGDState's warm_start.")
+    p.set_defaults(powersgd_warm_start=True)
+    flag("powersgd_seed", type=int, default=0,
+         help="PowerSGDState's random_seed.")
+    flag("local_sgd_start_step", type=int, default=100,
+         help="Post-local SGD: PostLocalSGDState's start_localSGD_iter and the "
+         "averager's warmup_steps.")
+    flag("local_sgd_period", type=int, default=4,
+         help="Post-local SGD: the PeriodicModelAverager's period.")
+    bool_flag("gradient_as_bucket_view",
+              "DDP's gradient_as_bucket_view (default true, as train's; "
+              "PyTorch's own default is false).")
+    p.set_defaults(gradient_as_bucket_view=True)
+    bool_flag("static_graph", "DDP's static_graph.")
     bool_flag("sync_gradients",
               "false: no gradient averaging (every step under no_sync(); "
               "the no-communication bound, not a way to train).")
@@ -259,6 +311,42 @@ def _resolve_and_validate(o):
             "nccl with --device=cuda")
     if not (o.bucket_cap_mb > 0) or not math.isfinite(o.bucket_cap_mb):
         bad("bucket_cap_mb", "must be a finite number > 0")
+    # trainer/flags/data_parallel_flags.cc and
+    # trainer/options/data_parallel_options.cc.
+    if o.fp16_allreduce:
+        if o.comm_hook not in ("allreduce", "fp16"):
+            raise FlagError("--fp16_allreduce is --comm_hook=fp16; it cannot "
+                            f"go with --comm_hook={o.comm_hook}")
+        o.comm_hook = "fp16"
+    if o.comm_hook not in COMM_HOOKS:
+        bad("comm_hook", f"'{o.comm_hook}' is not one of "
+            f"{', '.join(COMM_HOOKS)}")
+    if o.powersgd_rank < 1:
+        bad("powersgd_rank", "the matrix rank must be 1 or more")
+    if o.powersgd_start_step < 0:
+        bad("powersgd_start_step", "must be 0 or more")
+    if not (o.powersgd_min_compression_rate >= 1) or not math.isfinite(
+            o.powersgd_min_compression_rate):
+        bad("powersgd_min_compression_rate",
+            "must be a finite number of at least 1")
+    if o.local_sgd_start_step < 0:
+        bad("local_sgd_start_step", "must be 0 or more")
+    if o.local_sgd_period < 1:
+        bad("local_sgd_period", "must be 1 or more")
+    if o.comm_hook != "allreduce" and not o.sync_gradients:
+        bad("comm_hook", "a communication hook averages gradients; "
+            "--sync_gradients=false averages none")
+    # What PyTorch's PowerSGDState itself refuses (ValueError there).
+    if o.comm_hook == "powersgd":
+        if (o.powersgd_start_step <= 1
+                and (o.powersgd_error_feedback or o.powersgd_warm_start)):
+            bad("powersgd_start_step",
+                f"{o.powersgd_start_step}: PyTorch's PowerSGD needs 2 or more "
+                "with --powersgd_error_feedback or --powersgd_warm_start (it "
+                "compresses only once DDP has rebuilt its buckets)")
+        if not 0 <= o.powersgd_seed < 2**32:
+            bad("powersgd_seed", f"{o.powersgd_seed}: PyTorch's PowerSGD "
+                "seeds numpy's RandomState with it, which takes [0, 2^32)")
     if o.intra_op_threads < 1:
         bad("intra_op_threads", "must be >= 1")
     if o.progress not in ("auto", "bar", "lines", "none"):
@@ -687,6 +775,10 @@ def _config(args, worker):
         "dist_url": args.dist_url,
         "device": args.device,
         "bucket_cap_mb": float(args.bucket_cap_mb),
+        "fp16_allreduce": args.comm_hook == "fp16",
+        "comm_hook": args.comm_hook,
+        "gradient_as_bucket_view": args.gradient_as_bucket_view,
+        "static_graph": args.static_graph,
         "sync_gradients": args.sync_gradients,
         "intra_op_threads": args.intra_op_threads,
         "timeout_seconds": float(args.timeout),
@@ -759,12 +851,15 @@ def train_and_validate(args, worker):
     ddp = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=args.bucket_cap_mb,
-        broadcast_buffers=args.sync_gradients)
+        broadcast_buffers=args.sync_gradients,
+        gradient_as_bucket_view=args.gradient_as_bucket_view,
+        static_graph=args.static_graph)
+    averager = register_comm_hook(ddp, args)
     worker.say(
         f"{args.model}: {parameters} parameters, {device}, world size "
         f"{worker.world_size} ({args.dist_backend}), batch {args.batch_size} "
         f"per process (global {args.batch_size * worker.world_size}), bucket "
-        f"cap {args.bucket_cap_mb:g} MiB"
+        f"cap {args.bucket_cap_mb:g} MiB{_comm_hook_summary(args)}"
         + ("" if args.sync_gradients
            else ", gradient sync OFF (no-communication bound)"))
 
@@ -786,7 +881,7 @@ def train_and_validate(args, worker):
         worker.say(f"Begin training epoch {epoch + 1}/{args.epochs} "
                    f"(lr {lr:g})")
         m, stopped = train_one_epoch(train_loader, ddp, optimizer, epoch,
-                                     state, worker, args)
+                                     state, worker, args, averager)
         worker.say(
             f"epoch {epoch + 1}: loss {m['train_loss']:.4f}  top1 "
             f"{m['train_top1']:.2f}%  top5 {m['train_top5']:.2f}%  "
@@ -814,10 +909,66 @@ def train_and_validate(args, worker):
     return 0
 
 
+def register_comm_hook(ddp, args):
+    """--comm_hook on `ddp`, with PyTorch's own hooks and their states on the
+    default group. Returns the model averager that post-local SGD runs after
+    every optimizer step, None for the other hooks."""
+    if args.comm_hook == "allreduce":
+        return None
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if args.comm_hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.comm_hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif args.comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=args.powersgd_start_step,
+            min_compression_rate=args.powersgd_min_compression_rate,
+            use_error_feedback=args.powersgd_error_feedback,
+            warm_start=args.powersgd_warm_start,
+            random_seed=args.powersgd_seed)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif args.comm_hook == "local_sgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import (
+            post_localSGD_hook)
+        from torch.distributed.algorithms.model_averaging import averagers
+        # Global gradient averaging for the first steps, then none (no
+        # subgroup allreduce: post_local_gradient_allreduce=False, as ours);
+        # from then on the averager averages the parameters every period.
+        state = post_localSGD_hook.PostLocalSGDState(
+            process_group=None, subgroup=None,
+            start_localSGD_iter=args.local_sgd_start_step,
+            post_local_gradient_allreduce=False)
+        ddp.register_comm_hook(state, post_localSGD_hook.post_localSGD_hook)
+        return averagers.PeriodicModelAverager(
+            period=args.local_sgd_period,
+            warmup_steps=args.local_sgd_start_step)
+    return None
+
+
+def _comm_hook_summary(args):
+    """trainer/run_parts.cc CommHookSummary."""
+    if args.comm_hook == "fp16":
+        return " (float16 on the wire)"
+    if args.comm_hook == "bf16":
+        return " (bfloat16 on the wire)"
+    if args.comm_hook == "powersgd":
+        return (f" (PowerSGD rank {args.powersgd_rank} from step "
+                f"{args.powersgd_start_step})")
+    if args.comm_hook == "local_sgd":
+        return (f" (post-local SGD from step {args.local_sgd_start_step}, "
+                f"parameters averaged every {args.local_sgd_period} steps)")
+    return ""
+
+
 def train_one_epoch(train_loader, model, optimizer, epoch, state, worker,
-                    args):
+                    args, averager=None):
     """One epoch of `model` (DDP), up to --max_steps in all, with the ImageNet
-    example's progress lines on rank 0. Returns the epoch's metrics (the
+    example's progress lines on rank 0; `averager` (post-local SGD's) averages
+    the parameters after each optimizer step. Returns the epoch's metrics (the
     trainer's per-epoch fields, validation empty) and whether --max_steps
     stopped it early."""
     import torch.nn.functional as F
@@ -853,6 +1004,8 @@ def train_one_epoch(train_loader, model, optimizer, epoch, state, worker,
                 loss = F.cross_entropy(output, labels)
                 loss.backward()
         optimizer.step()
+        if averager is not None:
+            averager.average_parameters(model.parameters())
         state.global_step += 1
         if not state.startup_seconds:
             state.startup_seconds = time.time() - _START
@@ -1014,9 +1167,30 @@ def _ddp_timeline(ddp):
     }
 
 
+def _gloo_allreduces_bfloat16():
+    """Whether this torch's Gloo can sum bfloat16 tensors (1.13's cannot:
+    "Invalid scalar type"), tried on a process group of this process alone.
+    True where the trial itself cannot run: the training then tells."""
+    import torch
+    import torch.distributed as dist
+    try:
+        group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1,
+                                      datetime.timedelta(seconds=30))
+    except Exception:  # noqa: BLE001 -- no trial possible here
+        return True
+    try:
+        group.allreduce([torch.zeros(1, dtype=torch.bfloat16)]).wait()
+    except RuntimeError:
+        return False
+    except Exception:  # noqa: BLE001 -- another API: no answer
+        return True
+    return True
+
+
 def _probe():
-    """Prints {"torch", "cuda", "cuda_devices", "nccl"}: whether this torch
-    can run the NCCL comparison (a CPU-only build answers cuda null)."""
+    """Prints {"torch", "cuda", "cuda_devices", "nccl", "gloo_bfloat16"}:
+    whether this torch can run the NCCL comparison (a CPU-only build answers
+    cuda null), and whether its Gloo takes --comm_hook=bf16."""
     try:
         import torch
         import torch.distributed as dist
@@ -1029,6 +1203,8 @@ def _probe():
         "cuda": torch.version.cuda,
         "cuda_devices": torch.cuda.device_count(),
         "nccl": bool(dist.is_available() and dist.is_nccl_available()),
+        "gloo_bfloat16": bool(dist.is_available()
+                              and _gloo_allreduces_bfloat16()),
     }), flush=True)
     return 0
 
@@ -1083,6 +1259,13 @@ def main(argv):
                   "is visible); train with --device=cpu --dist_backend=gloo",
                   file=sys.stderr)
             return 2
+    if (args.comm_hook == "bf16" and args.dist_backend == "gloo"
+            and not _gloo_allreduces_bfloat16()):
+        print(f"{PROG}: --comm_hook=bf16: the Gloo of this PyTorch "
+              f"{torch.__version__} cannot allreduce bfloat16 tensors "
+              "(\"Invalid scalar type\"); use --comm_hook=fp16, or bf16 with "
+              "--dist_backend=nccl", file=sys.stderr)
+        return 2
     if args.model == "resnet18":
         try:
             import torchvision  # noqa: F401

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The PyTorch reference training (experiments/pytorch_reference.py) as users run it next to our
-# C++ trainer: one process alone, two ranks under our launcher, without gradient sync, and failing
-# clearly on a bad flag. Its --probe answers what this torch can do, and the scaling sweep skips
-# PyTorch's NCCL runs with that reason. Skips where Debian's python3-torch is not installed.
+# C++ trainer: one process alone, two ranks under our launcher, without gradient sync, with
+# PyTorch's communication hooks under train's flags (fp16, post-local SGD; bf16 refused where its
+# Gloo cannot sum bfloat16), and failing clearly on a bad flag. Its --probe answers what this torch
+# can do, and the scaling sweep skips PyTorch's NCCL runs with that reason. Skips where Debian's
+# python3-torch is not installed.
 set -uo pipefail
 
 launch=$1
@@ -75,7 +77,66 @@ else
     || fail "sync_gradients=false: config"
 fi
 
-# 4. A bad flag exits 2 naming it.
+# 4. Communication hooks and DDP's knobs, PyTorch's own, under train's flags and recorded in the
+# config as train records them; gradient_as_bucket_view defaults to true, as train's.
+if [[ -f $tmp/single.json ]]; then
+  got=$(json "$tmp/single.json" 'json.dumps([m["config"][k] for k in ("comm_hook", "fp16_allreduce",
+      "gradient_as_bucket_view", "static_graph")])')
+  [[ $got == '["allreduce", false, true, false]' ]] || fail "single: default hook and knobs: $got"
+fi
+port=$(free_port)
+run fp16 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" "${small[@]}" \
+  --max_steps=3 --skip_validation --progress=none --fp16_allreduce --static_graph \
+  --gradient_as_bucket_view=false --metrics_json="$tmp/fp16.json"
+if [[ $rc -ne 0 ]]; then
+  fail "fp16: exit $rc: $(tail -5 "$tmp/fp16.err")"
+else
+  got=$(json "$tmp/fp16.json" 'json.dumps([m["config"][k] for k in ("comm_hook", "fp16_allreduce",
+      "gradient_as_bucket_view", "static_graph")] + [m["global_step"]])')
+  [[ $got == '["fp16", true, false, true, 3]' ]] || fail "fp16: config and steps: $got"
+  grep -q 'float16 on the wire' "$tmp/fp16.err" || fail "fp16: no hook in the summary line"
+fi
+# Post-local SGD: averaged gradients for 2 steps, then parameters every 2 steps.
+port=$(free_port)
+run local_sgd 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" \
+  "${small[@]}" --max_steps=4 --skip_validation --progress=none --comm_hook=local_sgd \
+  --local_sgd_start_step=2 --local_sgd_period=2 --metrics_json="$tmp/local_sgd.json"
+if [[ $rc -ne 0 ]]; then
+  fail "local_sgd: exit $rc: $(tail -5 "$tmp/local_sgd.err")"
+else
+  [[ $(json "$tmp/local_sgd.json" 'm["config"]["comm_hook"]') == local_sgd ]] || fail "local_sgd: config"
+  [[ $(json "$tmp/local_sgd.json" 'm["global_step"]') == 4 ]] || fail "local_sgd: global step"
+  grep -q 'post-local SGD from step 2, parameters averaged every 2 steps' "$tmp/local_sgd.err" \
+    || fail "local_sgd: no hook in the summary line: $(cat "$tmp/local_sgd.err")"
+fi
+# Bad hook values exit 2 naming the flag, as train's.
+run bad_hook 60 "$py" "$script" --comm_hook=topk
+[[ $rc -eq 2 ]] || fail "bad hook: exit $rc, want 2"
+grep -qF -- "--comm_hook: 'topk' is not one of allreduce, fp16, bf16, powersgd, local_sgd" \
+  "$tmp/bad_hook.err" || fail "bad hook: message: $(cat "$tmp/bad_hook.err")"
+run bad_period 60 "$py" "$script" --comm_hook=local_sgd --local_sgd_period=0
+[[ $rc -eq 2 ]] || fail "bad period: exit $rc, want 2"
+grep -q -- '--local_sgd_period: must be 1 or more' "$tmp/bad_period.err" \
+  || fail "bad period: message: $(cat "$tmp/bad_period.err")"
+run hook_nosync 60 "$py" "$script" --comm_hook=fp16 --sync_gradients=false
+[[ $rc -eq 2 ]] || fail "hook without sync: exit $rc, want 2"
+grep -q -- '--comm_hook: a communication hook averages gradients' "$tmp/hook_nosync.err" \
+  || fail "hook without sync: message: $(cat "$tmp/hook_nosync.err")"
+# bf16 on Gloo: refused (exit 2, saying why) where this torch's Gloo cannot sum bfloat16 (1.13's),
+# as --probe says; trained where it can.
+bf16_ok=$("$py" "$script" --probe 2>/dev/null | tail -1 | "$py" -c 'import json, sys
+print(json.load(sys.stdin)["gloo_bfloat16"])')
+run bf16 120 "$py" "$script" "${small[@]}" --max_steps=2 --skip_validation --progress=none \
+  --comm_hook=bf16
+if [[ $bf16_ok == False ]]; then
+  [[ $rc -eq 2 ]] || fail "bf16 on a Gloo without bfloat16: exit $rc, want 2"
+  grep -q -- '--comm_hook=bf16: the Gloo of this PyTorch .* cannot allreduce bfloat16' \
+    "$tmp/bf16.err" || fail "bf16: message: $(cat "$tmp/bf16.err")"
+else
+  [[ $rc -eq 0 ]] || fail "bf16 (probe: $bf16_ok): exit $rc: $(tail -5 "$tmp/bf16.err")"
+fi
+
+# 5. A bad flag exits 2 naming it.
 run bad 60 "$py" "$script" --batch_size=0
 [[ $rc -eq 2 ]] || fail "bad flag: exit $rc, want 2"
 grep -q -- '--batch_size' "$tmp/bad.err" || fail "bad flag: message: $(cat "$tmp/bad.err")"
@@ -83,7 +144,7 @@ run unknown 60 "$py" "$script" --no_such_flag=1
 [[ $rc -eq 2 ]] || fail "unknown flag: exit $rc, want 2"
 grep -q -- '--no_such_flag' "$tmp/unknown.err" || fail "unknown flag: message: $(cat "$tmp/unknown.err")"
 
-# 5. --probe: one JSON line saying what this torch can do, as torch itself says it.
+# 6. --probe: one JSON line saying what this torch can do, as torch itself says it.
 run probe 60 "$py" "$script" --probe
 if [[ $rc -ne 0 ]]; then
   fail "probe: exit $rc: $(tail -5 "$tmp/probe.err")"
@@ -96,7 +157,7 @@ print(json.dumps([str(torch.__version__), torch.version.cuda, torch.cuda.device_
   [[ $got == "$want" ]] || fail "probe: got $got, torch says $want"
 fi
 
-# 6. The sweep asks the probe before planning PyTorch's NCCL runs: on a torch without CUDA (Debian
+# 7. The sweep asks the probe before planning PyTorch's NCCL runs: on a torch without CUDA (Debian
 # 12's) they are skipped with that reason, and no NCCL training is started.
 if [[ $rc -eq 0 && $(json "$tmp/probe.json" 'm["cuda"] is None') == True ]]; then
   version=$(json "$tmp/probe.json" 'm["torch"]')
