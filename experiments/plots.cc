@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/optional.h"
 #include "base/status_macros.h"
+#include "experiments/sweep.h"
 
 namespace dtrain::experiments {
 namespace {
@@ -182,7 +183,9 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
     for (const SpeedupBaseline& b : baselines) {
       if (b.model != model) continue;
       parts.push_back(absl::StrFormat(
-          "%s%s's one-process %.0f samples/s", b.implementation,
+          "%s%s%s%s's one-process %.0f samples/s", b.implementation,
+          b.comm_hook == kDefaultCommHook ? "" : " ",
+          b.comm_hook == kDefaultCommHook ? "" : b.comm_hook,
           b.device == "cuda" ? " (cuda)" : "", b.samples_per_second));
     }
     return parts.empty() ? std::string("no one-process run")
@@ -200,15 +203,22 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
   std::map<std::string, int> most_procs;
   for (const ResultRow& r : rows) {
     if (r.runs == 0) continue;
+    // A hook other than the default is a line of its own.
+    const std::string hook = r.comm_hook == kDefaultCommHook ? "" : r.comm_hook;
     const std::string slug =
-        absl::StrCat(r.backend, "_", r.model, "_", r.implementation);
+        absl::StrCat(r.backend, "_", r.model, "_", r.implementation,
+                     hook.empty() ? "" : "_", hook);
     if (by_line.find(slug) == by_line.end()) {
       if (by_model.find(r.model) == by_model.end()) models.push_back(r.model);
       by_model[r.model].push_back(
-          {absl::StrCat(r.implementation, " ", r.backend), slug});
+          {absl::StrCat(r.implementation, " ", r.backend,
+                        hook.empty() ? "" : " ", hook),
+           slug});
       const std::string bm = absl::StrCat(r.backend, "_", r.model);
       if (by_backend.find(bm) == by_backend.end()) backend_models.push_back(bm);
-      by_backend[bm].push_back({r.implementation, slug});
+      by_backend[bm].push_back(
+          {absl::StrCat(r.implementation, hook.empty() ? "" : " ", hook),
+           slug});
     }
     by_line[slug].push_back(&r);
     most_procs[r.model] = std::max(most_procs[r.model], r.world_size);

@@ -1,11 +1,12 @@
 // PNG plots of the sweep, drawn by gnuplot (Debian's gnuplot-nox, cairo
-// terminal). Per model, a comparison: every implementation and backend side
-// by side (dtrain gloo, dtrain gloo+shm, pytorch gloo, ...). Per backend and
-// model, its implementations. Each has three panels against processes:
-// speedup over the model's baseline (with the ideal line), efficiency, and
-// throughput against the no-communication bound; titles name the machine's
-// cores and the repeats ("single run per point", or min-max bars), and a
-// dotted line marks where the processes outnumber the cores.
+// terminal). Per model, a comparison: every implementation, backend and
+// communication hook side by side (dtrain gloo, dtrain gloo+shm, pytorch
+// gloo, dtrain gloo fp16, ...). Per backend and model, its implementations
+// and hooks. Each has three panels against processes: speedup over the
+// model's baseline (with the ideal line), efficiency, and throughput against
+// the no-communication bound; titles name the machine's cores and the
+// repeats ("single run per point", or min-max bars), and a dotted line marks
+// where the processes outnumber the cores.
 #ifndef DTRAIN_EXPERIMENTS_PLOTS_H_
 #define DTRAIN_EXPERIMENTS_PLOTS_H_
 

@@ -127,6 +127,31 @@ TEST(PlotsTest, ComparisonSetsEveryBackendAndImplementationSideBySide) {
               HasSubstr("\n2 1.1429 1.1429 1.1429 57.14 57.14 57.14 88.89\n"));
 }
 
+// A hook other than the default is a line of its own, beside the same
+// implementation and backend with plain averaging.
+TEST(PlotsTest, EveryHookIsALineOfItsOwn) {
+  if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot (gnuplot-nox) not installed";
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/hooks";
+  std::vector<RunRecord> records;
+  for (const char* hook : {"allreduce", "fp16"}) {
+    for (int n : {1, 2}) {
+      records.push_back(Record("dtrain", "gloo", n, true, 2500 * n));
+      records.back().config.comm_hook = hook;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> pngs =
+      WritePlots(Summarize(records), Machine{2, "", 1}, dir);
+  ASSERT_TRUE(pngs.ok()) << pngs.status();
+  const std::string script = ReadAll(dir + "/compare_convnet.gp");
+  EXPECT_THAT(script, HasSubstr("title \"dtrain gloo\""));
+  EXPECT_THAT(script, HasSubstr("title \"dtrain gloo fp16\""));
+  EXPECT_THAT(ReadAll(dir + "/gloo_convnet.gp"),
+              HasSubstr("title \"dtrain fp16\""));
+  // Each line has one point per process count.
+  EXPECT_EQ(ReadAll(dir + "/gloo_convnet_dtrain_fp16.dat"),
+            ReadAll(dir + "/gloo_convnet_dtrain.dat"));
+}
+
 TEST(PlotsTest, RepeatsDrawTheSpreadAsBars) {
   if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot (gnuplot-nox) not installed";
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/three";

@@ -21,6 +21,7 @@ prometheus::Labels LabelsOf(const ResultRow& r, const std::string& run_id) {
   return {{"implementation", r.implementation},
           {"backend", r.backend},
           {"model", r.model},
+          {"comm_hook", r.comm_hook},
           {"world_size", absl::StrCat(r.world_size)},
           {"batch_size", absl::StrCat(r.batch_size)},
           {"run_id", run_id}};
@@ -83,6 +84,10 @@ void ScalingMetrics::Update(const std::vector<ResultRow>& rows) {
                         "allreduces that backward did not hide.");
   auto& exposed_ratio = gauge("ddp_exposed_communication_ratio",
                               "Exposed communication as a share of the epoch.");
+  auto& step_comm = gauge("ddp_step_communication_seconds",
+                          "What gradient averaging adds to a step: the "
+                          "median step time minus the no-communication "
+                          "bound's.");
   auto& data = gauge("ddp_data_wait_seconds",
                      "Median time per run spent waiting for batches.");
   auto& steps = prometheus::BuildHistogram()
@@ -115,6 +120,8 @@ void ScalingMetrics::Update(const std::vector<ResultRow>& rows) {
     if (r.efficiency) efficiency.Add(labels).Set(*r.efficiency);
     if (r.communication_efficiency)
       comm_eff.Add(labels).Set(*r.communication_efficiency);
+    if (r.communication_seconds_per_step)
+      step_comm.Add(labels).Set(*r.communication_seconds_per_step);
     auto& h = steps.Add(labels, bounds);
     if (r.step_histogram.size() == bounds.size() + 1) {
       std::vector<double> increments(r.step_histogram.begin(),

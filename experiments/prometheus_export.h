@@ -1,7 +1,7 @@
 // The sweep's results as Prometheus metrics, named by Prometheus's
 // conventions (base units, _seconds, _ratio, _total), one series per
-// configuration with labels {implementation, backend, model, world_size,
-// batch_size, run_id}:
+// configuration with labels {implementation, backend, model, comm_hook,
+// world_size, batch_size, run_id}:
 //
 //   ddp_epoch_duration_seconds                   median epoch time
 //   ddp_no_communication_epoch_duration_seconds  the same without gradient sync
@@ -13,6 +13,7 @@
 //   ddp_communication_efficiency_ratio           no-communication time / time
 //   ddp_exposed_communication_seconds            allreduce time not hidden
 //   ddp_exposed_communication_ratio              its share of the epoch
+//   ddp_step_communication_seconds               step time minus the bound's
 //   ddp_data_wait_seconds                        waiting for batches
 //   ddp_step_duration_seconds                    histogram of step times
 //   ddp_runs_total{status="ok"|"failed"}         trainings run

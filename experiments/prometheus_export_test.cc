@@ -36,8 +36,9 @@ TEST(PrometheusExportTest, SeriesCarryTheConfigurationLabels) {
   EXPECT_THAT(text, HasSubstr("# TYPE ddp_speedup_ratio gauge"));
   EXPECT_THAT(text,
               HasSubstr("ddp_speedup_ratio{backend=\"gloo\",batch_size=\"64\","
-                        "implementation=\"dtrain\",model=\"convnet\","
-                        "run_id=\"r1\",world_size=\"2\"} 1.8"));
+                        "comm_hook=\"allreduce\",implementation=\"dtrain\","
+                        "model=\"convnet\",run_id=\"r1\",world_size=\"2\"} "
+                        "1.8"));
   EXPECT_THAT(text, HasSubstr("# TYPE ddp_step_duration_seconds histogram"));
   // Cumulative buckets: 5 steps <= 25 ms, 8 <= 50 ms, all 9 at +Inf.
   EXPECT_THAT(text, HasSubstr("le=\"0.025\"} 5"));
@@ -46,6 +47,17 @@ TEST(PrometheusExportTest, SeriesCarryTheConfigurationLabels) {
   EXPECT_THAT(text, HasSubstr("ddp_step_duration_seconds_sum{"));
   EXPECT_THAT(text, HasSubstr("# TYPE ddp_runs_total counter"));
   EXPECT_THAT(text, HasSubstr("ddp_no_communication_epoch_duration_seconds{"));
+  // What communication adds to a step, where the row has it.
+  EXPECT_THAT(text, Not(HasSubstr("ddp_step_communication_seconds{")));
+  ResultRow fp16 = Row(2);
+  fp16.comm_hook = "fp16";
+  fp16.communication_seconds_per_step = 0.004;
+  metrics.Update({Row(2), fp16});
+  EXPECT_THAT(ExpositionText(metrics),
+              HasSubstr("ddp_step_communication_seconds{backend=\"gloo\","
+                        "batch_size=\"64\",comm_hook=\"fp16\","
+                        "implementation=\"dtrain\",model=\"convnet\","
+                        "run_id=\"r1\",world_size=\"2\"} 0.004"));
 }
 
 TEST(PrometheusExportTest, UpdateReplacesEverySeries) {

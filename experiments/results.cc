@@ -25,10 +25,25 @@
 namespace dtrain::experiments {
 namespace {
 
-using Key = std::tuple<std::string, std::string, std::string, int, int64_t>;
+// A row: implementation, backend, model, hook, processes, batch.
+using Key = std::tuple<std::string, std::string, std::string, std::string, int,
+                       int64_t>;
+// A no-communication bound, every hook's: the same without the hook.
+using BoundKey =
+    std::tuple<std::string, std::string, std::string, int, int64_t>;
 
 Key KeyOf(const RunConfig& c) {
+  return {c.implementation, c.backend,    c.model,
+          c.comm_hook,      c.world_size, c.batch_size};
+}
+
+BoundKey BoundKeyOf(const RunConfig& c) {
   return {c.implementation, c.backend, c.model, c.world_size, c.batch_size};
+}
+
+// A run's epoch seconds per step.
+double StepSeconds(const RunRecord& r) {
+  return r.steps > 0 ? r.epoch_seconds / r.steps : 0;
 }
 
 double Median(std::vector<double> v) {
@@ -100,14 +115,14 @@ std::string DeviceOf(const std::string& backend) {
 
 std::vector<SpeedupBaseline> SpeedupBaselines(
     const std::vector<ResultRow>& rows) {
-  // (model, device) in first-seen order -> implementation -> pooled runs.
-  std::vector<std::pair<std::string, std::string>> order;
-  std::map<std::pair<std::string, std::string>,
-           std::map<std::string, std::vector<double>>>
-      pooled;
+  // (model, device, hook) in first-seen order -> implementation -> pooled
+  // runs.
+  using BaseKey = std::tuple<std::string, std::string, std::string>;
+  std::vector<BaseKey> order;
+  std::map<BaseKey, std::map<std::string, std::vector<double>>> pooled;
   for (const ResultRow& r : rows) {
     if (r.world_size != 1 || r.run_samples_per_second.empty()) continue;
-    const auto key = std::make_pair(r.model, DeviceOf(r.backend));
+    const BaseKey key{r.model, DeviceOf(r.backend), r.comm_hook};
     if (pooled.find(key) == pooled.end()) order.push_back(key);
     std::vector<double>& runs = pooled[key][r.implementation];
     runs.insert(runs.end(), r.run_samples_per_second.begin(),
@@ -115,9 +130,16 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
   }
   std::vector<SpeedupBaseline> out;
   for (const auto& key : order) {
+    const auto& [model, device, hook] = key;
+    // The default hook's baseline serves every hook of its model and device.
+    if (hook != kDefaultCommHook &&
+        pooled.count({model, device, kDefaultCommHook}) > 0) {
+      continue;
+    }
     SpeedupBaseline best;
-    best.model = key.first;
-    best.device = key.second;
+    best.model = model;
+    best.device = device;
+    best.comm_hook = hook;
     for (const auto& [impl, runs] : pooled[key]) {
       const double median = Median(runs);
       if (median > best.samples_per_second) {
@@ -129,6 +151,18 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
     out.push_back(best);
   }
   return out;
+}
+
+const SpeedupBaseline* BaselineOf(const ResultRow& row,
+                                  const std::vector<SpeedupBaseline>& all) {
+  for (const SpeedupBaseline& b : all) {
+    if (b.model == row.model && b.device == DeviceOf(row.backend) &&
+        (b.comm_hook == kDefaultCommHook || b.comm_hook == row.comm_hook) &&
+        b.samples_per_second > 0) {
+      return &b;
+    }
+  }
+  return nullptr;
 }
 
 Machine ThisMachine(int nnodes) {
@@ -179,26 +213,32 @@ std::string DescribeRepeats(const std::vector<ResultRow>& rows) {
 std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
   std::vector<Key> order;
   std::map<Key, std::vector<const RunRecord*>> synced;
-  std::map<Key, std::vector<double>> bound_sps;
-  std::map<Key, std::vector<double>> bound_epoch;
+  struct Bound {
+    std::vector<double> sps, epoch, step, p50;
+  };
+  std::map<BoundKey, Bound> bounds;
   for (const RunRecord& r : records) {
-    const Key key = KeyOf(r.config);
     if (!r.config.sync_gradients) {
       if (r.ok) {
-        bound_sps[key].push_back(r.samples_per_second);
-        bound_epoch[key].push_back(r.epoch_seconds);
+        Bound& b = bounds[BoundKeyOf(r.config)];
+        b.sps.push_back(r.samples_per_second);
+        b.epoch.push_back(r.epoch_seconds);
+        b.step.push_back(StepSeconds(r));
+        b.p50.push_back(r.step_seconds_p50);
       }
       continue;
     }
+    const Key key = KeyOf(r.config);
     if (synced.find(key) == synced.end()) order.push_back(key);
     synced[key].push_back(&r);
   }
   std::vector<ResultRow> rows;
   for (const Key& key : order) {
     ResultRow row;
-    std::tie(row.implementation, row.backend, row.model, row.world_size,
-             row.batch_size) = key;
-    std::vector<double> sps, epoch, wall, startup, exposed, data, p50;
+    std::tie(row.implementation, row.backend, row.model, row.comm_hook,
+             row.world_size, row.batch_size) = key;
+    row.train_flags = synced[key].front()->config.train_flags;
+    std::vector<double> sps, epoch, step, wall, startup, exposed, data, p50;
     for (const RunRecord* r : synced[key]) {
       if (!r->ok) {
         ++row.failed;
@@ -209,6 +249,7 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
       sps.push_back(r->samples_per_second);
       row.run_samples_per_second.push_back(r->samples_per_second);
       epoch.push_back(r->epoch_seconds);
+      step.push_back(StepSeconds(*r));
       wall.push_back(r->wall_seconds);
       startup.push_back(r->startup_seconds);
       exposed.push_back(r->exposed_communication_seconds);
@@ -223,6 +264,7 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
     if (row.runs > 0) {
       row.samples_per_second = Median(sps);
       row.epoch_seconds = Median(epoch);
+      row.step_seconds = Median(step);
       row.wall_seconds = Median(wall);
       row.startup_seconds = Median(startup);
       row.exposed_communication_seconds = Median(exposed);
@@ -235,32 +277,59 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
           row.epoch_seconds > 0
               ? row.exposed_communication_seconds / row.epoch_seconds
               : 0;
-      if (!bound_sps[key].empty()) {
-        row.bound_samples_per_second = Median(bound_sps[key]);
-        row.bound_epoch_seconds = Median(bound_epoch[key]);
-        row.communication_efficiency =
-            row.samples_per_second / *row.bound_samples_per_second;
+      if (const auto b = bounds.find(BoundKeyOf(synced[key].front()->config));
+          b != bounds.end()) {
+        row.bound_samples_per_second = Median(b->second.sps);
+        row.bound_epoch_seconds = Median(b->second.epoch);
+        row.bound_step_seconds = Median(b->second.step);
+        row.bound_step_seconds_p50 = Median(b->second.p50);
       }
     }
     rows.push_back(row);
   }
+  // One process communicates nothing: the default hook's one-process row is
+  // its own bound, and that of the other hooks' one-process rows (where it
+  // ran), which then show what a hook adds by itself.
+  for (ResultRow& row : rows) {
+    if (row.runs == 0 || row.world_size != 1 || row.bound_samples_per_second)
+      continue;
+    const ResultRow* plain = &row;
+    for (const ResultRow& other : rows) {
+      if (other.runs > 0 && other.comm_hook == kDefaultCommHook &&
+          other.implementation == row.implementation &&
+          other.backend == row.backend && other.model == row.model &&
+          other.world_size == row.world_size &&
+          other.batch_size == row.batch_size) {
+        plain = &other;
+      }
+    }
+    row.bound_samples_per_second = plain->samples_per_second;
+    row.bound_epoch_seconds = plain->epoch_seconds;
+    row.bound_step_seconds = plain->step_seconds;
+    row.bound_step_seconds_p50 = plain->step_seconds_p50;
+  }
   const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
   for (ResultRow& row : rows) {
     if (row.runs == 0) continue;
-    for (const SpeedupBaseline& base : baselines) {
-      if (base.model == row.model && base.device == DeviceOf(row.backend) &&
-          base.samples_per_second > 0) {
-        row.speedup_baseline = base.samples_per_second;
-        row.speedup = row.samples_per_second / base.samples_per_second;
-        row.efficiency = *row.speedup / row.world_size;
-        break;
-      }
+    if (const SpeedupBaseline* base = BaselineOf(row, baselines)) {
+      row.speedup_baseline = base->samples_per_second;
+      row.speedup = row.samples_per_second / base->samples_per_second;
+      row.efficiency = *row.speedup / row.world_size;
     }
-    // One process communicates nothing: it is its own bound.
-    if (row.world_size == 1 && !row.communication_efficiency) {
-      row.communication_efficiency = 1.0;
-      row.bound_samples_per_second = row.samples_per_second;
-      row.bound_epoch_seconds = row.epoch_seconds;
+    if (row.bound_samples_per_second && *row.bound_samples_per_second > 0) {
+      row.communication_efficiency =
+          row.samples_per_second / *row.bound_samples_per_second;
+    }
+    // Rows from metrics without steps (none here) leave these empty.
+    if (row.bound_step_seconds && row.step_seconds > 0 &&
+        *row.bound_step_seconds > 0) {
+      row.communication_seconds_per_step =
+          row.step_seconds - *row.bound_step_seconds;
+    }
+    if (row.bound_step_seconds_p50 && row.step_seconds_p50 > 0 &&
+        *row.bound_step_seconds_p50 > 0) {
+      row.communication_seconds_per_step_p50 =
+          row.step_seconds_p50 - *row.bound_step_seconds_p50;
     }
   }
   return rows;
@@ -290,24 +359,37 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
                         " per configuration (medians; spread below)\n");
   }
   const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  bool hooks = false;  // any hook but the default
+  for (const ResultRow& r : rows) hooks |= r.comm_hook != kDefaultCommHook;
   std::vector<std::string> parts;
   for (const SpeedupBaseline& b : baselines) {
-    parts.push_back(absl::StrFormat("%s%s %.0f samples/s (%s, %d %s)", b.model,
-                                    b.device == "cuda" ? " on cuda" : "",
-                                    b.samples_per_second, b.implementation,
-                                    b.runs, b.runs == 1 ? "run" : "runs"));
+    parts.push_back(absl::StrFormat(
+        "%s%s%s %.0f samples/s (%s, %d %s)", b.model,
+        b.device == "cuda" ? " on cuda" : "",
+        hooks ? absl::StrCat(" ", b.comm_hook) : "", b.samples_per_second,
+        b.implementation, b.runs, b.runs == 1 ? "run" : "runs"));
   }
   out += absl::StrCat(
       "speedup: over one baseline per model, the fastest implementation's "
       "one-process samples/s (median of its one-process runs of every "
-      "backend: one process communicates nothing): ",
+      "backend: one process communicates nothing)",
+      hooks ? absl::StrCat(", with the ", kDefaultCommHook,
+                           " hook, every hook's rows alike (a sweep "
+                           "without it: each hook's own)")
+            : "",
+      ": ",
       parts.empty() ? "none (no one-process run)" : absl::StrJoin(parts, "; "),
-      "\n\n");
+      "\n");
+  if (!rows.empty() && !rows.front().train_flags.empty()) {
+    out += absl::StrCat("every training, ours and PyTorch's, with: ",
+                        absl::StrJoin(rows.front().train_flags, " "), "\n");
+  }
+  out += "\n";
 
   std::vector<std::vector<std::string>> cells = {
-      {"impl", "backend", "model", "procs", "batch/proc", "epoch s", "spread",
-       "samples/s", "speedup", "efficiency", "vs no-comm", "exposed comm",
-       "wall s"}};
+      {"impl", "backend", "model", "hook", "procs", "batch/proc", "epoch s",
+       "spread", "samples/s", "speedup", "efficiency", "vs no-comm",
+       "comm ms/step", "exposed comm", "wall s"}};
   bool marked = false;
   for (const ResultRow& r : rows) {
     std::string procs = absl::StrCat(r.world_size);
@@ -316,15 +398,20 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
       marked = true;
     }
     if (r.runs == 0) {
-      cells.push_back({r.implementation, r.backend, r.model, procs,
+      cells.push_back({r.implementation, r.backend, r.model, r.comm_hook, procs,
                        absl::StrCat(r.batch_size), "FAILED", "", "", "", "", "",
-                       "", ""});
+                       "", "", ""});
       continue;
     }
+    const absl::optional<double> comm_ms =
+        r.communication_seconds_per_step
+            ? absl::optional<double>(1000 * *r.communication_seconds_per_step)
+            : absl::nullopt;
     cells.push_back({
         r.implementation,
         r.backend,
         r.model,
+        r.comm_hook,
         procs,
         absl::StrCat(r.batch_size),
         absl::StrFormat("%.2f", r.epoch_seconds),
@@ -334,12 +421,13 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
         Opt(r.speedup, "%.2fx"),
         OptPercent(r.efficiency),
         OptPercent(r.communication_efficiency),
+        Opt(comm_ms, "%.1f"),
         Percent(r.exposed_share),
         absl::StrFormat("%.1f", r.wall_seconds),
     });
   }
-  // impl, backend and model are text.
-  out += AlignColumns(cells, 3);
+  // impl, backend, model and hook are text.
+  out += AlignColumns(cells, 4);
 
   // The legend.
   out += "\n";
@@ -350,19 +438,27 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
         " cores: they take turns on the cores, so a drop there measures this "
         "machine, not the backend\n");
   }
-  out +=
+  out += absl::StrCat(
+      "hook: DDP's communication hook (--comm_hooks; ", kDefaultCommHook,
+      ": plain averaging)\n"
       "spread: (max - min) / median samples/s over a configuration's runs "
       "(\"1 run\": not measured)\n"
       "efficiency: speedup / processes\n"
       "vs no-comm: samples/s with gradient averaging / samples/s of the same "
-      "processes without it (the no-communication bound), each all ranks' "
-      "samples over the slowest rank's training time\n"
+      "processes without it (the no-communication bound, one run shared by "
+      "every hook), each all ranks' samples over the slowest rank's training "
+      "time; at 1 process the bound is the ",
+      kDefaultCommHook,
+      " row (one process communicates nothing)\n"
       "  It can exceed 100%: the bound is a separate run, so the ratio "
       "carries both runs' noise; and without averaging the ranks never wait "
       "for one another, so where they share cores one falls behind and its "
       "time sets the bound, while averaging keeps them in step\n"
+      "comm ms/step: the time communication adds to a step: the step with "
+      "gradient averaging (epoch s / steps) minus the same step of the bound; "
+      "below 0 where the two runs' noise is larger\n"
       "exposed comm: gradient-allreduce wait that backward did not hide, "
-      "slowest rank, share of the epoch\n";
+      "slowest rank, share of the epoch\n");
   return out;
 }
 
@@ -396,11 +492,23 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
     if (it == names.end()) return error(absl::StrCat("no column ", name));
     column[name] = it - names.begin();
   }
+  // Columns of newer sweeps: shown where the CSV has them.
+  for (const char* name : {"comm_hook", "communication_seconds_per_step"}) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it != names.end()) column[name] = it - names.begin();
+  }
+  const bool hooks = column.count("comm_hook") > 0;
+  const bool comm = column.count("communication_seconds_per_step") > 0;
 
-  std::vector<std::vector<std::string>> cells = {
-      {"link", "measured", "impl", "backend", "model", "hosts", "ranks/host",
-       "batch/proc", "samples/s", "no-comm samples/s", "vs no-comm",
-       "exposed comm", "step s p50", "failed"}};
+  std::vector<std::vector<std::string>> cells(1);
+  for (const char* title :
+       {"link", "measured", "impl", "backend", "model", "hook", "hosts",
+        "ranks/host", "batch/proc", "samples/s", "no-comm samples/s",
+        "vs no-comm", "comm ms/step", "exposed comm", "step s p50", "failed"}) {
+    if (absl::string_view(title) == "hook" && !hooks) continue;
+    if (absl::string_view(title) == "comm ms/step" && !comm) continue;
+    cells[0].push_back(title);
+  }
   int most_ranks = 0;
   for (size_t l = 1; l < records->size(); ++l) {
     const std::vector<std::string>& record = (*records)[l];
@@ -412,15 +520,17 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
       return record[column.at(name)];
     };
     // The numbers; an empty field (a value the run did not have) is none.
-    absl::optional<double> samples, bound, communication, exposed, p50;
+    absl::optional<double> samples, bound, communication, exposed, p50,
+        per_step;
     for (const auto& [name, value] :
          {std::pair<const char*, absl::optional<double>*>{"samples_per_second",
                                                           &samples},
           {"no_comm_samples_per_second", &bound},
           {"communication_efficiency", &communication},
           {"exposed_share", &exposed},
-          {"step_seconds_p50", &p50}}) {
-      if (field(name).empty()) continue;
+          {"step_seconds_p50", &p50},
+          {"communication_seconds_per_step", &per_step}}) {
+      if (column.count(name) == 0 || field(name).empty()) continue;
       double v = 0;
       if (!absl::SimpleAtod(field(name), &v)) {
         return error(absl::StrCat("line ", l + 1, ": ", name, " '", field(name),
@@ -435,26 +545,29 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
     }
     most_ranks = std::max(most_ranks, world_size);
     const std::string& measured = field("measured_link_gbit");
-    cells.push_back({
-        field("link_rate"),
-        measured.empty() ? "-" : measured,
-        field("implementation"),
-        field("backend"),
-        field("model"),
-        field("hosts"),
-        field("ranks_per_host"),
-        field("batch_size"),
-        Opt(samples, "%.0f"),
-        Opt(bound, "%.0f"),
-        OptPercent(communication),
-        OptPercent(exposed),
-        Opt(p50, "%.4f"),
-        field("failed"),
-    });
+    std::vector<std::string> line = {
+        field("link_rate"), measured.empty() ? "-" : measured,
+        field("implementation"), field("backend"), field("model")};
+    if (hooks) line.push_back(field("comm_hook"));
+    for (std::string cell : {field("hosts"), field("ranks_per_host"),
+                             field("batch_size"), Opt(samples, "%.0f"),
+                             Opt(bound, "%.0f"), OptPercent(communication)}) {
+      line.push_back(std::move(cell));
+    }
+    if (comm) {
+      line.push_back(Opt(
+          per_step ? absl::optional<double>(1000 * *per_step) : absl::nullopt,
+          "%.1f"));
+    }
+    for (std::string cell :
+         {OptPercent(exposed), Opt(p50, "%.4f"), field("failed")}) {
+      line.push_back(std::move(cell));
+    }
+    cells.push_back(std::move(line));
   }
-  // link, measured, impl, backend and model are text.
+  // link, measured, impl, backend, model (and hook) are text.
   return absl::StrCat(
-      AlignColumns(cells, 5), "\ncombined: ", csv_path,
+      AlignColumns(cells, hooks ? 6 : 5), "\ncombined: ", csv_path,
       " (measured: Gbit/s of one TCP stream through the shaped link)\n",
       "every host shares this machine's ", machine.cores, " cores",
       most_ranks > machine.cores
@@ -489,13 +602,15 @@ absl::StatusOr<std::vector<std::string>> WriteResults(
 
 std::string ToCsv(const std::vector<ResultRow>& rows) {
   std::string out =
-      "implementation,backend,model,world_size,batch_size,runs,failed,"
-      "epoch_seconds,samples_per_second,spread,speedup,efficiency,"
+      "implementation,backend,model,comm_hook,world_size,batch_size,runs,"
+      "failed,epoch_seconds,samples_per_second,spread,speedup,efficiency,"
       "no_comm_samples_per_second,communication_efficiency,"
       "exposed_communication_seconds,exposed_share,data_seconds,"
       "step_seconds_p50,startup_seconds,wall_seconds,"
       "samples_per_second_min,samples_per_second_max,"
-      "speedup_baseline_samples_per_second\n";
+      "speedup_baseline_samples_per_second,step_seconds,no_comm_step_seconds,"
+      "communication_seconds_per_step,no_comm_step_seconds_p50,"
+      "communication_seconds_per_step_p50,train_flags\n";
   auto opt = [](const absl::optional<double>& v) {
     return v ? absl::StrFormat("%.6g", *v) : std::string();
   };
@@ -508,24 +623,31 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
       hi = absl::StrFormat("%.6g", *max);
     }
     out += absl::StrCat(
-        absl::StrJoin({r.implementation, r.backend, r.model,
+        absl::StrJoin({r.implementation, r.backend, r.model, r.comm_hook,
                        absl::StrCat(r.world_size), absl::StrCat(r.batch_size),
                        absl::StrCat(r.runs), absl::StrCat(r.failed)},
                       ","),
         ",",
-        absl::StrJoin({absl::StrFormat("%.6g", r.epoch_seconds),
-                       absl::StrFormat("%.6g", r.samples_per_second),
-                       absl::StrFormat("%.6g", r.spread), opt(r.speedup),
-                       opt(r.efficiency), opt(r.bound_samples_per_second),
-                       opt(r.communication_efficiency),
-                       absl::StrFormat("%.6g", r.exposed_communication_seconds),
-                       absl::StrFormat("%.6g", r.exposed_share),
-                       absl::StrFormat("%.6g", r.data_seconds),
-                       absl::StrFormat("%.6g", r.step_seconds_p50),
-                       absl::StrFormat("%.6g", r.startup_seconds),
-                       absl::StrFormat("%.6g", r.wall_seconds), lo, hi,
-                       opt(r.speedup_baseline)},
-                      ","),
+        absl::StrJoin(
+            {absl::StrFormat("%.6g", r.epoch_seconds),
+             absl::StrFormat("%.6g", r.samples_per_second),
+             absl::StrFormat("%.6g", r.spread), opt(r.speedup),
+             opt(r.efficiency), opt(r.bound_samples_per_second),
+             opt(r.communication_efficiency),
+             absl::StrFormat("%.6g", r.exposed_communication_seconds),
+             absl::StrFormat("%.6g", r.exposed_share),
+             absl::StrFormat("%.6g", r.data_seconds),
+             absl::StrFormat("%.6g", r.step_seconds_p50),
+             absl::StrFormat("%.6g", r.startup_seconds),
+             absl::StrFormat("%.6g", r.wall_seconds), lo, hi,
+             opt(r.speedup_baseline), absl::StrFormat("%.6g", r.step_seconds),
+             opt(r.bound_step_seconds), opt(r.communication_seconds_per_step),
+             opt(r.bound_step_seconds_p50),
+             opt(r.communication_seconds_per_step_p50),
+             // Flags hold no commas (the runner's list flags split
+             // at them): one field, spaces between.
+             absl::StrJoin(r.train_flags, " ")},
+            ","),
         "\n");
   }
   return out;
@@ -551,17 +673,21 @@ std::string ToJson(const std::vector<ResultRow>& rows,
   for (const SpeedupBaseline& b : SpeedupBaselines(rows)) {
     jbase.push_back({{"model", b.model},
                      {"device", b.device},
+                     {"comm_hook", b.comm_hook},
                      {"implementation", b.implementation},
                      {"samples_per_second", b.samples_per_second},
                      {"runs", b.runs}});
   }
   out["speedup_baselines"] = jbase;
+  out["train_flags"] = records.empty() ? std::vector<std::string>()
+                                       : records.front().config.train_flags;
   json jrows = json::array();
   for (const ResultRow& r : rows) {
     jrows.push_back({
         {"implementation", r.implementation},
         {"backend", r.backend},
         {"model", r.model},
+        {"comm_hook", r.comm_hook},
         {"world_size", r.world_size},
         {"batch_size", r.batch_size},
         {"runs", r.runs},
@@ -581,8 +707,16 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"exposed_share", r.exposed_share},
         {"data_seconds", r.data_seconds},
         {"step_seconds_p50", r.step_seconds_p50},
+        {"step_seconds", r.step_seconds},
+        {"no_comm_step_seconds", opt(r.bound_step_seconds)},
+        {"no_comm_step_seconds_p50", opt(r.bound_step_seconds_p50)},
+        {"communication_seconds_per_step",
+         opt(r.communication_seconds_per_step)},
+        {"communication_seconds_per_step_p50",
+         opt(r.communication_seconds_per_step_p50)},
         {"startup_seconds", r.startup_seconds},
         {"wall_seconds", r.wall_seconds},
+        {"train_flags", r.train_flags},
     });
   }
   out["results"] = jrows;
@@ -593,6 +727,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"implementation", r.config.implementation},
         {"backend", r.config.backend},
         {"model", r.config.model},
+        {"comm_hook", r.config.comm_hook},
         {"world_size", r.config.world_size},
         {"batch_size", r.config.batch_size},
         {"sync_gradients", r.config.sync_gradients},
@@ -601,6 +736,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"error", r.error},
         {"epoch_seconds", r.epoch_seconds},
         {"samples_per_second", r.samples_per_second},
+        {"steps", r.steps},
         {"wall_seconds", r.wall_seconds},
         {"log", r.log_path},
         {"metrics", r.metrics_path},

@@ -1,17 +1,22 @@
 // The sweep's results: repeats combined into one row per configuration
-// (median and spread), speedup against one baseline per model, and both
-// efficiencies; printed as a table (with the machine, the repeats and the
-// baseline in its header) and written as CSV and JSON.
-// The CSV's columns and units: docs/FORMATS.md.
+// (implementation, backend, model, communication hook, processes, batch;
+// median and spread), speedup against one baseline per model, both
+// efficiencies and the time communication adds to a step; printed as a
+// table (with the machine, the repeats and the baseline in its header) and
+// written as CSV and JSON. The CSV's columns and units: docs/FORMATS.md.
 //
 //   speedup                   samples/s(N processes) / the model's baseline
 //                             (SpeedupBaseline below), the same for every
-//                             implementation and backend of the model
+//                             implementation, backend and hook of the model
 //   efficiency                speedup / N
 //   communication efficiency  samples/s with gradient averaging / samples/s
 //                             of the same processes without it (the
-//                             no-communication bound, a separate run): how
-//                             close DDP gets to what this machine allows
+//                             no-communication bound, a separate run shared
+//                             by every hook): how close DDP gets to what
+//                             this machine allows
+//   communication per step    step time with gradient averaging - the
+//                             bound's (epoch seconds / steps, each the
+//                             median over repeats): what communication adds
 #ifndef DTRAIN_EXPERIMENTS_RESULTS_H_
 #define DTRAIN_EXPERIMENTS_RESULTS_H_
 
@@ -24,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
 #include "experiments/run_training.h"
+#include "experiments/sweep.h"
 
 namespace dtrain::experiments {
 
@@ -31,6 +37,7 @@ struct ResultRow {
   std::string implementation;
   std::string backend;
   std::string model;
+  std::string comm_hook = kDefaultCommHook;
   int world_size = 1;
   int64_t batch_size = 0;
   int runs = 0;       // successful repeats
@@ -44,6 +51,8 @@ struct ResultRow {
   double exposed_communication_seconds = 0;
   double data_seconds = 0;
   double step_seconds_p50 = 0;
+  // Epoch seconds / steps, all of the run's epochs.
+  double step_seconds = 0;
   // (max - min) / median of samples/s over repeats; 0 for one repeat.
   double spread = 0;
   // Each successful repeat's samples/s, in run order.
@@ -52,27 +61,46 @@ struct ResultRow {
   absl::optional<double> speedup_baseline;
   absl::optional<double> speedup;
   absl::optional<double> efficiency;
+  // The no-communication bound: the no-sync runs of the same
+  // implementation, backend, model, processes and batch (every hook's). One
+  // process communicates nothing: there the default hook's row is the bound
+  // (itself, or for another hook what that hook adds by itself).
   absl::optional<double> bound_samples_per_second;
   absl::optional<double> bound_epoch_seconds;
+  absl::optional<double> bound_step_seconds;
+  absl::optional<double> bound_step_seconds_p50;
   absl::optional<double> communication_efficiency;
+  // What communication adds to a step: step_seconds - bound_step_seconds,
+  // and the same of the median steps (step_seconds_p50); negative where the
+  // noise of the two runs is larger.
+  absl::optional<double> communication_seconds_per_step;
+  absl::optional<double> communication_seconds_per_step_p50;
   // exposed communication / epoch seconds.
   double exposed_share = 0;
   // Summed over repeats.
   std::vector<int64_t> step_histogram;
   double step_seconds_sum = 0;
+  // The flags every training of the sweep had beyond its own (the knobs,
+  // --train_flags): RunConfig::train_flags of its first run.
+  std::vector<std::string> train_flags;
 };
 
 // What every speedup of a model divides by, one per model and device (cpu:
 // gloo, gloo+shm, shm; cuda: nccl): the fastest implementation's one-process
-// samples/s, each implementation's being the median over its successful
-// one-process runs of every backend on that device. One process
-// communicates nothing, so those runs are the same training, and one
-// baseline keeps a backend's speedup from moving with the noise of its own
-// one-process run; PyTorch's rows share it, so its lines and ours compare
-// in absolute terms (its one-process row may then be below 1.00x).
+// samples/s with the default hook (allreduce), each implementation's being
+// the median over its successful one-process runs of every backend on that
+// device. One process communicates nothing, so those runs are the same
+// training, and one baseline keeps a backend's speedup from moving with the
+// noise of its own one-process run; PyTorch's rows share it, so its lines
+// and ours compare in absolute terms (its one-process row may then be below
+// 1.00x). Every hook's rows share it too: a hook's speedup then says whether
+// it trains faster than plain averaging, its one-process row what the hook
+// costs by itself. A sweep without the default hook has one baseline per
+// hook instead, from that hook's own one-process runs.
 struct SpeedupBaseline {
   std::string model;
   std::string device;          // "cpu" or "cuda"
+  std::string comm_hook;       // whose one-process runs set it
   std::string implementation;  // whose one-process runs set it
   double samples_per_second = 0;
   int runs = 0;  // one-process runs pooled
@@ -83,12 +111,18 @@ struct SpeedupBaseline {
 std::vector<SpeedupBaseline> SpeedupBaselines(
     const std::vector<ResultRow>& rows);
 
+// The baseline a row's speedup divides by: its model's and device's, the
+// default hook's or its own hook's; null when there is none.
+const SpeedupBaseline* BaselineOf(const ResultRow& row,
+                                  const std::vector<SpeedupBaseline>& all);
+
 // "cpu" or "cuda": the device a backend trains on.
 std::string DeviceOf(const std::string& backend);
 
-// One row per (implementation, backend, model, world size, batch size) of
-// the synchronised runs, in the order they first appear; the no-sync runs
-// fill the bound columns, SpeedupBaselines the speedups.
+// One row per (implementation, backend, model, hook, world size, batch
+// size) of the synchronised runs, in the order they first appear; the
+// no-sync runs fill the bound columns of every hook's row, SpeedupBaselines
+// the speedups.
 std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records);
 
 // The machine the runs shared (node 0's on several nodes): speedups beyond
@@ -120,10 +154,11 @@ bool Oversubscribed(const Machine& machine, int world_size);
 std::string DescribeRepeats(const std::vector<ResultRow>& rows);
 
 // The final table as printed and saved (table.txt): a header naming the
-// machine's cores, the repeats (or "single run") and each model's speedup
-// baseline; the aligned table, a process count beyond the cores marked
-// with '*'; then a legend of the columns, including why "vs no-comm" can
-// exceed 100%.
+// machine's cores, the repeats (or "single run"), each model's speedup
+// baseline and the flags every training had (if any); the aligned table, a
+// row per configuration with its hook, a process count beyond the cores
+// marked with '*'; then a legend of the columns, including why "vs no-comm"
+// can exceed 100%.
 std::string FormatTable(const std::vector<ResultRow>& rows,
                         const Machine& machine);
 
@@ -136,10 +171,12 @@ std::string TableText(const std::vector<ResultRow>& rows,
 // //experiments:sim_cluster's combined table, printed at its end: a line per
 // row of its combined CSV (every link rate's results.csv rows, with
 // link_rate, measured_link_gbit, hosts and ranks_per_host in front), aligned
-// as FormatTable's; then where the CSV is, and the cores of the machine every
-// simulated host shares, with a note where a run had more ranks. `csv` is
-// the file's text (\n or \r\n line ends, no quoted fields), `csv_path` where
-// it is. Errors for a missing column, a field that does not parse, or no rows.
+// as FormatTable's, with the hook and the communication per step where the
+// CSV has them (sweeps before hooks did not); then where the CSV is, and the
+// cores of the machine every simulated host shares, with a note where a run
+// had more ranks. `csv` is the file's text (\n or \r\n line ends, no quoted
+// fields), `csv_path` where it is. Errors for a missing column, a field that
+// does not parse, or no rows.
 absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
                                              const std::string& csv_path,
                                              const Machine& machine);

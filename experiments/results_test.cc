@@ -21,19 +21,23 @@ using ::testing::Not;
 
 RunRecord Record(int world_size, bool sync, double samples_per_second,
                  int repeat = 0, const std::string& backend = "gloo",
-                 const std::string& implementation = "dtrain") {
+                 const std::string& implementation = "dtrain",
+                 const std::string& comm_hook = kDefaultCommHook) {
   RunRecord r;
   r.config.implementation = implementation;
   r.config.backend = backend;
   r.config.model = "convnet";
+  r.config.comm_hook = comm_hook;
   r.config.world_size = world_size;
   r.config.batch_size = 128 / world_size;
   r.config.sync_gradients = sync;
   r.config.repeat = repeat;
   r.ok = true;
   r.samples = 60000;
+  r.steps = 500;
   r.samples_per_second = samples_per_second;
   r.epoch_seconds = 60000 / samples_per_second;
+  r.step_seconds_p50 = r.epoch_seconds / r.steps * 0.9;
   r.exposed_communication_seconds = world_size > 1 && sync ? 1.5 : 0;
   r.wall_seconds = r.epoch_seconds + 1;
   r.step_histogram = {0, 0, 0, 0, 3, 2, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -93,14 +97,25 @@ TEST(ResultsTest, CsvHasOneLinePerRowAndAHeader) {
   const std::string csv =
       ToCsv(Summarize({Record(1, true, 3000), Record(2, true, 4800)}));
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
-  EXPECT_THAT(csv, HasSubstr("implementation,backend,model,world_size"));
   EXPECT_THAT(csv,
-              HasSubstr("dtrain,gloo,convnet,2,64,1,0,12.5,4800,0,1.6,0.8"));
-  // The new columns at the end: min and max over repeats, the baseline.
+              HasSubstr("implementation,backend,model,comm_hook,world_size"));
+  EXPECT_THAT(csv, HasSubstr("dtrain,gloo,convnet,allreduce,2,64,1,0,12.5,"
+                             "4800,0,1.6,0.8"));
+  // Columns added at the end: min and max over repeats, the baseline; the
+  // step with and without communication, what communication adds (also of
+  // the median steps), the flags every training had.
   EXPECT_THAT(csv, HasSubstr(",wall_seconds,samples_per_second_min,"
                              "samples_per_second_max,"
-                             "speedup_baseline_samples_per_second\n"));
-  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000\n"));
+                             "speedup_baseline_samples_per_second,"
+                             "step_seconds,no_comm_step_seconds,"
+                             "communication_seconds_per_step,"
+                             "no_comm_step_seconds_p50,"
+                             "communication_seconds_per_step_p50,"
+                             "train_flags\n"));
+  // No bound run at 2 processes: those stay empty.
+  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000,0.025,,,,,\n"));
+  // One process is its own bound: communication adds nothing.
+  EXPECT_THAT(csv, HasSubstr(",3000,3000,3000,0.04,0.04,0,0.036,0,\n"));
 }
 
 // Each backend's own one-process run would move a speedup with that run's
@@ -154,6 +169,125 @@ TEST(ResultsTest, SpeedupIsOverOneBaselinePerModel) {
   EXPECT_FALSE(rows[0].speedup.has_value());
   EXPECT_THAT(FormatTable(rows, Machine{2, "", 1}),
               HasSubstr("none (no one-process run)"));
+}
+
+// "The time communication adds to a step": the step with gradient averaging
+// minus the same step of the no-communication bound, of mean and of median
+// steps.
+TEST(ResultsTest, CommunicationPerStepIsTheStepMinusTheBounds) {
+  RunRecord sync = Record(2, true, 4800);    // 12.5 s over 500 steps
+  RunRecord bound = Record(2, false, 6000);  // 10 s
+  sync.step_seconds_p50 = 0.022;
+  bound.step_seconds_p50 = 0.019;
+  const std::vector<ResultRow> rows = Summarize({sync, bound});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].step_seconds, 0.025);
+  EXPECT_DOUBLE_EQ(*rows[0].bound_step_seconds, 0.02);
+  EXPECT_DOUBLE_EQ(*rows[0].communication_seconds_per_step, 0.005);
+  EXPECT_DOUBLE_EQ(*rows[0].bound_step_seconds_p50, 0.019);
+  EXPECT_NEAR(*rows[0].communication_seconds_per_step_p50, 0.003, 1e-12);
+  EXPECT_DOUBLE_EQ(*rows[0].communication_efficiency, 0.8);
+  const std::string table = FormatTable(rows, Machine{2, "", 1});
+  EXPECT_THAT(table, HasSubstr("  5.0  "));  // comm ms/step
+  EXPECT_THAT(table, HasSubstr("comm ms/step: the time communication adds to "
+                               "a step"));
+  const nlohmann::json json =
+      nlohmann::json::parse(ToJson(rows, {sync, bound}, {}, Machine{2, "", 1}));
+  EXPECT_DOUBLE_EQ(json["results"][0]["communication_seconds_per_step"], 0.005);
+  EXPECT_DOUBLE_EQ(json["results"][0]["no_comm_step_seconds"], 0.02);
+  EXPECT_EQ(json["runs"][1]["steps"], 500);
+}
+
+// Each hook is a configuration of its own (a row, a column of the table, CSV
+// and JSON); the no-sync runs are the bound of every hook's row; every hook
+// divides by the allreduce one-process baseline, so a hook's one-process row
+// shows what it costs by itself (against the allreduce row, its bound there).
+TEST(ResultsTest, HooksAreRowsOfTheirOwnOverOneBoundAndOneBaseline) {
+  const std::vector<RunRecord> records = {
+      Record(1, true, 3000),
+      Record(1, true, 2400, 0, "gloo", "dtrain", "fp16"),
+      Record(2, true, 4800),
+      Record(2, true, 5400, 0, "gloo", "dtrain", "fp16"),
+      Record(2, false, 6000),
+      Record(1, true, 2500, 0, "gloo", "pytorch"),
+      Record(1, true, 2000, 0, "gloo", "pytorch", "fp16"),
+  };
+  const std::vector<ResultRow> rows = Summarize(records);
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0].comm_hook, "allreduce");
+  EXPECT_EQ(rows[1].comm_hook, "fp16");
+  // One baseline for all hooks: the fastest allreduce one-process run.
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  ASSERT_EQ(baselines.size(), 1u);
+  EXPECT_EQ(baselines[0].comm_hook, "allreduce");
+  EXPECT_EQ(baselines[0].implementation, "dtrain");
+  EXPECT_DOUBLE_EQ(*rows[1].speedup, 0.8);  // fp16 alone: 2400 / 3000
+  EXPECT_DOUBLE_EQ(*rows[2].speedup, 1.6);
+  EXPECT_DOUBLE_EQ(*rows[3].speedup, 1.8);
+  EXPECT_DOUBLE_EQ(*rows[3].efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(*rows[5].speedup, 2000.0 / 3000);
+  // The bound run is both hooks' bound at 2 processes.
+  EXPECT_DOUBLE_EQ(*rows[2].communication_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(*rows[3].communication_efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(*rows[3].communication_seconds_per_step,
+                   60000.0 / 5400 / 500 - 0.02);
+  // At 1 process the allreduce row is its own bound and fp16's.
+  EXPECT_DOUBLE_EQ(*rows[0].communication_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(*rows[0].communication_seconds_per_step, 0);
+  EXPECT_DOUBLE_EQ(*rows[1].communication_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(*rows[1].communication_seconds_per_step, 0.05 - 0.04);
+  EXPECT_DOUBLE_EQ(*rows[5].bound_samples_per_second, 2500);  // PyTorch's own
+
+  const std::string table = FormatTable(rows, Machine{2, "", 1});
+  EXPECT_THAT(table, HasSubstr("with the allreduce hook, every hook's rows "
+                               "alike"));
+  EXPECT_THAT(table, HasSubstr("convnet allreduce 3000 samples/s (dtrain, 1 "
+                               "run)"));
+  EXPECT_THAT(table,
+              HasSubstr("\ndtrain   gloo     convnet  fp16           2  "));
+  EXPECT_THAT(ToCsv(rows), HasSubstr("\ndtrain,gloo,convnet,fp16,2,64,"));
+  const nlohmann::json json =
+      nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
+  EXPECT_EQ(json["results"][3]["comm_hook"], "fp16");
+  EXPECT_EQ(json["speedup_baselines"][0]["comm_hook"], "allreduce");
+  EXPECT_EQ(json["runs"][1]["comm_hook"], "fp16");
+  EXPECT_EQ(json["runs"][4]["comm_hook"], "allreduce");  // the bound
+
+  // Without the default hook, each hook divides by its own one-process runs.
+  const std::vector<ResultRow> own = Summarize({
+      Record(1, true, 2400, 0, "gloo", "dtrain", "fp16"),
+      Record(2, true, 4200, 0, "gloo", "dtrain", "fp16"),
+      Record(1, true, 2000, 0, "gloo", "dtrain", "local_sgd"),
+      Record(2, true, 3000, 0, "gloo", "dtrain", "local_sgd"),
+  });
+  ASSERT_EQ(SpeedupBaselines(own).size(), 2u);
+  EXPECT_DOUBLE_EQ(*own[1].speedup, 1.75);
+  EXPECT_DOUBLE_EQ(*own[3].speedup, 1.5);
+  EXPECT_THAT(FormatTable(own, Machine{2, "", 1}),
+              HasSubstr("convnet fp16 2400 samples/s (dtrain, 1 run); "
+                        "convnet local_sgd 2000 samples/s"));
+}
+
+// The knobs and --train_flags every training had: in the table's header, the
+// CSV and the JSON.
+TEST(ResultsTest, TrainFlagsAreRecorded) {
+  std::vector<RunRecord> records = {Record(1, true, 3000),
+                                    Record(2, true, 4800)};
+  for (RunRecord& r : records)
+    r.config.train_flags = {"--powersgd_rank=2", "--static_graph=true"};
+  const std::vector<ResultRow> rows = Summarize(records);
+  EXPECT_THAT(FormatTable(rows, Machine{2, "", 1}),
+              HasSubstr("\nevery training, ours and PyTorch's, with: "
+                        "--powersgd_rank=2 --static_graph=true\n"));
+  EXPECT_THAT(ToCsv(rows),
+              HasSubstr(",--powersgd_rank=2 --static_graph=true\n"));
+  const nlohmann::json json =
+      nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
+  EXPECT_EQ(json["train_flags"][0], "--powersgd_rank=2");
+  EXPECT_EQ(json["results"][1]["train_flags"][1], "--static_graph=true");
+  EXPECT_THAT(
+      FormatTable(Summarize({Record(1, true, 3000)}), Machine{2, "", 1}),
+      Not(HasSubstr("every training")));
 }
 
 TEST(ResultsTest, TableHeaderNamesTheCoresAndMarksProcessesBeyondThem) {
@@ -222,20 +356,24 @@ TEST(ResultsTest, TableColumnsAreAligned) {
                              Record(4, true, 5400, 0, "gloo+shm"), bad}),
                   Machine{2, "", 1});
   const std::string header =
-      "impl    backend   model    procs  batch/proc  epoch s  spread  "
-      "samples/s  speedup  efficiency  vs no-comm  exposed comm  wall s";
+      "impl    backend   model    hook       procs  batch/proc  epoch s  "
+      "spread  samples/s  speedup  efficiency  vs no-comm  comm ms/step  "
+      "exposed comm  wall s";
   EXPECT_THAT(
       table,
       HasSubstr(absl::StrCat(
           "\n\n", header, "\n", std::string(header.size(), '-'), "\n",
-          "dtrain  gloo      convnet      1         128    20.00   1 run  "
-          "     3000    1.00x        100%        100%            0%    21.0\n"
-          "dtrain  gloo      convnet      2          64    12.50   1 run  "
-          "     4800    1.60x         80%         96%           12%    13.5\n"
-          "dtrain  gloo+shm  convnet     4*          32    11.11   1 run  "
-          "     5400    1.80x         45%           -           14%    12.1\n"
-          "dtrain  gloo      convnet     4*          32   FAILED",
-          std::string(header.size() - 53, ' '), "\n\n")));
+          "dtrain  gloo      convnet  allreduce      1         128    20.00  "
+          " 1 run       3000    1.00x        100%        100%           0.0  "
+          "          0%    21.0\n"
+          "dtrain  gloo      convnet  allreduce      2          64    12.50  "
+          " 1 run       4800    1.60x         80%         96%           1.0  "
+          "         12%    13.5\n"
+          "dtrain  gloo+shm  convnet  allreduce     4*          32    11.11  "
+          " 1 run       5400    1.80x         45%           -             -  "
+          "         14%    12.1\n"
+          "dtrain  gloo      convnet  allreduce     4*          32   FAILED",
+          std::string(header.size() - 64, ' '), "\n\n")));
 }
 
 // sim_cluster's combined CSV as Python's csv module writes it (\r\n), its
@@ -283,6 +421,37 @@ TEST(ResultsTest, ClusterTableFromTheCombinedCsv) {
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_THAT(*table,
               HasSubstr("\nevery host shares this machine's 4 cores\n"));
+}
+
+// A sweep with hooks: its combined CSV has comm_hook and
+// communication_seconds_per_step, and the table shows both.
+TEST(ResultsTest, ClusterTableShowsHooksAndCommunicationPerStep) {
+  const std::string csv =
+      "link_rate,measured_link_gbit,hosts,ranks_per_host,implementation,"
+      "backend,model,comm_hook,world_size,batch_size,failed,"
+      "samples_per_second,no_comm_samples_per_second,communication_efficiency,"
+      "exposed_share,step_seconds_p50,communication_seconds_per_step\n"
+      "1gbit,0.95,2,1,dtrain,gloo,convnet,allreduce,2,64,0,2000,2500,0.8,"
+      "0.1,0.03,0.0064\n"
+      "1gbit,0.95,2,1,dtrain,gloo,convnet,fp16,2,64,0,2200,2500,0.88,0.05,"
+      "0.028,\n";
+  absl::StatusOr<std::string> table =
+      ClusterTableText(csv, "c.csv", Machine{2, "", 2, true});
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string header =
+      "link   measured  impl    backend  model    hook       hosts  "
+      "ranks/host  batch/proc  samples/s  no-comm samples/s  vs no-comm  "
+      "comm ms/step  exposed comm  step s p50  failed";
+  EXPECT_THAT(
+      *table,
+      HasSubstr(absl::StrCat(
+          header, "\n", std::string(header.size(), '-'), "\n",
+          "1gbit  0.95      dtrain  gloo     convnet  allreduce      2  "
+          "         1          64       2000               2500         80%  "
+          "         6.4           10%      0.0300       0\n"
+          "1gbit  0.95      dtrain  gloo     convnet  fp16           2  "
+          "         1          64       2200               2500         88%  "
+          "           -            5%      0.0280       0\n")));
 }
 
 TEST(ResultsTest, ClusterTableErrorsNameTheFileAndWhat) {

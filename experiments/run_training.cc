@@ -134,6 +134,10 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
   // default.
   if (c.implementation != "pytorch" && c.backend == "gloo")
     cmd.push_back("--shm=false");
+  // Both trainers take the same hook flag and knobs.
+  if (c.comm_hook != kDefaultCommHook)
+    cmd.push_back(absl::StrCat("--comm_hook=", c.comm_hook));
+  cmd.insert(cmd.end(), c.train_flags.begin(), c.train_flags.end());
   return cmd;
 }
 
@@ -332,6 +336,8 @@ absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text) {
     t.cuda = !m.at("cuda").is_null();
     t.cuda_devices = m.at("cuda_devices").get<int>();
     t.nccl = m.at("nccl").get<bool>();
+    // Older scripts do not say: the runs then tell.
+    t.gloo_bfloat16 = m.value("gloo_bfloat16", true);
     return t;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(

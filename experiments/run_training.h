@@ -52,8 +52,9 @@ struct RunRecord {
 
 // The command line that runs this node's share of `config` (for logs and for
 // tests): config.ProcessesPerNode() ranks, and with config.nnodes > 1 the
-// launcher's --nnodes, --node_rank and --master_addr. An empty
-// `metrics_path` asks for no metrics file.
+// launcher's --nnodes, --node_rank and --master_addr; the training's flags,
+// --comm_hook for a hook other than the default, then config.train_flags.
+// An empty `metrics_path` asks for no metrics file.
 std::vector<std::string> TrainingCommand(const RunConfig& config,
                                          const Programs& programs,
                                          int node_rank,
@@ -85,7 +86,8 @@ int CountCudaDevices(const Programs& programs);
 absl::StatusOr<PythonTorch> ProbePythonTorch(const Programs& programs);
 
 // The probe's output: one JSON line {"torch": "1.13.1", "cuda": null or
-// "12.4", "cuda_devices": 0, "nccl": false}. kInvalidArgument otherwise.
+// "12.4", "cuda_devices": 0, "nccl": false, "gloo_bfloat16": false} (the
+// last optional: true when absent). kInvalidArgument otherwise.
 absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text);
 
 }  // namespace dtrain::experiments

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -60,6 +61,29 @@ TEST(RunTrainingTest, CommandGoesThroughTheLauncher) {
   EXPECT_THAT(py, Not(HasSubstr("--shm")));
 }
 
+// Both trainers take the hook and the knobs under the same flags: a hook but
+// the default as --comm_hook, the train flags after the sweep's own.
+TEST(RunTrainingTest, HooksAndTrainFlagsGoToBothTrainers) {
+  RunConfig c = Config("gloo", "convnet", 2, 64);
+  c.comm_hook = "powersgd";
+  c.train_flags = {"--powersgd_rank=2", "--static_graph=true"};
+  Programs p{"/bin/launch", "/bin/train", "/usr/bin/python3", "/x/ref.py"};
+  for (const char* impl : {"dtrain", "pytorch"}) {
+    c.implementation = impl;
+    const std::string cmd =
+        absl::StrJoin(TrainingCommand(c, p, 0, "/o/m.json", 1), " ");
+    EXPECT_THAT(cmd, HasSubstr(" --comm_hook=powersgd --powersgd_rank=2 "
+                               "--static_graph=true"))
+        << impl;
+    EXPECT_TRUE(absl::EndsWith(cmd, "--static_graph=true")) << cmd;
+  }
+  // The default hook is train's default: not spelled out.
+  c.comm_hook = kDefaultCommHook;
+  c.train_flags.clear();
+  EXPECT_THAT(absl::StrJoin(TrainingCommand(c, p, 0, "", 1), " "),
+              Not(HasSubstr("--comm_hook")));
+}
+
 TEST(RunTrainingTest, OverNodesEachNodeStartsItsShare) {
   RunConfig c = Config("nccl", "resnet18", 4, 32);
   c.nnodes = 2;
@@ -95,6 +119,13 @@ TEST(RunTrainingTest, ParsesThePythonTorchProbe) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(ParsePythonTorchProbe(R"({"torch": "1.13.1"})").ok());
+  // Whether its Gloo sums bfloat16: true where an older script does not say.
+  EXPECT_TRUE(t->gloo_bfloat16);
+  t = ParsePythonTorchProbe(
+      R"({"torch": "1.13.1", "cuda": null, "cuda_devices": 0, "nccl": false,)"
+      R"( "gloo_bfloat16": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->gloo_bfloat16);
 }
 
 TEST(RunTrainingTest, AProbeThatCannotRunSaysWhat) {

@@ -11,6 +11,11 @@
 //   bazel run //experiments:scaling -- --pushgateway=localhost:9091
 //   bazel run //experiments:scaling -- --reference=pytorch
 //
+// DDP's communication hooks side by side, with their knobs, ours and
+// PyTorch's (the knobs and --train_flags go to every training of both):
+//   bazel run //experiments:scaling -- --comm_hooks=allreduce,powersgd
+//       --powersgd_rank=2 --powersgd_start_step=10 --reference=pytorch
+//
 // Over several nodes, as torchrun: the same command on every node (K = 0, 1,
 // ...), world sizes counting all processes; node 0 measures and reports.
 //   bazel run //experiments:scaling -- --backends=nccl --world_sizes=2,4
@@ -23,6 +28,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +67,44 @@ ABSL_FLAG(std::vector<std::string>, models,
           "images).");
 ABSL_FLAG(std::vector<std::string>, world_sizes,
           std::vector<std::string>({"1", "2", "4"}), "Process counts.");
+ABSL_FLAG(std::vector<std::string>, comm_hooks,
+          std::vector<std::string>({dtrain::experiments::kDefaultCommHook}),
+          "DDP communication hooks (train's --comm_hook), each with runs of "
+          "its own: allreduce, fp16, bf16, powersgd, local_sgd. The "
+          "no-communication bound runs once for all. Speedups divide by the "
+          "allreduce one-process baseline (without allreduce in the list: "
+          "each hook's own).");
+// DDP's knobs: train's flags of the same names, for every training (ours and
+// PyTorch's); unset, the trainers' defaults.
+ABSL_FLAG(std::optional<int64_t>, powersgd_rank, std::nullopt,
+          "Every training's --powersgd_rank (unset: train's default).");
+ABSL_FLAG(std::optional<int64_t>, powersgd_start_step, std::nullopt,
+          "Every training's --powersgd_start_step (unset: train's default).");
+ABSL_FLAG(std::optional<double>, powersgd_min_compression_rate, std::nullopt,
+          "Every training's --powersgd_min_compression_rate (unset: train's "
+          "default).");
+ABSL_FLAG(std::optional<bool>, powersgd_error_feedback, std::nullopt,
+          "Every training's --powersgd_error_feedback=true|false (unset: "
+          "train's default).");
+ABSL_FLAG(std::optional<bool>, powersgd_warm_start, std::nullopt,
+          "Every training's --powersgd_warm_start=true|false (unset: train's "
+          "default).");
+ABSL_FLAG(std::optional<int64_t>, powersgd_seed, std::nullopt,
+          "Every training's --powersgd_seed (unset: train's default).");
+ABSL_FLAG(std::optional<int64_t>, local_sgd_start_step, std::nullopt,
+          "Every training's --local_sgd_start_step (unset: train's default).");
+ABSL_FLAG(std::optional<int64_t>, local_sgd_period, std::nullopt,
+          "Every training's --local_sgd_period (unset: train's default).");
+ABSL_FLAG(std::optional<bool>, gradient_as_bucket_view, std::nullopt,
+          "Every training's --gradient_as_bucket_view=true|false (unset: "
+          "train's default, true; the PyTorch reference's is the same).");
+ABSL_FLAG(std::optional<bool>, static_graph, std::nullopt,
+          "Every training's --static_graph=true|false (unset: train's "
+          "default).");
+ABSL_FLAG(std::vector<std::string>, train_flags, std::vector<std::string>(),
+          "More flags for every training, ours and PyTorch's, comma-separated "
+          "(--train_flags=--bucket_cap_mb=5); not those the sweep sets itself "
+          "(--model, --batch_size, --comm_hook, ...).");
 ABSL_FLAG(std::vector<std::string>, batch_sizes, std::vector<std::string>(),
           "Batch per process, one per process count or one for all "
           "(default: a global batch of 128 split over the processes, 128 / N "
@@ -284,6 +328,23 @@ int Main(int argc, char** argv) {
   SweepOptions o;
   o.backends = absl::GetFlag(FLAGS_backends);
   o.models = absl::GetFlag(FLAGS_models);
+  o.comm_hooks = absl::GetFlag(FLAGS_comm_hooks);
+  auto knob = [](const auto& flag, auto* field) {
+    if (const auto value = absl::GetFlag(flag); value.has_value())
+      *field = *value;
+  };
+  knob(FLAGS_powersgd_rank, &o.knobs.powersgd_rank);
+  knob(FLAGS_powersgd_start_step, &o.knobs.powersgd_start_step);
+  knob(FLAGS_powersgd_min_compression_rate,
+       &o.knobs.powersgd_min_compression_rate);
+  knob(FLAGS_powersgd_error_feedback, &o.knobs.powersgd_error_feedback);
+  knob(FLAGS_powersgd_warm_start, &o.knobs.powersgd_warm_start);
+  knob(FLAGS_powersgd_seed, &o.knobs.powersgd_seed);
+  knob(FLAGS_local_sgd_start_step, &o.knobs.local_sgd_start_step);
+  knob(FLAGS_local_sgd_period, &o.knobs.local_sgd_period);
+  knob(FLAGS_gradient_as_bucket_view, &o.knobs.gradient_as_bucket_view);
+  knob(FLAGS_static_graph, &o.knobs.static_graph);
+  o.train_flags = absl::GetFlag(FLAGS_train_flags);
   absl::StatusOr<std::vector<int64_t>> sizes =
       Numbers(absl::GetFlag(FLAGS_world_sizes), "world_sizes");
   if (!sizes.ok()) return fail(sizes.status());

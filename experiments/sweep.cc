@@ -1,10 +1,17 @@
 #include "experiments/sweep.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/machine_limits.h"
 #include "base/status_macros.h"
 
@@ -18,7 +25,161 @@ absl::Status Invalid(absl::string_view flag, absl::string_view why) {
 // Each repeat runs every configuration again; the plan holds them all.
 constexpr int kMaxRepeats = 1000;
 
+// Train's flags that the sweep sets for every run (run_training.cc's
+// TrainingCommand), and where the runner takes each instead.
+struct OwnFlag {
+  const char* name;
+  const char* instead;
+};
+constexpr OwnFlag kOwnFlags[] = {
+    {"model", "--models"},
+    {"batch_size", "--batch_sizes or --global_batch"},
+    {"epochs", "--epochs"},
+    {"max_steps", "--max_steps"},
+    {"train_limit", "--train_limit"},
+    {"dist_backend", "--backends"},
+    {"device", "--backends"},
+    {"shm", "--backends"},
+    {"sync_gradients", "--bound"},
+    {"comm_hook", "--comm_hooks"},
+    {"fp16_allreduce", "--comm_hooks=fp16"},
+    {"metrics_json", "--output_dir"},
+    {"small_input_stem", "--models=resnet18"},
+    {"skip_validation", "nothing: the sweep measures training only"},
+    {"progress", "nothing: runs are logged under --output_dir"},
+    {"timeout", "--run_timeout"},
+};
+
+// "--name=value" or "--name" -> name; empty when `flag` is neither.
+std::string FlagName(const std::string& flag) {
+  if (!absl::StartsWith(flag, "--")) return "";
+  const std::string name = flag.substr(2, flag.find('=') - 2);
+  if (name.empty()) return "";
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_') return "";
+  }
+  return name;
+}
+
+// The knobs against train's own ranges (trainer/options/
+// data_parallel_options.cc), so that a sweep does not fail every run.
+absl::Status CheckKnobs(const DdpKnobs& k) {
+  auto at_least = [](const char* flag, const absl::optional<int64_t>& v,
+                     int64_t min) -> absl::Status {
+    if (v && *v < min) {
+      return Invalid(flag, absl::StrCat(*v, " is not >= ", min));
+    }
+    return absl::OkStatus();
+  };
+  DTRAIN_RETURN_IF_ERROR(at_least("powersgd_rank", k.powersgd_rank, 1));
+  DTRAIN_RETURN_IF_ERROR(
+      at_least("powersgd_start_step", k.powersgd_start_step, 0));
+  DTRAIN_RETURN_IF_ERROR(
+      at_least("local_sgd_start_step", k.local_sgd_start_step, 0));
+  DTRAIN_RETURN_IF_ERROR(at_least("local_sgd_period", k.local_sgd_period, 1));
+  if (const auto& rate = k.powersgd_min_compression_rate;
+      rate && (!(*rate >= 1) || !std::isfinite(*rate))) {
+    return Invalid("powersgd_min_compression_rate",
+                   absl::StrCat(*rate, " is not a finite number >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+// --comm_hooks: known, each once.
+absl::Status CheckHooks(const std::vector<std::string>& hooks) {
+  if (hooks.empty()) return Invalid("comm_hooks", "empty");
+  std::set<std::string> seen;
+  for (const std::string& hook : hooks) {
+    if (std::find(std::begin(kCommHooks), std::end(kCommHooks), hook) ==
+        std::end(kCommHooks)) {
+      return Invalid("comm_hooks",
+                     absl::StrCat("unknown hook '", hook, "'; known: ",
+                                  absl::StrJoin(kCommHooks, ", ")));
+    }
+    if (!seen.insert(hook).second) {
+      return Invalid("comm_hooks", absl::StrCat("'", hook, "' given twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The flags every training gets: the knobs', then --train_flags, each
+// --name[=value], none the sweep's own, none twice.
+absl::StatusOr<std::vector<std::string>> TrainFlags(const SweepOptions& o) {
+  DTRAIN_RETURN_IF_ERROR(CheckKnobs(o.knobs));
+  std::vector<std::string> flags = KnobFlags(o.knobs);
+  std::set<std::string> knobs, names;
+  for (const std::string& flag : flags) knobs.insert(FlagName(flag));
+  for (const std::string& flag : o.train_flags) {
+    const std::string name = FlagName(flag);
+    if (name.empty()) {
+      return Invalid(
+          "train_flags",
+          absl::StrCat("'", flag, "' is not a flag (--name or --name=value)"));
+    }
+    // results.csv holds the flags in one unquoted field.
+    if (flag.find_first_of(",\"\n\r") != std::string::npos) {
+      return Invalid(
+          "train_flags",
+          absl::StrCat("'", flag, "' holds a comma, quote or line break"));
+    }
+    for (const OwnFlag& own : kOwnFlags) {
+      // Abseil's --noNAME spelling of a bool counts too.
+      if (name == own.name || name == absl::StrCat("no", own.name)) {
+        return Invalid(
+            "train_flags",
+            absl::StrCat("--", name, " is set by the sweep for every run; use ",
+                         own.instead));
+      }
+    }
+    if (knobs.count(name) > 0) {
+      return Invalid(
+          "train_flags",
+          absl::StrCat("--", name, " is also given as the runner's own --",
+                       name, "; give it once"));
+    }
+    if (!names.insert(name).second) {
+      return Invalid("train_flags", absl::StrCat("--", name, " given twice"));
+    }
+    flags.push_back(flag);
+  }
+  return flags;
+}
+
+// The hook in a run's name, after `separator`; nothing for the default.
+std::string HookPart(const std::string& hook, absl::string_view separator) {
+  return hook == kDefaultCommHook ? "" : absl::StrCat(separator, hook);
+}
+
 }  // namespace
+
+std::vector<std::string> KnobFlags(const DdpKnobs& k) {
+  std::vector<std::string> out;
+  auto add_int = [&out](const char* name, const absl::optional<int64_t>& v) {
+    if (v) out.push_back(absl::StrCat("--", name, "=", *v));
+  };
+  auto add_bool = [&out](const char* name, const absl::optional<bool>& v) {
+    if (v) out.push_back(absl::StrCat("--", name, "=", *v ? "true" : "false"));
+  };
+  add_int("powersgd_rank", k.powersgd_rank);
+  add_int("powersgd_start_step", k.powersgd_start_step);
+  if (k.powersgd_min_compression_rate) {
+    // The shortest text that gives back the same double: 2.5, 0.1.
+    char text[64];
+    const std::to_chars_result end = std::to_chars(
+        text, text + sizeof(text), *k.powersgd_min_compression_rate);
+    out.push_back(absl::StrCat("--powersgd_min_compression_rate=",
+                               absl::string_view(text, end.ptr - text)));
+  }
+  add_bool("powersgd_error_feedback", k.powersgd_error_feedback);
+  add_bool("powersgd_warm_start", k.powersgd_warm_start);
+  add_int("powersgd_seed", k.powersgd_seed);
+  add_int("local_sgd_start_step", k.local_sgd_start_step);
+  add_int("local_sgd_period", k.local_sgd_period);
+  add_bool("gradient_as_bucket_view", k.gradient_as_bucket_view);
+  add_bool("static_graph", k.static_graph);
+  return out;
+}
 
 int64_t DefaultBatchSize(int world_size) {
   return world_size >= kDefaultGlobalBatch
@@ -28,15 +189,16 @@ int64_t DefaultBatchSize(int world_size) {
 
 std::string RunConfig::Name() const {
   return absl::StrCat(implementation, " ", backend, " ", model,
-                      " np=", world_size, " bs=", batch_size,
-                      sync_gradients ? "" : " no-sync",
+                      HookPart(comm_hook, " "), " np=", world_size,
+                      " bs=", batch_size, sync_gradients ? "" : " no-sync",
                       repeat > 0 ? absl::StrCat(" #", repeat + 1) : "");
 }
 
 std::string RunConfig::Slug() const {
-  return absl::StrCat(implementation, "_", backend, "_", model, "_np",
-                      world_size, "_bs", batch_size,
-                      sync_gradients ? "_sync" : "_nosync", "_r", repeat);
+  return absl::StrCat(implementation, "_", backend, "_", model,
+                      HookPart(comm_hook, "_"), "_np", world_size, "_bs",
+                      batch_size, sync_gradients ? "_sync" : "_nosync", "_r",
+                      repeat);
 }
 
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
@@ -65,6 +227,9 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   if (o.epochs < 1) return Invalid("epochs", "must be >= 1");
   if (o.models.empty()) return Invalid("models", "empty");
   if (o.backends.empty()) return Invalid("backends", "empty");
+  DTRAIN_RETURN_IF_ERROR(CheckHooks(o.comm_hooks));
+  DTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> train_flags,
+                          TrainFlags(o));
   if (o.nnodes < 1) {
     return Invalid("nnodes", absl::StrCat(o.nnodes, " is not >= 1"));
   }
@@ -132,6 +297,15 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   } else if (py.cuda_devices == 0) {
     py_nccl_missing = absl::StrCat(py_name, " sees 0 CUDA devices");
   }
+  // Why a run of `impl` with `hook` on `backend` cannot run; empty if it can.
+  auto hook_missing = [&](const std::string& impl, const std::string& hook,
+                          const std::string& backend) -> std::string {
+    if (impl == "pytorch" && hook == "bf16" && backend != "nccl" &&
+        !py.gloo_bfloat16) {
+      return absl::StrCat(py_name, "'s Gloo cannot allreduce bfloat16");
+    }
+    return "";
+  };
   const int first_port =
       o.master_port == 0 && o.nnodes > 1 ? kDefaultMasterPort : o.master_port;
   // Counts every configuration the flags name, planned or skipped: the same
@@ -202,14 +376,26 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
           } else {
             skipped = false;
           }
-          for (bool sync : {true, false}) {
-            if (!sync && (n == 1 || !o.bound)) continue;
+          // Each hook's synchronised runs, then the no-sync runs (the
+          // bound of every hook: they average nothing).
+          std::vector<std::pair<std::string, bool>> kinds;
+          for (const std::string& hook : o.comm_hooks)
+            kinds.push_back({hook, true});
+          if (n > 1 && o.bound) kinds.push_back({kDefaultCommHook, false});
+          for (const auto& [hook, sync] : kinds) {
+            bool skip_hook = skipped;
+            if (const std::string why = hook_missing(impl, hook, backend);
+                !skipped && !why.empty()) {
+              skip(absl::StrCat(impl, " ", hook), why);
+              skip_hook = true;
+            }
             for (int r = 0; r < o.repeats; ++r, ++slot) {
-              if (skipped) continue;
+              if (skip_hook) continue;
               RunConfig c;
               c.implementation = impl;
               c.backend = backend;
               c.model = model;
+              c.comm_hook = hook;
               c.world_size = n;
               c.batch_size = batch;
               c.max_steps = model == "convnet" ? o.convnet_max_steps
@@ -221,6 +407,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.nnodes = o.nnodes;
               if (o.nnodes > 1) c.master_addr = o.master_addr;
               c.master_port = first_port == 0 ? 0 : first_port + slot;
+              c.train_flags = train_flags;
               group.push_back(c);
             }
           }

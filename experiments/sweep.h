@@ -1,8 +1,10 @@
 // The scaling sweep's plan: which trainings to run, from the runner's flags.
 // For each implementation (ours, optionally PyTorch's), backend, model and
-// process count it runs the training with gradient averaging, and for more
-// than one process also without (the no-communication bound), `repeats`
-// times each.
+// process count it runs the training with gradient averaging, once per DDP
+// communication hook, and for more than one process also without (the
+// no-communication bound, one run for all hooks: it averages nothing),
+// `repeats` times each. DDP's knobs (the hooks' own, bucket views, static
+// graph) and any further flags go to every training, ours and PyTorch's.
 //
 // A sweep may span nodes as torchrun does: the same command on every node
 // with --nnodes, --node_rank, --master_addr and --master_port. World sizes
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/optional.h"
 
 namespace dtrain::experiments {
 
@@ -27,7 +30,37 @@ struct PythonTorch {
   bool cuda = false;    // built with CUDA
   int cuda_devices = 0;
   bool nccl = false;
+  // Its Gloo sums bfloat16 tensors (--comm_hook=bf16); 1.13's cannot. True
+  // where the probe does not say (the run then tells).
+  bool gloo_bfloat16 = true;
 };
+
+// The hooks --comm_hooks takes: train's --comm_hook values (powersgd where
+// train has it), which pytorch_reference.py maps to PyTorch's own hooks.
+inline constexpr const char* kCommHooks[] = {"allreduce", "fp16", "bf16",
+                                             "powersgd", "local_sgd"};
+// Train's default: a plain allreduce, no hook registered.
+inline constexpr char kDefaultCommHook[] = "allreduce";
+
+// DDP's knobs for every training of a sweep, ours and PyTorch's alike:
+// train's flags of these names, which pytorch_reference.py takes too. Unset
+// ones are left to the trainers' defaults (the same in both).
+struct DdpKnobs {
+  absl::optional<int64_t> powersgd_rank;
+  absl::optional<int64_t> powersgd_start_step;
+  absl::optional<double> powersgd_min_compression_rate;
+  absl::optional<bool> powersgd_error_feedback;
+  absl::optional<bool> powersgd_warm_start;
+  absl::optional<int64_t> powersgd_seed;
+  absl::optional<int64_t> local_sgd_start_step;
+  absl::optional<int64_t> local_sgd_period;
+  absl::optional<bool> gradient_as_bucket_view;
+  absl::optional<bool> static_graph;
+};
+
+// The set knobs as flags, in the struct's order: {"--powersgd_rank=2",
+// "--static_graph=true", ...}.
+std::vector<std::string> KnobFlags(const DdpKnobs& knobs);
 
 // torchrun's default rendezvous port, the first run's port on several nodes.
 inline constexpr int kDefaultMasterPort = 29500;
@@ -48,6 +81,12 @@ struct SweepOptions {
   // "nccl".
   std::vector<std::string> backends = {"gloo", "gloo+shm"};
   std::vector<std::string> models = {"convnet", "resnet18"};
+  // DDP communication hooks (kCommHooks), each with runs of its own.
+  std::vector<std::string> comm_hooks = {kDefaultCommHook};
+  // For every training: the knobs' flags (KnobFlags), then these
+  // (--train_flags), each "--name=value" or "--name".
+  DdpKnobs knobs;
+  std::vector<std::string> train_flags;
   std::vector<int> world_sizes = {1, 2, 4};
   // Per process, one per world size (or one for all). Ignored when
   // global_batch > 0. Empty: DefaultBatchSize of each world size (128, 64,
@@ -88,6 +127,8 @@ struct RunConfig {
   std::string implementation;  // "dtrain" or "pytorch"
   std::string backend;
   std::string model;
+  // The no-sync runs: kDefaultCommHook (they average nothing).
+  std::string comm_hook = kDefaultCommHook;
   int world_size = 1;
   int64_t batch_size = 0;  // per process
   int64_t max_steps = 0;   // 0: whole epochs
@@ -100,12 +141,17 @@ struct RunConfig {
   std::string master_addr;  // with nnodes > 1
   // The rendezvous port; 0: a free local port picked when the run starts.
   int master_port = 0;
+  // Flags for the training beyond the sweep's own: the knobs', then
+  // --train_flags (the same for every run of a sweep).
+  std::vector<std::string> train_flags;
 
   int ProcessesPerNode() const { return world_size / nnodes; }
 
-  // "dtrain gloo convnet np=2 bs=64" (+ " no-sync", " #2").
+  // "dtrain gloo convnet np=2 bs=64" (+ " no-sync", " #2"), a hook other
+  // than the default after the model: "dtrain gloo convnet fp16 np=2 bs=64".
   std::string Name() const;
-  // A file-name-safe form: "dtrain_gloo_convnet_np2_bs64_sync_r0".
+  // A file-name-safe form: "dtrain_gloo_convnet_np2_bs64_sync_r0",
+  // "dtrain_gloo_convnet_fp16_np2_bs64_sync_r0".
   std::string Slug() const;
 };
 
@@ -125,13 +171,22 @@ struct SweepPlan {
 // the runs after it. Skips, each listed once with the reason: world sizes
 // that do not split evenly over the nodes; our NCCL runs where a node has
 // fewer CUDA devices (cuda_devices) than processes; PyTorch's where its
-// Python torch lacks CUDA, NCCL or devices (python_torch).
+// Python torch lacks CUDA, NCCL or devices (python_torch), and its bf16
+// runs on Gloo where that Gloo cannot sum bfloat16.
 //
-// kInvalidArgument naming the flag for: an unknown backend or model, world
-// sizes below 1, a batch list whose length is neither 1 nor that of the
-// world sizes, a global batch not divisible by a world size, repeats < 1,
-// nnodes < 1, node_rank outside [0, nnodes), nnodes > 1 without
-// master_addr, ports beyond 65535; and beyond base/machine_limits.h's
+// Within a backend, model and process count: per implementation each hook's
+// runs in comm_hooks' order, then the no-sync run; repeats outermost.
+//
+// kInvalidArgument naming the flag for: an unknown backend, model or hook, a
+// hook given twice, world sizes below 1, a batch list whose length is
+// neither 1 nor that of the world sizes, a global batch not divisible by a
+// world size, repeats < 1, knobs outside train's ranges (--powersgd_rank,
+// --local_sgd_period < 1, --powersgd_start_step, --local_sgd_start_step < 0,
+// --powersgd_min_compression_rate below 1 or not finite), a train flag that
+// is not --name[=value], one the sweep sets itself (--model, --comm_hook,
+// ...) or one given twice (also as a knob), nnodes < 1, node_rank outside
+// [0, nnodes), nnodes > 1 without master_addr, ports beyond 65535; and
+// beyond base/machine_limits.h's
 // bounds: more processes per node than base::LocalProcessLimit(), world sizes
 // or nnodes above 2^20, a batch per process above 2^20, repeats above 1000.
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options);

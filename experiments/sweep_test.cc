@@ -357,6 +357,200 @@ TEST(SweepTest, PyTorchNcclRunsNeedAPythonTorchWithCudaAndNccl) {
   EXPECT_EQ(plan->skipped[1].why, "Python torch 1.13.1 has no CUDA");
 }
 
+// Each hook runs beside the others of its configuration; the no-sync runs,
+// which average nothing, are one bound for all of them (with the default
+// hook: train refuses a hook without sync).
+TEST(SweepTest, HooksRunSideBySideOverOneBound) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {1, 2};
+  o.comm_hooks = {"allreduce", "fp16", "local_sgd"};
+  o.reference_pytorch = true;
+  o.repeats = 2;
+  o.master_port = 30000;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> names;
+  std::set<int> ports;
+  for (const RunConfig& c : plan->runs) {
+    if (c.world_size == 2) names.push_back(c.Name());
+    ports.insert(c.master_port);
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "dtrain gloo convnet np=2 bs=64",
+                         "dtrain gloo convnet fp16 np=2 bs=64",
+                         "dtrain gloo convnet local_sgd np=2 bs=64",
+                         "dtrain gloo convnet np=2 bs=64 no-sync",
+                         "pytorch gloo convnet np=2 bs=64",
+                         "pytorch gloo convnet fp16 np=2 bs=64",
+                         "pytorch gloo convnet local_sgd np=2 bs=64",
+                         "pytorch gloo convnet np=2 bs=64 no-sync",
+                         "dtrain gloo convnet np=2 bs=64 #2",
+                         "dtrain gloo convnet fp16 np=2 bs=64 #2",
+                         "dtrain gloo convnet local_sgd np=2 bs=64 #2",
+                         "dtrain gloo convnet np=2 bs=64 no-sync #2",
+                         "pytorch gloo convnet np=2 bs=64 #2",
+                         "pytorch gloo convnet fp16 np=2 bs=64 #2",
+                         "pytorch gloo convnet local_sgd np=2 bs=64 #2",
+                         "pytorch gloo convnet np=2 bs=64 no-sync #2"));
+  // np=1: 3 hooks x 2 implementations x 2 repeats, no bound.
+  EXPECT_EQ(plan->runs.size(), 12u + names.size());
+  EXPECT_EQ(ports.size(), plan->runs.size());  // each run its own port
+  for (const RunConfig& c : plan->runs) {
+    if (!c.sync_gradients) {
+      EXPECT_EQ(c.comm_hook, kDefaultCommHook);
+    }
+  }
+  EXPECT_EQ(plan->runs[1].Slug(), "dtrain_gloo_convnet_fp16_np1_bs128_sync_r0");
+  EXPECT_EQ(plan->runs[2].Slug(),
+            "dtrain_gloo_convnet_local_sgd_np1_bs128_sync_r0");
+
+  // The default: one hook, the plan of a sweep before hooks existed.
+  o.comm_hooks = {kDefaultCommHook};
+  plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->runs.size(), 4u + 8u);
+  EXPECT_EQ(plan->runs[0].Slug(), "dtrain_gloo_convnet_np1_bs128_sync_r0");
+}
+
+// Ports count every configuration the flags name, skipped ones too: a node
+// that skips PyTorch's bf16 runs (its torch's Gloo cannot sum bfloat16)
+// gives every other run the port every node gives it.
+TEST(SweepTest, PyTorchBf16OnAGlooWithoutBfloat16IsSkipped) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {2};
+  o.comm_hooks = {"allreduce", "bf16", "fp16"};
+  o.reference_pytorch = true;
+  o.master_port = 30000;
+  o.python_torch = {"2.6.0", false, 0, false, true};
+  absl::StatusOr<SweepPlan> can = PlanSweep(o);
+  ASSERT_TRUE(can.ok()) << can.status();
+  EXPECT_TRUE(can->skipped.empty());
+  EXPECT_EQ(can->runs.size(), 8u);
+
+  o.python_torch = {"1.13.1", false, 0, false, false};
+  absl::StatusOr<SweepPlan> cannot = PlanSweep(o);
+  ASSERT_TRUE(cannot.ok()) << cannot.status();
+  ASSERT_EQ(cannot->skipped.size(), 1u);
+  EXPECT_EQ(cannot->skipped[0].what, "pytorch bf16");
+  EXPECT_EQ(cannot->skipped[0].why,
+            "Python torch 1.13.1's Gloo cannot allreduce bfloat16");
+  ASSERT_EQ(cannot->runs.size(), 7u);  // ours' bf16 still runs
+  for (const RunConfig& c : cannot->runs) {
+    EXPECT_FALSE(c.implementation == "pytorch" && c.comm_hook == "bf16");
+    for (const RunConfig& d : can->runs) {
+      if (d.Slug() == c.Slug()) {
+        EXPECT_EQ(d.master_port, c.master_port);
+      }
+    }
+  }
+}
+
+// The knobs and --train_flags reach every run, ours and PyTorch's, the bound
+// runs too (they train with the same DDP).
+TEST(SweepTest, KnobsAndTrainFlagsGoToEveryRun) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {1, 2};
+  o.comm_hooks = {"allreduce", "powersgd"};
+  o.reference_pytorch = true;
+  o.knobs.powersgd_rank = 2;
+  o.knobs.powersgd_start_step = 10;
+  o.knobs.powersgd_min_compression_rate = 1.5;
+  o.knobs.powersgd_warm_start = false;
+  o.knobs.static_graph = true;
+  o.train_flags = {"--bucket_cap_mb=5"};
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<std::string> want = {"--powersgd_rank=2",
+                                         "--powersgd_start_step=10",
+                                         "--powersgd_min_compression_rate=1.5",
+                                         "--powersgd_warm_start=false",
+                                         "--static_graph=true",
+                                         "--bucket_cap_mb=5"};
+  ASSERT_EQ(plan->runs.size(), 10u);
+  for (const RunConfig& c : plan->runs) EXPECT_EQ(c.train_flags, want);
+  EXPECT_THAT(KnobFlags(DdpKnobs()), ::testing::IsEmpty());
+  DdpKnobs all;
+  all.powersgd_error_feedback = true;
+  all.powersgd_seed = 7;
+  all.local_sgd_start_step = 0;
+  all.local_sgd_period = 8;
+  all.gradient_as_bucket_view = false;
+  all.powersgd_min_compression_rate = 0.1 + 2;
+  EXPECT_THAT(KnobFlags(all),
+              ::testing::ElementsAre(
+                  "--powersgd_min_compression_rate=2.1",
+                  "--powersgd_error_feedback=true", "--powersgd_seed=7",
+                  "--local_sgd_start_step=0", "--local_sgd_period=8",
+                  "--gradient_as_bucket_view=false"));
+}
+
+TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
+  struct Case {
+    std::function<void(SweepOptions&)> mutate;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](SweepOptions& o) { o.comm_hooks = {}; }, "--comm_hooks: empty"},
+      {[](SweepOptions& o) {
+         o.comm_hooks = {"allreduce", "topk"};
+       },
+       "--comm_hooks: unknown hook 'topk'; known: allreduce, fp16, bf16, "
+       "powersgd, local_sgd"},
+      {[](SweepOptions& o) {
+         o.comm_hooks = {"fp16", "fp16"};
+       },
+       "--comm_hooks: 'fp16' given twice"},
+      {[](SweepOptions& o) { o.knobs.powersgd_rank = 0; },
+       "--powersgd_rank: 0 is not >= 1"},
+      {[](SweepOptions& o) { o.knobs.powersgd_start_step = -1; },
+       "--powersgd_start_step: -1 is not >= 0"},
+      {[](SweepOptions& o) { o.knobs.local_sgd_period = 0; },
+       "--local_sgd_period: 0 is not >= 1"},
+      {[](SweepOptions& o) { o.knobs.local_sgd_start_step = -5; },
+       "--local_sgd_start_step: -5 is not >= 0"},
+      {[](SweepOptions& o) { o.knobs.powersgd_min_compression_rate = 0.5; },
+       "--powersgd_min_compression_rate: 0.5 is not a finite number >= 1"},
+      {[](SweepOptions& o) { o.train_flags = {"bucket_cap_mb=5"}; },
+       "--train_flags: 'bucket_cap_mb=5' is not a flag (--name or "
+       "--name=value)"},
+      {[](SweepOptions& o) { o.train_flags = {"--comm_hook=fp16"}; },
+       "--train_flags: --comm_hook is set by the sweep for every run; use "
+       "--comm_hooks"},
+      {[](SweepOptions& o) { o.train_flags = {"--noshm"}; },
+       "--train_flags: --noshm is set by the sweep for every run; use "
+       "--backends"},
+      {[](SweepOptions& o) { o.train_flags = {"--batch_size=3"}; },
+       "--train_flags: --batch_size is set by the sweep"},
+      {[](SweepOptions& o) {
+         o.knobs.static_graph = true;
+         o.train_flags = {"--static_graph=false"};
+       },
+       "--train_flags: --static_graph is also given as the runner's own "
+       "--static_graph; give it once"},
+      {[](SweepOptions& o) {
+         o.train_flags = {"--lr=1", "--lr=2"};
+       },
+       "--train_flags: --lr given twice"},
+      {[](SweepOptions& o) { o.train_flags = {"--data_dir=\"a\""}; },
+       "--train_flags: '--data_dir=\"a\"' holds a comma, quote or line "
+       "break"},
+  };
+  for (const Case& c : cases) {
+    SweepOptions o;
+    c.mutate(o);
+    absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+    ASSERT_FALSE(plan.ok()) << c.message;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(plan.status().message(), HasSubstr(c.message));
+  }
+}
+
 TEST(SweepTest, BadOptionsNameTheFlag) {
   struct Case {
     void (*mutate)(SweepOptions&);
