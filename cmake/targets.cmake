@@ -1928,7 +1928,7 @@ dtrain_cc_library(dtrain_experiments_results
   PACKAGE experiments
   SRCS experiments/results.cc
   HDRS experiments/results.h
-  DEPS dtrain_experiments_run_training dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
+  DEPS dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
 
 # //experiments:plots
 dtrain_cc_library(dtrain_experiments_plots
@@ -1936,7 +1936,7 @@ dtrain_cc_library(dtrain_experiments_plots
   PACKAGE experiments
   SRCS experiments/plots.cc
   HDRS experiments/plots.h
-  DEPS dtrain_experiments_results dtrain_base_status_macros dtrain_tp_absl)
+  DEPS dtrain_experiments_results dtrain_experiments_sweep dtrain_base_status_macros dtrain_tp_absl)
 
 # //experiments:prometheus_export
 dtrain_cc_library(dtrain_experiments_prometheus_export
@@ -1955,7 +1955,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_cc_binary(dtrain_experiments_scaling
   OUTPUT experiments/scaling
   SRCS experiments/scaling_main.cc
-  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl dtrain_base_metrics_server
+  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_metrics_server dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl
   DATA experiments/pytorch_reference.py
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train)
 
