@@ -63,12 +63,13 @@ EXPECTED = {  # the sweep's metric families and their types (docs/MONITORING.md)
     "ddp_exposed_communication_seconds": "gauge",
     "ddp_exposed_communication_ratio": "gauge",
     "ddp_data_wait_seconds": "gauge",
+    "ddp_step_communication_seconds": "gauge",
     "ddp_step_duration_seconds": "histogram",
     "ddp_runs_total": "counter",
 }
 # The no-sync trainings run only at np > 1 (the dashboard takes the epoch itself as the bound at 1).
 SIZES = {"ddp_no_communication_epoch_duration_seconds": {"2"}}
-LABELS = ("implementation", "backend", "model", "world_size", "batch_size", "run_id")
+LABELS = ("implementation", "backend", "model", "comm_hook", "world_size", "batch_size", "run_id")
 
 
 def http(method, url, data=None):
@@ -183,6 +184,7 @@ def wait_scraped(prom, gateway_metrics, run_id, deadline_s):
 
 
 VARIABLES = {"run_id": None, "backend": ".*", "model": ".*", "implementation": ".*", "rank": ".*",
+             "comm_hook": ".*",
              "__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600",
              "__range_ms": "3600000", "__interval_ms": "15000"}
 
@@ -356,11 +358,14 @@ def fake_exposition(out, run_id):
                 "ddp_exposed_communication_seconds": 0.0 if ws == 1 else epoch - bound,
                 "ddp_exposed_communication_ratio": 0.0 if ws == 1 else (epoch - bound) / epoch,
                 "ddp_data_wait_seconds": 0.002 * ws,
+                # 4 steps per epoch (the histogram below).
+                "ddp_step_communication_seconds": 0.0 if ws == 1 else (epoch - bound) / 4,
             }
             if ws > 1:
                 values["ddp_no_communication_epoch_duration_seconds"] = bound
             labels = (f'implementation="{impl}",backend="{backend}",model="convnet",'
-                      f'world_size="{ws}",batch_size="{bs}",run_id="{run_id}"')
+                      f'comm_hook="allreduce",world_size="{ws}",batch_size="{bs}",'
+                      f'run_id="{run_id}"')
             for name, v in values.items():
                 gauges[name].append(f"{name}{{{labels}}} {v!r}")
             steps = [epoch / 4 * f for f in (0.8, 0.9, 1.0, 1.3)]
