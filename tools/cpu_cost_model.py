@@ -165,7 +165,10 @@ def measured_efficiency(row):
 
 def analyse(args):
     out = []
-    rows = list(rows_of(args.dir))
+    # The model predicts plain gradient averaging: rows of other DDP
+    # communication hooks (scaling --comm_hooks) are left out.
+    rows = [r for r in rows_of(args.dir)
+            if (r[0].get("comm_hook") or "allreduce") == "allreduce"]
     # PyTorch's measured efficiency beside ours, by configuration.
     theirs = {}
     for row, runs_dir, _, _, _ in rows:
