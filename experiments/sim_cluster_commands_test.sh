@@ -5,9 +5,12 @@
 #   README.md:          sim_cluster --hosts=2 --rates=1gbit,10gbit -- --reference=pytorch
 #   docs/MULTI_NODE.md: sim_cluster --hosts=2 --rates=1gbit,10gbit --ranks_per_host=1,2 --
 #                           --models=convnet,resnet18 --backends=gloo,gloo+shm --reference=pytorch
-# each at one rate. Every host's sweep must succeed, with every run of both backends and of PyTorch
-# in the combined CSV at the default batch (128 / world size per process). Needs root, iproute2,
-# network and PID namespaces, and Debian's python3-torch; skips with the reason elsewhere.
+#                       sim_cluster --hosts=2 --rates=1gbit,10gbit -- --models=convnet
+#                           --backends=gloo --comm_hooks=allreduce,fp16,local_sgd
+#                           --local_sgd_start_step=10 --reference=pytorch
+# each at one rate. Every host's sweep must succeed, with every run of both backends, every hook and
+# PyTorch's in the combined CSV at the default batch (128 / world size per process). Needs root,
+# iproute2, network and PID namespaces, and Debian's python3-torch; skips with the reason elsewhere.
 set -uo pipefail
 
 sim=$1
@@ -32,7 +35,8 @@ ip netns del "$probe"
 short=(--max_steps=2 --train_limit=256 --no_plots --run_timeout=120s)
 
 # check NAME WANT: the command's combined.csv holds exactly the rows WANT lists (one per line:
-# "implementation backend model world_size batch_size"), none failed.
+# "implementation backend model world_size batch_size", and the hook where it is not allreduce),
+# none failed.
 check() {
   local name=$1 want=$2 got
   got=$(python3 -c '
@@ -41,8 +45,11 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 bad = [r for r in rows if r["failed"] != "0" or r["runs"] != "1"]
 for r in bad:
     print("FAILED", r["implementation"], r["backend"], r["model"], r["world_size"])
-for r in sorted(rows, key=lambda r: (r["model"], int(r["world_size"]), r["implementation"], r["backend"])):
-    print(r["implementation"], r["backend"], r["model"], r["world_size"], r["batch_size"])
+hook = lambda r: r.get("comm_hook") or "allreduce"
+for r in sorted(rows, key=lambda r: (r["model"], int(r["world_size"]), r["implementation"], r["backend"],
+                                     hook(r) != "allreduce", hook(r))):
+    print(r["implementation"], r["backend"], r["model"], r["world_size"], r["batch_size"],
+          *([hook(r)] if hook(r) != "allreduce" else []))
 ' "$tmp/$name/combined.csv" 2>&1)
   [[ $got == "$want" ]] || fail "$name: combined.csv rows:" $'\n'"$got"$'\n'"want:"$'\n'"$want"
 }
@@ -84,5 +91,20 @@ pytorch gloo convnet 2 64
 dtrain gloo convnet 4 32
 dtrain gloo+shm convnet 4 32
 pytorch gloo convnet 4 32"
+
+# docs/MULTI_NODE.md's hooks command: every hook of ours and PyTorch's, over one bound each; the
+# combined table shows the hook and what communication adds to a step.
+run hooks --hosts=2 --rates=1gbit -- --models=convnet --backends=gloo \
+  --comm_hooks=allreduce,fp16,local_sgd --local_sgd_start_step=10 --reference=pytorch
+check hooks "dtrain gloo convnet 2 64
+dtrain gloo convnet 2 64 fp16
+dtrain gloo convnet 2 64 local_sgd
+pytorch gloo convnet 2 64
+pytorch gloo convnet 2 64 fp16
+pytorch gloo convnet 2 64 local_sgd"
+grep -q '^link .* hook .* comm ms/step ' "$tmp/hooks.out" \
+  || fail "hooks: the combined table has no hook or comm ms/step column: $(tail -12 "$tmp/hooks.out")"
+grep -q 'every training, ours and PyTorch.s, with: --local_sgd_start_step=10' \
+  "$tmp/hooks/1gbit/node0.out" || fail "hooks: node 0's table does not list the knob"
 
 finish
