@@ -32,7 +32,9 @@ own default is false), so that default runs compare like with like. The
 metrics JSON's config records comm_hook, fp16_allreduce,
 gradient_as_bucket_view and static_graph, as train's does. PyTorch 1.13's
 Gloo cannot allreduce bfloat16: there --comm_hook=bf16 with Gloo is refused
-(exit 2), and --probe says so ("gloo_bfloat16": false).
+(exit 2), and --probe says so ("gloo_bfloat16": false). With Gloo, PowerSGD
+runs one bucket at a time (_one_bucket_at_a_time): left to itself, PyTorch's
+hook sends two buckets' allreduces to the ranks in different orders there.
 
     bazel-bin/tools/launch/launch --nproc_per_node=2 --master_port=29512 -- \\
         experiments/pytorch_reference.py --comm_hook=powersgd \\
@@ -325,6 +327,13 @@ def _resolve_and_validate(o):
         bad("powersgd_rank", "the matrix rank must be 1 or more")
     if o.powersgd_start_step < 0:
         bad("powersgd_start_step", "must be 0 or more")
+    # What PyTorch's PowerSGDState itself refuses (a ValueError there).
+    if (o.comm_hook == "powersgd" and o.powersgd_start_step < 2
+            and (o.powersgd_error_feedback or o.powersgd_warm_start)):
+        bad("powersgd_start_step", "must be at least 2 with error feedback or "
+            "warm start (PyTorch's rule for start_powerSGD_iter)")
+    if not 0 <= o.powersgd_seed <= 0xFFFFFFFF:
+        bad("powersgd_seed", "must be in 0 .. 2^32 - 1 (numpy's seeds)")
     if not (o.powersgd_min_compression_rate >= 1) or not math.isfinite(
             o.powersgd_min_compression_rate):
         bad("powersgd_min_compression_rate",
@@ -336,17 +345,6 @@ def _resolve_and_validate(o):
     if o.comm_hook != "allreduce" and not o.sync_gradients:
         bad("comm_hook", "a communication hook averages gradients; "
             "--sync_gradients=false averages none")
-    # What PyTorch's PowerSGDState itself refuses (ValueError there).
-    if o.comm_hook == "powersgd":
-        if (o.powersgd_start_step <= 1
-                and (o.powersgd_error_feedback or o.powersgd_warm_start)):
-            bad("powersgd_start_step",
-                f"{o.powersgd_start_step}: PyTorch's PowerSGD needs 2 or more "
-                "with --powersgd_error_feedback or --powersgd_warm_start (it "
-                "compresses only once DDP has rebuilt its buckets)")
-        if not 0 <= o.powersgd_seed < 2**32:
-            bad("powersgd_seed", f"{o.powersgd_seed}: PyTorch's PowerSGD "
-                "seeds numpy's RandomState with it, which takes [0, 2^32)")
     if o.intra_op_threads < 1:
         bad("intra_op_threads", "must be >= 1")
     if o.progress not in ("auto", "bar", "lines", "none"):
@@ -930,7 +928,10 @@ def register_comm_hook(ddp, args):
             use_error_feedback=args.powersgd_error_feedback,
             warm_start=args.powersgd_warm_start,
             random_seed=args.powersgd_seed)
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        hook = powerSGD_hook.powerSGD_hook
+        if args.dist_backend == "gloo":
+            hook = _one_bucket_at_a_time(hook)
+        ddp.register_comm_hook(state, hook)
     elif args.comm_hook == "local_sgd":
         from torch.distributed.algorithms.ddp_comm_hooks import (
             post_localSGD_hook)
@@ -947,6 +948,23 @@ def register_comm_hook(ddp, args):
             period=args.local_sgd_period,
             warmup_steps=args.local_sgd_start_step)
     return None
+
+
+def _one_bucket_at_a_time(hook):
+    """`hook` (PyTorch's powerSGD_hook) finished for each bucket before DDP
+    hands it the next. The hook issues its later allreduces (P, then Q) from
+    future callbacks, on Gloo's worker threads, while backward goes on issuing
+    the next bucket's: with Gloo and more than one bucket (the ConvNet has
+    two) they reach the ranks in different orders, and PyTorch 1.13 aborts
+    ("op.preamble.length <= op.nbytes" in gloo's tcp pair) or, without warm
+    start, fails with a KeyError. Waiting keeps every rank's collectives in
+    one order, at the cost of overlapping the compressed buckets'
+    communication with backward."""
+    def ordered(state, bucket):  # DDP checks the name "bucket"
+        fut = hook(state, bucket)
+        fut.wait()
+        return fut
+    return ordered
 
 
 def _comm_hook_summary(args):

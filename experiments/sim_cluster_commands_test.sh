@@ -46,8 +46,8 @@ bad = [r for r in rows if r["failed"] != "0" or r["runs"] != "1"]
 for r in bad:
     print("FAILED", r["implementation"], r["backend"], r["model"], r["world_size"])
 hook = lambda r: r.get("comm_hook") or "allreduce"
-for r in sorted(rows, key=lambda r: (r["model"], int(r["world_size"]), r["implementation"], r["backend"],
-                                     hook(r) != "allreduce", hook(r))):
+for r in sorted(rows, key=lambda r: (r["model"], int(r["world_size"]), r["implementation"],
+                                     r["backend"], hook(r) != "allreduce", hook(r))):
     print(r["implementation"], r["backend"], r["model"], r["world_size"], r["batch_size"],
           *([hook(r)] if hook(r) != "allreduce" else []))
 ' "$tmp/$name/combined.csv" 2>&1)
@@ -103,7 +103,8 @@ pytorch gloo convnet 2 64
 pytorch gloo convnet 2 64 fp16
 pytorch gloo convnet 2 64 local_sgd"
 grep -q '^link .* hook .* comm ms/step ' "$tmp/hooks.out" \
-  || fail "hooks: the combined table has no hook or comm ms/step column: $(tail -12 "$tmp/hooks.out")"
+  || fail "hooks: the combined table has no hook or comm ms/step column:" \
+       "$(tail -12 "$tmp/hooks.out")"
 grep -q 'every training, ours and PyTorch.s, with: --local_sgd_start_step=10' \
   "$tmp/hooks/1gbit/node0.out" || fail "hooks: node 0's table does not list the knob"
 

@@ -63,7 +63,8 @@ std::string FlagName(const std::string& flag) {
 
 // The knobs against train's own ranges (trainer/options/
 // data_parallel_options.cc), so that a sweep does not fail every run.
-absl::Status CheckKnobs(const DdpKnobs& k) {
+absl::Status CheckKnobs(const DdpKnobs& k,
+                        const std::vector<std::string>& hooks) {
   auto at_least = [](const char* flag, const absl::optional<int64_t>& v,
                      int64_t min) -> absl::Status {
     if (v && *v < min) {
@@ -77,6 +78,23 @@ absl::Status CheckKnobs(const DdpKnobs& k) {
   DTRAIN_RETURN_IF_ERROR(
       at_least("local_sgd_start_step", k.local_sgd_start_step, 0));
   DTRAIN_RETURN_IF_ERROR(at_least("local_sgd_period", k.local_sgd_period, 1));
+  DTRAIN_RETURN_IF_ERROR(at_least("powersgd_seed", k.powersgd_seed, 0));
+  if (k.powersgd_seed && *k.powersgd_seed > 0xFFFFFFFFll) {
+    return Invalid(
+        "powersgd_seed",
+        absl::StrCat(*k.powersgd_seed, " is beyond 2^32 - 1 (numpy's seeds)"));
+  }
+  // PyTorch's rule for start_powerSGD_iter, which train follows.
+  if (std::find(hooks.begin(), hooks.end(), "powersgd") != hooks.end() &&
+      k.powersgd_start_step && *k.powersgd_start_step < 2 &&
+      (k.powersgd_error_feedback.value_or(true) ||
+       k.powersgd_warm_start.value_or(true))) {
+    return Invalid("powersgd_start_step",
+                   absl::StrCat(*k.powersgd_start_step,
+                                ": PowerSGD needs at least 2 with error "
+                                "feedback or warm start (PyTorch's rule for "
+                                "start_powerSGD_iter, train's too)"));
+  }
   if (const auto& rate = k.powersgd_min_compression_rate;
       rate && (!(*rate >= 1) || !std::isfinite(*rate))) {
     return Invalid("powersgd_min_compression_rate",
@@ -106,7 +124,7 @@ absl::Status CheckHooks(const std::vector<std::string>& hooks) {
 // The flags every training gets: the knobs', then --train_flags, each
 // --name[=value], none the sweep's own, none twice.
 absl::StatusOr<std::vector<std::string>> TrainFlags(const SweepOptions& o) {
-  DTRAIN_RETURN_IF_ERROR(CheckKnobs(o.knobs));
+  DTRAIN_RETURN_IF_ERROR(CheckKnobs(o.knobs, o.comm_hooks));
   std::vector<std::string> flags = KnobFlags(o.knobs);
   std::set<std::string> knobs, names;
   for (const std::string& flag : flags) knobs.insert(FlagName(flag));

@@ -182,7 +182,9 @@ struct SweepPlan {
 // neither 1 nor that of the world sizes, a global batch not divisible by a
 // world size, repeats < 1, knobs outside train's ranges (--powersgd_rank,
 // --local_sgd_period < 1, --powersgd_start_step, --local_sgd_start_step < 0,
-// --powersgd_min_compression_rate below 1 or not finite), a train flag that
+// --powersgd_min_compression_rate below 1 or not finite, --powersgd_seed
+// outside 0 .. 2^32 - 1, --powersgd_start_step below 2 where powersgd is
+// among the hooks with error feedback or warm start), a train flag that
 // is not --name[=value], one the sweep sets itself (--model, --comm_hook,
 // ...) or one given twice (also as a knob), nnodes < 1, node_rank outside
 // [0, nnodes), nnodes > 1 without master_addr, ports beyond 65535; and

@@ -475,6 +475,14 @@ TEST(SweepTest, KnobsAndTrainFlagsGoToEveryRun) {
   ASSERT_EQ(plan->runs.size(), 10u);
   for (const RunConfig& c : plan->runs) EXPECT_EQ(c.train_flags, want);
   EXPECT_THAT(KnobFlags(DdpKnobs()), ::testing::IsEmpty());
+  // PowerSGD from step 1 is fine without error feedback and warm start, or
+  // without powersgd among the hooks.
+  o.knobs.powersgd_start_step = 1;
+  o.knobs.powersgd_error_feedback = false;
+  EXPECT_TRUE(PlanSweep(o).ok()) << PlanSweep(o).status();
+  o.knobs.powersgd_error_feedback = true;
+  o.comm_hooks = {"allreduce"};
+  EXPECT_TRUE(PlanSweep(o).ok()) << PlanSweep(o).status();
   DdpKnobs all;
   all.powersgd_error_feedback = true;
   all.powersgd_seed = 7;
@@ -516,6 +524,16 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
        "--local_sgd_start_step: -5 is not >= 0"},
       {[](SweepOptions& o) { o.knobs.powersgd_min_compression_rate = 0.5; },
        "--powersgd_min_compression_rate: 0.5 is not a finite number >= 1"},
+      {[](SweepOptions& o) { o.knobs.powersgd_seed = -1; },
+       "--powersgd_seed: -1 is not >= 0"},
+      {[](SweepOptions& o) { o.knobs.powersgd_seed = int64_t{1} << 32; },
+       "--powersgd_seed: 4294967296 is beyond 2^32 - 1"},
+      {[](SweepOptions& o) {
+         o.comm_hooks = {"allreduce", "powersgd"};
+         o.knobs.powersgd_start_step = 1;
+       },
+       "--powersgd_start_step: 1: PowerSGD needs at least 2 with error "
+       "feedback or warm start"},
       {[](SweepOptions& o) { o.train_flags = {"bucket_cap_mb=5"}; },
        "--train_flags: 'bucket_cap_mb=5' is not a flag (--name or "
        "--name=value)"},
