@@ -26,7 +26,8 @@ powerSGD_hook with a PowerSGDState (--powersgd_rank, --powersgd_start_step,
 --powersgd_warm_start, --powersgd_seed), or post_localSGD_hook (global
 averaging for --local_sgd_start_step steps, then none) with a
 PeriodicModelAverager run after every optimizer step (--local_sgd_period).
---gradient_as_bucket_view and --static_graph are DDP's arguments;
+--gradient_as_bucket_view and --static_graph are DDP's arguments (the second
+not applied with --sync_gradients=false, where PyTorch 2.6 fails on it);
 --gradient_as_bucket_view defaults to true here, as train's does (PyTorch's
 own default is false), so that default runs compare like with like. The
 metrics JSON's config records comm_hook, fp16_allreduce,
@@ -844,14 +845,19 @@ def train_and_validate(args, worker):
     optimizer = create_optimizer(args, model)
     train_loader, val_loader = make_loaders(args, worker, train_set, val_set)
 
-    # Without gradient sync nothing else communicates either (as ours).
+    # Without gradient sync nothing else communicates either (as ours). Nor
+    # is the graph static then: PyTorch 2.6's DDP fails every step under
+    # no_sync() with static_graph ("expect_autograd_hooks_ INTERNAL ASSERT
+    # FAILED"), and a run that averages nothing has no allreduces for it to
+    # prepare.
     device = worker.device
+    static_graph = args.static_graph and args.sync_gradients
     ddp = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=args.bucket_cap_mb,
         broadcast_buffers=args.sync_gradients,
         gradient_as_bucket_view=args.gradient_as_bucket_view,
-        static_graph=args.static_graph)
+        static_graph=static_graph)
     averager = register_comm_hook(ddp, args)
     worker.say(
         f"{args.model}: {parameters} parameters, {device}, world size "
@@ -859,7 +865,9 @@ def train_and_validate(args, worker):
         f"per process (global {args.batch_size * worker.world_size}), bucket "
         f"cap {args.bucket_cap_mb:g} MiB{_comm_hook_summary(args)}"
         + ("" if args.sync_gradients
-           else ", gradient sync OFF (no-communication bound)"))
+           else ", gradient sync OFF (no-communication bound)")
+        + (", --static_graph not applied without gradient sync"
+           if args.static_graph and not args.sync_gradients else ""))
 
     run = {
         "format": "dtrain.metrics.v1",

@@ -65,16 +65,19 @@ else
   [[ $(json "$tmp/two.json" 'm["epochs"][0]["val_top1"]') == None ]] || fail "two ranks: validated"
 fi
 
-# 3. Without gradient sync (the no-communication bound).
+# 3. Without gradient sync (the no-communication bound), with the sweep's knobs: --static_graph is
+# not applied there (PyTorch 2.6's DDP fails on it under no_sync), and says so.
 port=$(free_port)
 run nosync 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" "${small[@]}" \
-  --max_steps=2 --skip_validation --progress=none --sync_gradients=false \
+  --max_steps=2 --skip_validation --progress=none --sync_gradients=false --static_graph=true \
   --metrics_json="$tmp/nosync.json"
 if [[ $rc -ne 0 ]]; then
   fail "sync_gradients=false: exit $rc: $(tail -5 "$tmp/nosync.err")"
 else
   [[ $(json "$tmp/nosync.json" 'm["config"]["sync_gradients"]') == False ]] \
     || fail "sync_gradients=false: config"
+  grep -q 'static_graph not applied without gradient sync' "$tmp/nosync.err" \
+    || fail "sync_gradients=false: no word on --static_graph: $(cat "$tmp/nosync.err")"
 fi
 
 # 4. Communication hooks and DDP's knobs, PyTorch's own, under train's flags and recorded in the
