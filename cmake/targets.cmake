@@ -640,6 +640,29 @@ dtrain_cc_library(dtrain_dist_ddp_model_fingerprint
   HDRS dist/ddp/model_fingerprint.h
   DEPS dtrain_base_fnv1a dtrain_tp_absl)
 
+# //dist/ddp:join
+dtrain_cc_library(dtrain_dist_ddp_join
+  EXPORT_NAME ddp_join
+  PACKAGE dist/ddp
+  SRCS dist/ddp/join.cc
+  HDRS dist/ddp/join.h
+  DEPS dtrain_dist_ddp_model_fingerprint dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp:shadowable_layer
+dtrain_cc_library(dtrain_dist_ddp_shadowable_layer
+  EXPORT_NAME ddp_shadowable_layer
+  PACKAGE dist/ddp
+  HDRS dist/ddp/shadowable_layer.h
+  DEPS dtrain_tp_absl)
+
+# //dist/ddp:layer_order
+dtrain_cc_library(dtrain_dist_ddp_layer_order
+  EXPORT_NAME ddp_layer_order
+  PACKAGE dist/ddp
+  SRCS dist/ddp/layer_order.cc
+  HDRS dist/ddp/layer_order.h
+  DEPS dtrain_dist_ddp_shadowable_layer)
+
 # //dist/ddp:model_sync
 dtrain_cc_library(dtrain_dist_ddp_model_sync
   EXPORT_NAME ddp_model_sync
@@ -668,17 +691,17 @@ dtrain_cc_library(dtrain_dist_ddp_hooks_allreduce_hook
 dtrain_cc_library(dtrain_dist_ddp_reducer
   EXPORT_NAME ddp_reducer
   PACKAGE dist/ddp
-  SRCS dist/ddp/reducer.cc
+  SRCS dist/ddp/reducer.cc dist/ddp/reducer_shadow.cc dist/ddp/reducer_unused.cc
   HDRS dist/ddp/reducer.h
-  DEPS dtrain_dist_ddp_bucket_assignment dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_fingerprint dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_describe dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_ddp_bucket_assignment dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_fingerprint dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_ddp_hooks_allreduce_hook dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:ddp
 dtrain_cc_library(dtrain_dist_ddp
   EXPORT_NAME ddp
   PACKAGE dist/ddp
-  SRCS dist/ddp/ddp.cc
+  SRCS dist/ddp/ddp.cc dist/ddp/ddp_join.cc
   HDRS dist/ddp/ddp.h
-  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_sync dtrain_dist_ddp_reducer dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_join dtrain_dist_ddp_layer_order dtrain_dist_ddp_model_sync dtrain_dist_ddp_reducer dtrain_dist_ddp_shadowable_layer dtrain_base_status_macros dtrain_dist_backend dtrain_tp_absl dtrain_tp_torch)
 
 # //models:model
 dtrain_cc_library(dtrain_models_model
@@ -1250,14 +1273,14 @@ dtrain_cc_library(dtrain_dist_ddp_testing
   EXPORT_NAME ddp_testing
   PACKAGE dist/ddp
   HDRS dist/ddp/ddp_testing.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_shm dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_torch
+  DEPS dtrain_dist_backend dtrain_dist_backend_membership dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_shm dtrain_tp_absl dtrain_tp_torch
   TESTONLY)
 
 # //dist/ddp:ddp_cuda_test
 dtrain_cc_test(dtrain_dist_ddp_ddp_cuda_test
   OUTPUT dist/ddp/ddp_cuda_test
   SRCS dist/ddp/ddp_cuda_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_base_cuda_device dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_nccl dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_base_cuda_device dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_nccl dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/ddp:ddp_equivalence_test
@@ -1296,6 +1319,21 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/ddp:sync_batch_norm
+dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
+  EXPORT_NAME ddp_sync_batch_norm
+  PACKAGE dist/ddp
+  SRCS dist/ddp/sync_batch_norm.cc
+  HDRS dist/ddp/sync_batch_norm.h
+  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_shadowable_layer dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp:join_test
+dtrain_cc_test(dtrain_dist_ddp_join_test
+  OUTPUT dist/ddp/join_test
+  SRCS dist/ddp/join_test.cc
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //dist/ddp:model_averager
 dtrain_cc_library(dtrain_dist_ddp_model_averager
   EXPORT_NAME ddp_model_averager
@@ -1317,14 +1355,6 @@ dtrain_cc_test(dtrain_dist_ddp_reducer_test
   SRCS dist/ddp/reducer_test.cc
   DEPS dtrain_dist_ddp_ddp_types dtrain_dist_ddp_reducer dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
-
-# //dist/ddp:sync_batch_norm
-dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
-  EXPORT_NAME ddp_sync_batch_norm
-  PACKAGE dist/ddp
-  SRCS dist/ddp/sync_batch_norm.cc
-  HDRS dist/ddp/sync_batch_norm.h
-  DEPS dtrain_dist_ddp_collectives dtrain_base_tensor_text dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:sync_batch_norm_resnet_test
 dtrain_cc_test(dtrain_dist_ddp_sync_batch_norm_resnet_test

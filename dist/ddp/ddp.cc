@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "dist/ddp/collectives.h"
+#include "dist/ddp/layer_order.h"
 #include "dist/ddp/model_sync.h"
 #include "dist/ddp/reducer.h"
 
@@ -28,7 +29,10 @@ DistributedDataParallel::DistributedDataParallel(
     : module_(std::move(module)), backend_(backend), options_(options) {}
 
 // Out of line: the members' types are complete only here.
-DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::~DistributedDataParallel() {
+  // The layers may outlive the wrapper: they must not call back into it.
+  if (join_ != nullptr) Detach();
+}
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
 DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
@@ -75,6 +79,7 @@ const StepStats& DistributedDataParallel::last_step_stats() const {
 
 absl::Status DistributedDataParallel::PrepareForward() {
   DTRAIN_RETURN_IF_ERROR(reducer_->CheckReadyForForward());
+  if (join_ != nullptr) DTRAIN_RETURN_IF_ERROR(NotifyJoin());
   const bool sync_buffers = options_.broadcast_buffers &&
                             require_forward_param_sync_ &&
                             model_sync_->has_buffers();
@@ -84,8 +89,10 @@ absl::Status DistributedDataParallel::PrepareForward() {
       at::GradMode::is_enabled() && gradient_sync_.load();
   if (!sync_buffers) return absl::OkStatus();
   const absl::Time start = absl::Now();
+  // In a Join, rank 0 may have joined with stale buffers (PyTorch's rule).
   absl::Status s = model_sync_->BroadcastBuffers(
-      absl::StrCat("buffers before ", reducer_->StepName()));
+      absl::StrCat("buffers before ", reducer_->StepName()),
+      join_ != nullptr ? round_.authoritative_rank : 0);
   reducer_->RecordBufferBroadcast(absl::Now() - start, s);
   return s;
 }

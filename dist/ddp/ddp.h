@@ -73,6 +73,20 @@
 // such as optimizer steps are fine). The destructor removes the hooks; do not
 // destroy it while a backward runs.
 //
+// Uneven inputs: DDP is a Joinable (join.h, PyTorch's DDP join hook). In a
+// Join where it comes first, PrepareForward notifies the Join, and buffers
+// come from the highest active rank instead of rank 0. A joined rank's
+// shadow of an iteration issues what an active rank's PrepareForward,
+// forward, backward and SynchronizeGradients issue: the buffer broadcast,
+// the collectives of the module's ShadowableLayers (SyncBatchNorm) with
+// nothing from this rank, in the order of this rank's last forward (forwards,
+// then backwards in reverse), then every bucket, zeroed, through the
+// communication hook, and kError's flag exchange; the active ranks' average
+// lands in its .grad. While the module has such layers, buckets launch after
+// backward (see Reducer::set_launch_in_backward): a joined rank can then
+// reproduce the order. Finish broadcasts parameters and buffers from the last
+// rank to join.
+//
 // Errors come back as absl::Status naming the rank, the step, the bucket and
 // its size: "[rank 1] ddp: step 12, bucket 3 (2.1 MiB, 14 parameters
 // fc1.bias..conv2.weight) allreduce failed after 1.2s: <backend message>".
@@ -92,16 +106,18 @@
 #include "dist/backend/backend.h"
 #include "dist/ddp/comm_hook.h"
 #include "dist/ddp/ddp_types.h"
+#include "dist/ddp/join.h"
 
 namespace dtrain::ddp {
 
 namespace internal {
+class LayerOrder;
 class ModelSync;
 class Reducer;
 }  // namespace internal
 
 // DdpOptions, BucketInfo and StepStats are declared in ddp_types.h.
-class DistributedDataParallel {
+class DistributedDataParallel : public Joinable {
  public:
   // Collective (see the file comment). kInvalidArgument for bad options (found
   // before any collective, so give every rank the same options) or models
@@ -111,7 +127,7 @@ class DistributedDataParallel {
       std::shared_ptr<torch::nn::Module> module, backend::Backend& backend,
       const DdpOptions& options = {});
 
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
@@ -130,7 +146,10 @@ class DistributedDataParallel {
   // no_sync or with grad mode off (PyTorch's rule: a forward that will not
   // synchronise marks the buffers as not needing a sync before the next one).
   // kFailedPrecondition when a synchronised backward ran since the last
-  // SynchronizeGradients.
+  // SynchronizeGradients. In a Join: notifies it first (when DDP is its
+  // first joinable; otherwise kFailedPrecondition unless Join::NotifyActive
+  // ran since the last PrepareForward), and the buffers come from the
+  // round's authoritative rank; the Join's errors as they are.
   absl::Status PrepareForward();
 
   // Call after each synchronised backward, before the optimizer step: launches
@@ -184,9 +203,21 @@ class DistributedDataParallel {
   backend::Backend& backend() { return backend_; }
   const DdpOptions& options() const { return options_; }
 
+  // Joinable (join.h; see the file comment). Training thread only.
+  std::string JoinableName() const override { return "ddp"; }
+  // kFailedPrecondition when already in a Join.
+  absl::Status Attach(Join& join, bool notifies) override;
+  void Detach() override;
+  void OnRound(const JoinRound& round) override;
+  absl::Status Shadow(const JoinRound& round) override;
+  absl::Status Finish(const JoinSummary& summary) override;
+
  private:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                           backend::Backend& backend, const DdpOptions& options);
+  // PrepareForward's part in a Join: the notification, or the check that
+  // the caller notified.
+  absl::Status NotifyJoin();
 
   std::shared_ptr<torch::nn::Module> module_;
   backend::Backend& backend_;
@@ -199,6 +230,15 @@ class DistributedDataParallel {
   // (hooks removed) before it.
   std::unique_ptr<internal::ModelSync> model_sync_;
   std::unique_ptr<internal::Reducer> reducer_;
+
+  // In a Join (null otherwise); whether DDP notifies it; its last round, and
+  // the round of the last PrepareForward.
+  Join* join_ = nullptr;
+  bool notifies_ = false;
+  JoinRound round_;
+  int64_t round_at_forward_ = 0;
+  // The module's ShadowableLayers and the order of their last forward.
+  std::unique_ptr<internal::LayerOrder> layer_order_;
 };
 
 }  // namespace dtrain::ddp

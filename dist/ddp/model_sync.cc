@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
           if (!t.defined()) continue;
           entries.push_back(DescribeEntry("parameter", item.key(), t));
           all_tensors.push_back(t);
+          sync->parameters_.push_back(t);
           named.emplace_back(item.key(), t);
           if (t.requires_grad()) sync->trainable_.emplace_back(item.key(), t);
         }
@@ -172,12 +173,19 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
       CheckPlacement(sync->comm_.prefix(), backend.name(), named));
   DTRAIN_RETURN_IF_ERROR(sync->CheckSameModel(entries));
   DTRAIN_RETURN_IF_ERROR(
-      sync->BroadcastFromRank0(all_tensors, "parameters and buffers"));
+      sync->BroadcastFrom(0, all_tensors, "parameters and buffers"));
   return sync;
 }
 
-absl::Status ModelSync::BroadcastBuffers(absl::string_view what) {
-  return BroadcastFromRank0(buffers_, what);
+absl::Status ModelSync::BroadcastBuffers(absl::string_view what, int root) {
+  return BroadcastFrom(root, buffers_, what);
+}
+
+absl::Status ModelSync::BroadcastModel(absl::string_view what, int root,
+                                       bool buffers) {
+  std::vector<at::Tensor> tensors = parameters_;
+  if (buffers) tensors.insert(tensors.end(), buffers_.begin(), buffers_.end());
+  return BroadcastFrom(root, tensors, what);
 }
 
 absl::Status ModelSync::CheckSameModel(
@@ -227,8 +235,9 @@ absl::Status ModelSync::CheckSameModel(
       "build the same model)"));
 }
 
-absl::Status ModelSync::BroadcastFromRank0(
-    const std::vector<at::Tensor>& tensors, absl::string_view what) {
+absl::Status ModelSync::BroadcastFrom(int root,
+                                      const std::vector<at::Tensor>& tensors,
+                                      absl::string_view what) {
   struct Group {
     std::vector<at::Tensor> members;
     at::Tensor flat;
@@ -236,7 +245,7 @@ absl::Status ModelSync::BroadcastFromRank0(
   };
   std::vector<Group> groups;
   backend::Backend& backend = comm_.backend();
-  const bool root = backend.rank() == 0;
+  const bool is_root = backend.rank() == root;
   DTRAIN_RETURN_IF_ERROR(
       base::GuardTorch(absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
         at::NoGradGuard no_grad;
@@ -258,7 +267,7 @@ absl::Status ModelSync::BroadcastFromRank0(
           g.flat = at::cat(flat);
           // Backends sum no bool: one byte each.
           if (g.flat.scalar_type() == at::kBool) g.flat = g.flat.to(at::kByte);
-          if (!root) g.flat.zero_();
+          if (!is_root) g.flat.zero_();
         }
         return absl::OkStatus();
       }));
@@ -273,13 +282,13 @@ absl::Status ModelSync::BroadcastFromRank0(
     absl::Status s = comm_.Wait(
         *g.work,
         absl::StrCat(
-            "broadcast of ", what, " from rank 0 (", g.members.size(), " x ",
-            DtypeName(g.members[0].scalar_type()), ", ",
+            "broadcast of ", what, " from rank ", root, " (", g.members.size(),
+            " x ", DtypeName(g.members[0].scalar_type()), ", ",
             backend::FormatBytes(g.flat.numel() * g.flat.element_size()), ")"),
         start);
     if (!s.ok() && result.ok()) result = s;
   }
-  if (!result.ok() || root) return result;
+  if (!result.ok() || is_root) return result;
   return base::GuardTorch(
       absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
         at::NoGradGuard no_grad;

@@ -2,7 +2,8 @@
 // backward. At construction, the cross-rank model check (names, shapes and
 // dtypes of parameters and buffers, compared through model_fingerprint.h)
 // and the broadcast of parameters and buffers from rank 0; before a forward,
-// the buffer broadcast.
+// the buffer broadcast; after uneven inputs (join.h), the final model from
+// the last rank to join.
 //
 // Call order: every method that issues collectives must be called by every
 // rank in the same sequence (see ddp.h). Thread safety: none of its own; the
@@ -49,9 +50,13 @@ class ModelSync {
   ModelSync(const ModelSync&) = delete;
   ModelSync& operator=(const ModelSync&) = delete;
 
-  // Collective: copies every buffer from rank 0. `what` names them in
-  // errors and labels, e.g. "buffers before step 3".
-  absl::Status BroadcastBuffers(absl::string_view what);
+  // Collective: copies every buffer from `root` (rank 0, or a Join's
+  // authoritative rank). `what` names them in errors and labels, e.g.
+  // "buffers before step 3".
+  absl::Status BroadcastBuffers(absl::string_view what, int root = 0);
+  // Collective: copies every parameter (frozen ones too) and, with
+  // `buffers`, every buffer from `root`, as PyTorch's _sync_module_states.
+  absl::Status BroadcastModel(absl::string_view what, int root, bool buffers);
   bool has_buffers() const { return !buffers_.empty(); }
 
   // The parameters that require grad, with their names, in registration
@@ -71,13 +76,14 @@ class ModelSync {
   // ranks exchange the entries themselves to name the first difference.
   absl::Status CheckSameModel(const std::vector<std::string>& entries);
 
-  // Copies `tensors` from rank 0 to every rank: one collective per dtype and
+  // Copies `tensors` from `root` to every rank: one collective per dtype and
   // device, all issued before the first wait.
-  absl::Status BroadcastFromRank0(const std::vector<at::Tensor>& tensors,
-                                  absl::string_view what);
+  absl::Status BroadcastFrom(int root, const std::vector<at::Tensor>& tensors,
+                             absl::string_view what);
 
   const backend::SmallCollectives comm_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  std::vector<at::Tensor> parameters_;
   std::vector<at::Tensor> buffers_;
   at::Device control_device_ = at::kCPU;
 };

@@ -21,7 +21,6 @@
 #include "dist/backend/describe.h"
 #include "dist/ddp/bucket_assignment.h"
 #include "dist/ddp/hooks/allreduce_hook.h"
-#include "dist/ddp/model_fingerprint.h"
 
 namespace dtrain::ddp::internal {
 namespace {
@@ -42,13 +41,6 @@ class AfterAccumulation : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
-// Whether `grad` is `view` itself: the same memory, shape and strides.
-bool IsView(const at::Tensor& grad, const at::Tensor& view) {
-  return grad.defined() && grad.is_alias_of(view) &&
-         grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
-         grad.strides() == view.strides();
-}
-
 // The part of `buffer` from `offset`, shaped `sizes`: the same memory, but
 // not an autograd view, so that code which detaches .grad in place (LibTorch
 // 1.13's Optimizer::zero_grad) works on it.
@@ -61,6 +53,12 @@ at::Tensor Slice(const at::Tensor& buffer, int64_t offset,
 }
 
 }  // namespace
+
+bool Reducer::IsView(const at::Tensor& grad, const at::Tensor& view) {
+  return grad.defined() && grad.is_alias_of(view) &&
+         grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides();
+}
 
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
     const std::vector<std::pair<std::string, at::Tensor>>& parameters,
@@ -258,7 +256,20 @@ std::string Reducer::StepName() const {
 }
 
 std::string Reducer::StepNameLocked() const {
-  return absl::StrCat("step ", steps_ + 1);
+  return absl::StrCat("step ", steps_ + 1, step_suffix_);
+}
+
+void Reducer::set_divisor(int divisor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int world = comm_.world_size();
+  scale_ = divisor <= 0 || divisor == world
+               ? 1.0
+               : static_cast<double>(world) / divisor;
+}
+
+void Reducer::set_launch_in_backward(bool launch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  launch_in_backward_ = launch;
 }
 
 absl::Status Reducer::CheckReadyForForward() const {
@@ -359,11 +370,16 @@ void Reducer::MarkKnownUnusedReady() {
 
 void Reducer::MarkReady(int index, bool in_backward) {
   ready_[index] = 1;
-  if (--buckets_[params_[index].bucket].pending == 0) {
-    while (next_launch_ < static_cast<int>(buckets_.size()) &&
-           buckets_[next_launch_].pending == 0) {
-      Launch(buckets_[next_launch_++], in_backward);
-    }
+  if (--buckets_[params_[index].bucket].pending == 0 &&
+      (launch_in_backward_ || !in_backward)) {
+    LaunchReady(in_backward);
+  }
+}
+
+void Reducer::LaunchReady(bool in_backward) {
+  while (next_launch_ < static_cast<int>(buckets_.size()) &&
+         buckets_[next_launch_].pending == 0) {
+    Launch(buckets_[next_launch_++], in_backward);
   }
 }
 
@@ -374,6 +390,9 @@ void Reducer::Launch(Bucket& b, bool in_backward) {
   absl::Status s =
       base::GuardTorch(absl::StatusCode::kInternal, "LibTorch: ", [&] {
         at::NoGradGuard no_grad;
+        // Join's divide_by_initial_world_size=false: hooks average over
+        // the world size, which this turns into the active ranks.
+        if (scale_ != 1.0) b.grad.buffer.mul_(scale_);
         b.work = hook_->Launch(b.grad, *b.comm);
         if (b.work == nullptr) {
           return absl::InternalError("the hook returned no work");
@@ -407,29 +426,21 @@ absl::Status Reducer::Synchronize() {
     MarkKnownUnusedReady();
   }
   const std::vector<char> unused = FillInUnused(&stats.unused_parameters);
+  // Buckets held back by set_launch_in_backward(false).
+  LaunchReady(/*in_backward=*/false);
 
   // Which parameters went unused where, for kError.
-  std::shared_ptr<backend::Work> unused_work;
   at::Tensor unused_maps;
-  if (options_.unused_parameters == UnusedParameters::kError) {
-    absl::Status s = base::GuardTorch(
-        absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
-          at::Tensor mine =
-              at::empty({static_cast<int64_t>(unused.size())}, at::kByte);
-          std::copy(unused.begin(), unused.end(), mine.data_ptr<uint8_t>());
-          unused_work = comm_.GatherBySum(mine, control_device_, &unused_maps,
-                                          "ddp unused parameters");
-          return absl::OkStatus();
-        });
-    if (!s.ok()) {
-      broken_ = s;
-      return s;
-    }
+  absl::StatusOr<std::shared_ptr<backend::Work>> unused_work =
+      ExchangeUnused(unused, &unused_maps);
+  if (!unused_work.ok()) {
+    broken_ = unused_work.status();
+    return broken_;
   }
   lock.unlock();
 
   absl::Duration waited;
-  absl::Status failure = WaitForBuckets(step_name, unused_work.get(), &waited);
+  absl::Status failure = WaitForBuckets(step_name, unused_work->get(), &waited);
 
   lock.lock();
   if (failure.ok()) failure = hook_error_;
@@ -479,11 +490,7 @@ absl::Status Reducer::Synchronize() {
     expected_hooks_ = hook_counts_;
     static_known_ = true;
   }
-  last_works_.clear();
-  for (const Bucket& b : buckets_) {
-    for (const BucketComm::Launched& l : b.comm->launched())
-      last_works_.push_back(l);
-  }
+  KeepLaunchedWorks();
   ResetStep();
   stats.synchronize = absl::Now() - start;
   last_stats_ = std::move(stats);
@@ -510,37 +517,16 @@ absl::Status Reducer::Synchronize() {
         "first step's count was reached. Turn static_graph off for a model "
         "whose graph changes"));
   }
-  if (unused_work == nullptr) return absl::OkStatus();
+  if (*unused_work == nullptr) return absl::OkStatus();
   return CheckUnused(step_name, unused_maps);
 }
 
-std::vector<char> Reducer::FillInUnused(std::vector<std::string>* names) {
-  // Parameters whose gradient is not in its bucket yet contribute .grad or
-  // zeros (PyTorch's find_unused_parameters); marking them ready launches
-  // every bucket still pending, in order, even when a copy failed, so the
-  // ranks stay in step.
-  std::vector<char> unused(params_.size(), 0);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Param& p = params_[i];
-    if (options_.static_graph) {
-      // Unused: no gradient at all. After the first step, fewer gradients
-      // than the first step had means the graph changed.
-      unused[i] = hook_counts_[i] == 0 ? 1 : 0;
-      if (static_known_ && !ready_[i] &&
-          hook_counts_[i] != expected_hooks_[i] &&
-          std::find(graph_changed_.begin(), graph_changed_.end(), p.name) ==
-              graph_changed_.end()) {
-        graph_changed_.push_back(p.name);
-      }
-    } else {
-      unused[i] = ready_[i] ? 0 : 1;
-    }
-    if (unused[i]) names->push_back(p.name);
-    if (ready_[i]) continue;
-    CopyGradIntoBucket(p);
-    MarkReady(static_cast<int>(i), /*in_backward=*/false);
+void Reducer::KeepLaunchedWorks() {
+  last_works_.clear();
+  for (const Bucket& b : buckets_) {
+    for (const BucketComm::Launched& l : b.comm->launched())
+      last_works_.push_back(l);
   }
-  return unused;
 }
 
 absl::Status Reducer::WaitForBuckets(const std::string& step_name,
@@ -616,33 +602,6 @@ absl::Status Reducer::WriteAverages() {
           }
         }
         return absl::OkStatus();
-      });
-}
-
-absl::Status Reducer::CheckUnused(const std::string& step_name,
-                                  const at::Tensor& unused_maps) const {
-  return base::GuardTorch(
-      absl::StatusCode::kInternal, comm_.torch_prefix(), [&] {
-        const at::Tensor maps = unused_maps.cpu();
-        const auto flags = maps.accessor<uint8_t, 2>();
-        std::vector<std::string> named;
-        for (size_t i = 0; i < params_.size(); ++i) {
-          std::vector<int> ranks;
-          for (int r = 0; r < comm_.backend().size(); ++r) {
-            if (flags[r][static_cast<int64_t>(i)] != 0) ranks.push_back(r);
-          }
-          if (ranks.empty()) continue;
-          named.push_back(
-              absl::StrCat(params_[i].name, " (", FormatRanks(ranks), ")"));
-        }
-        if (named.empty()) return absl::OkStatus();
-        return absl::FailedPreconditionError(absl::StrCat(
-            comm_.prefix(), step_name, ": ", named.size(),
-            named.size() == 1 ? " parameter" : " parameters",
-            " received no gradient: ", absl::StrJoin(named, ", "),
-            "; they were averaged as zeros (or their accumulated .grad). Use "
-            "UnusedParameters::kZero if the model leaves them unused on "
-            "purpose"));
       });
 }
 

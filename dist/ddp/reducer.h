@@ -104,6 +104,26 @@ class Reducer {
   // before any step. See DistributedDataParallel::ConfirmLastStep.
   absl::Status ConfirmLastStep();
 
+  // Uneven inputs (join.h). What the sums of the coming synchronised step
+  // are divided by: the world size (the default), or the ranks active in a
+  // Join's round. Buckets are scaled by world size / divisor before the
+  // communication hook, which averages over the world size.
+  void set_divisor(int divisor);
+  // false: buckets launch in Synchronize, after backward, instead of from
+  // the gradient hooks, so that collectives a layer issues inside backward
+  // (SyncBatchNorm) all come before the buckets' on every rank, an order a
+  // joined rank can reproduce. Costs the overlap of communication with
+  // backward.
+  void set_launch_in_backward(bool launch);
+  // A joined rank's synchronised step: every bucket, zeroed, goes through
+  // the communication hook (and the unused-parameter flags, all "used",
+  // through their exchange with UnusedParameters::kError), exactly as an
+  // active rank's Synchronize issues them; the result, the active ranks'
+  // average, lands in .grad as after Synchronize. Counts as a step.
+  // kFailedPrecondition when a synchronised backward ran since the last
+  // Synchronize; kError's verdict as on the active ranks.
+  absl::Status ShadowSynchronize();
+
  private:
   struct Param {
     std::string name;
@@ -157,6 +177,9 @@ class Reducer {
   // bucket; with gradient_as_bucket_view, .grad becomes the view.
   void CopyGradIntoBucket(Param& p);
   void MarkReady(int index, bool in_backward);
+  // Launches, in order, the buckets from next_launch_ whose gradients are
+  // all ready.
+  void LaunchReady(bool in_backward);
   // Hands the bucket to the communication hook, which always issues its
   // collectives, so that ranks stay in step even when preparing the bucket
   // failed here.
@@ -185,6 +208,14 @@ class Reducer {
   // kError's verdict from every rank's unused-parameter flags.
   absl::Status CheckUnused(const std::string& step_name,
                            const at::Tensor& unused_maps) const;
+  // Launches the exchange of `unused` flags (kError); null otherwise.
+  absl::StatusOr<std::shared_ptr<backend::Work>> ExchangeUnused(
+      const std::vector<char>& unused, at::Tensor* unused_maps);
+  // Keeps the step's launched collectives for ConfirmLastStep.
+  void KeepLaunchedWorks();
+
+  // Whether `grad` is `view` itself: the same memory, shape and strides.
+  static bool IsView(const at::Tensor& grad, const at::Tensor& view);
 
   const backend::SmallCollectives comm_;
   const DdpOptions options_;
@@ -206,6 +237,11 @@ class Reducer {
   // A communication failure or a broken invariant: returned by every call.
   absl::Status broken_;
   int64_t steps_ = 0;  // Synchronised steps completed.
+  // After "step N" in messages: " (shadowed)" during ShadowSynchronize.
+  std::string step_suffix_;
+  // world size / divisor (set_divisor), applied at launch.
+  double scale_ = 1.0;
+  bool launch_in_backward_ = true;
   absl::Duration buffer_broadcast_;
   // Per synchronised step, reset by ResetStep.
   std::vector<char> ready_;

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "base/tensor_text.h"
+#include "base/torch_guard.h"
 #include "dist/ddp/collectives.h"
 
 namespace dtrain::ddp {
@@ -20,11 +21,10 @@ namespace {
 
 // Allreduce-sums `tensor` (contiguous, not needing grad) in place and waits
 // (for the result itself when the host will read it: on CUDA a plain wait
-// only orders the stream); throws c10::Error naming the layer and the pass
-// when it fails.
-void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
-                         const std::string& label, absl::string_view pass,
-                         const at::Tensor& tensor, bool host_reads = false) {
+// only orders the stream). Errors name the layer and the pass.
+absl::Status AllReduceSum(backend::Backend& backend, absl::Duration timeout,
+                          const std::string& label, absl::string_view pass,
+                          const at::Tensor& tensor, bool host_reads = false) {
   const std::string what = absl::StrCat(
       "sync_batch_norm ", label, ": ", pass, " statistics allreduce (",
       tensor.numel(), " x ", base::DtypeName(tensor.scalar_type()), ")");
@@ -34,9 +34,16 @@ void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
   std::shared_ptr<backend::Work> work =
       backend.AllReduce(tensor, backend::ReduceOp::kSum,
                         absl::StrCat("sync_batch_norm ", label, " ", pass));
+  return host_reads ? collectives.WaitForResult(*work, what, started)
+                    : collectives.Wait(*work, what, started);
+}
+
+// The same, throwing c10::Error when it fails: inside forward and autograd.
+void AllReduceSumOrThrow(backend::Backend& backend, absl::Duration timeout,
+                         const std::string& label, absl::string_view pass,
+                         const at::Tensor& tensor, bool host_reads = false) {
   const absl::Status status =
-      host_reads ? collectives.WaitForResult(*work, what, started)
-                 : collectives.Wait(*work, what, started);
+      AllReduceSum(backend, timeout, label, pass, tensor, host_reads);
   TORCH_CHECK(status.ok(), std::string(status.message()));
 }
 
@@ -158,6 +165,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   }
 
   const int64_t c = options_.num_features;
+  device_ = input.device();
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < input.dim(); ++d) {
     if (d != 1) dims.push_back(d);
@@ -187,6 +195,10 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   }
   const at::Tensor local =
       at::cat({sums, squares, at::full({1}, n, sums.options())});
+  // The hook's allreduce in backward follows exactly when local needs grad.
+  if (observer_.get != nullptr) {
+    observer_.get->OnForward(*this, local.requires_grad());
+  }
   const at::Tensor global =
       DifferentiableAllReduceSum(*backend_, options_.timeout, label_, local,
                                  /*host_reads=*/local_count < 2);
@@ -222,6 +234,41 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (bias.defined()) out = out + bias.view(shape);
   return out;
 }
+
+bool SyncBatchNormImpl::Communicates() const {
+  return backend_ != nullptr && backend_->size() > 1;
+}
+
+absl::Status SyncBatchNormImpl::Shadow(const char* pass) {
+  if (!Communicates()) return absl::OkStatus();
+  at::Tensor zeros;
+  const absl::Status made = base::GuardTorch(
+      absl::StatusCode::kInternal,
+      absl::StrCat("sync_batch_norm ", label_, ": LibTorch: "), [&] {
+        c10::Device device = device_;
+        // Before any forward: where the layer's tensors are.
+        if (device.is_cpu()) {
+          if (weight.defined()) {
+            device = weight.device();
+          } else if (running_mean.defined()) {
+            device = running_mean.device();
+          }
+        }
+        // Count 0, sums 0: the shape and dtype of a forward's [sums, squares,
+        // count] and of its gradient.
+        zeros =
+            at::zeros({2 * options_.num_features + 1},
+                      at::TensorOptions().dtype(at::kDouble).device(device));
+        return absl::OkStatus();
+      });
+  if (!made.ok()) return made;
+  return AllReduceSum(*backend_, options_.timeout, label_,
+                      absl::StrCat(pass, " (shadowed)"), zeros);
+}
+
+absl::Status SyncBatchNormImpl::ShadowForward() { return Shadow("forward"); }
+
+absl::Status SyncBatchNormImpl::ShadowBackward() { return Shadow("backward"); }
 
 models::NormLayerFactory SyncBatchNormLayers(
     backend::Backend& backend, const SyncBatchNormOptions& options) {

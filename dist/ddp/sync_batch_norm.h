@@ -61,6 +61,11 @@
 // waiting for anything this thread still has to do, and then the statistics
 // allreduce runs. With NCCL the waits order the stream rather than block.
 //
+// Uneven inputs (join.h): the layer is a ShadowableLayer. A rank that has
+// joined issues each layer's forward and backward allreduce with count 0
+// and zero sums, so the statistics are the active ranks' alone, as if the
+// joined rank had an empty batch. DDP drives it (ddp.h).
+//
 // Errors: a failed or timed-out allreduce (a dead peer, a rank that did not
 // join) throws c10::Error from forward or from backward (LibTorch propagates
 // it out of Tensor::backward): "[rank 0] ddp: sync_batch_norm layer1.0.bn1:
@@ -87,6 +92,7 @@
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
 #include "dist/backend/backend.h"
+#include "dist/ddp/shadowable_layer.h"
 #include "models/norm_layer.h"
 
 namespace dtrain::ddp {
@@ -109,7 +115,8 @@ struct SyncBatchNormOptions {
   absl::Duration timeout = absl::InfiniteDuration();
 };
 
-class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
+class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl>,
+                          public ShadowableLayer {
  public:
   // `backend` may be null (plain batch norm); otherwise it must outlive the
   // module (see the file comment). Throws c10::Error for num_features < 1.
@@ -132,6 +139,15 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   const SyncBatchNormOptions& options() const { return options_; }
   backend::Backend* backend() const { return backend_; }
 
+  // ShadowableLayer (shadowable_layer.h). The shadows' allreduces are
+  // [2C + 1] float64 zeros on the device of the layer's last forward (else
+  // of its parameters or buffers, else the CPU). A clone has no observer.
+  std::string ShadowName() const override { return label_; }
+  bool Communicates() const override;
+  absl::Status ShadowForward() override;
+  absl::Status ShadowBackward() override;
+  void set_observer(Observer* observer) override { observer_.get = observer; }
+
   // Undefined when affine (weight, bias) or track_running_stats (the rest)
   // is off, as in torch::nn::BatchNorm2d.
   at::Tensor weight;
@@ -143,9 +159,20 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
  private:
   at::Tensor SynchronizedForward(const at::Tensor& input);
 
+  // The zeros a shadow contributes, reduced under `pass`'s label.
+  absl::Status Shadow(const char* pass);
+
   SyncBatchNormOptions options_;
   backend::Backend* backend_;
   std::string label_;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  // Copies (Cloneable's clone) start without one.
+  struct ObserverSlot {
+    ObserverSlot() = default;
+    ObserverSlot(const ObserverSlot&) {}
+    ObserverSlot& operator=(const ObserverSlot&) { return *this; }
+    Observer* get = nullptr;
+  } observer_;
 };
 
 TORCH_MODULE(SyncBatchNorm);
