@@ -1319,6 +1319,13 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/ddp:join_fault_test
+dtrain_cc_test(dtrain_dist_ddp_join_fault_test
+  OUTPUT dist/ddp/join_fault_test
+  SRCS dist/ddp/join_fault_test.cc
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_testing dtrain_dist_tsan_suppressions dtrain_dist_backend_gloo dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //dist/ddp:sync_batch_norm
 dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
   EXPORT_NAME ddp_sync_batch_norm
