@@ -73,11 +73,22 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(
 
 DistributedSampler::DistributedSampler(int64_t dataset_size,
                                        DistributedSamplerOptions options)
-    : dataset_size_(dataset_size),
-      options_(options),
-      num_samples_(
-          NumSamples(dataset_size, options.num_replicas, options.drop_last)) {
+    : dataset_size_(dataset_size), options_(options) {
+  num_samples_ = RankSamples(0);
   ComputeIndices();
+}
+
+int64_t DistributedSampler::RankSamples(int64_t start) const {
+  if (options_.pad || options_.drop_last) {
+    return PartitionSize(dataset_size_, start, options_.num_replicas,
+                         options_.drop_last);
+  }
+  // Slots start + rank + i * R below N.
+  const int64_t left = std::max<int64_t>(0, dataset_size_ - start);
+  return left > options_.rank
+             ? (left - options_.rank + options_.num_replicas - 1) /
+                   options_.num_replicas
+             : 0;
 }
 
 int64_t DistributedSampler::PartitionSize(int64_t dataset_size, int64_t start,
@@ -114,8 +125,7 @@ void DistributedSampler::SetEpoch(int64_t epoch) {
   if (epoch != epoch_ || start_ != 0) {
     epoch_ = epoch;
     start_ = 0;
-    num_samples_ =
-        NumSamples(dataset_size_, options_.num_replicas, options_.drop_last);
+    num_samples_ = RankSamples(0);
     ComputeIndices();
   }
 }
@@ -168,10 +178,10 @@ absl::Status DistributedSampler::Restore(const SamplerState& state) {
   }
   epoch_ = state.epoch;
   start_ = start;
-  num_samples_ = PartitionSize(dataset_size_, start_, options_.num_replicas,
-                               options_.drop_last);
+  num_samples_ = RankSamples(start_);
   ComputeIndices();
-  position_ = position;
+  // Without padding this rank may have fewer than the saved rank had.
+  position_ = std::min(position, num_samples_);
   resume_pending_ = true;
   return absl::OkStatus();
 }

@@ -14,6 +14,12 @@
 //                 with drop_last, cut to total_size;
 //   rank r gets indices[r : total_size : R].
 //
+// With pad = false (and no drop_last) the list is not padded: rank r gets
+// indices[r : N : R], every example exactly once per epoch, and ranks differ
+// by at most one example (hence by at most one batch). Accelerate calls this
+// even_batches=False; the ranks' loop must then cope with uneven inputs
+// (dist/ddp/join.h).
+//
 // (LibTorch's own DistributedRandomSampler partitions differently and ignores
 // set_epoch; it is not used.)
 //
@@ -59,6 +65,10 @@ struct DistributedSamplerOptions {
   // every rank must use the same seed.
   uint64_t seed = 0;
   bool drop_last = false;
+  // Repeat examples so that every rank gets as many (PyTorch's sampler);
+  // false leaves the ranks uneven (see above). Not part of SamplerState: it
+  // changes only the tail of an epoch, so a state restores either way.
+  bool pad = true;
 };
 
 // Where a sampler stands, to save in a checkpoint and restore. `epoch` and
@@ -125,8 +135,10 @@ class DistributedSampler {
   // re-partitioned the rest of an epoch.
   int64_t start() const { return start_; }
   // This rank's indices in the current epoch: PyTorch's len(sampler), or in
-  // a re-partitioned epoch this rank's share of what was left.
+  // a re-partitioned epoch this rank's share of what was left; without
+  // padding, this rank's own count.
   int64_t num_samples() const { return num_samples_; }
+  // PyTorch's total_size, num_samples() * num_replicas (padded samplers).
   int64_t total_size() const { return num_samples_ * options_.num_replicas; }
   int64_t remaining() const { return num_samples_ - position_; }
   int64_t dataset_size() const { return dataset_size_; }
@@ -158,9 +170,11 @@ class DistributedSampler {
  private:
   DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options);
   // This rank's share of slots [start, N) of the epoch's order, for
-  // `num_replicas` ranks.
+  // `num_replicas` ranks, padded (or cut) to the same count on every rank.
   static int64_t PartitionSize(int64_t dataset_size, int64_t start,
                                int64_t num_replicas, bool drop_last);
+  // This rank's share from `start` under its options (padded or not).
+  int64_t RankSamples(int64_t start) const;
   void ComputeIndices();
 
   int64_t dataset_size_;

@@ -567,6 +567,57 @@ TEST(DistributedSamplerTest, RestoreWithAnotherWorldSizeRepartitionsTheRest) {
   }
 }
 
+// pad = false: every example exactly once, the ranks' shares differing by at
+// most one, each a prefix of the padded share (the padding is only cut off).
+TEST(DistributedSamplerTest, WithoutPaddingEveryExampleOnce) {
+  for (int64_t n : {0, 1, 2, 7, 10, 101}) {
+    for (int64_t r : {1, 2, 3, 8, 13}) {
+      SCOPED_TRACE(absl::StrCat("N=", n, " R=", r));
+      std::vector<int64_t> all;
+      int64_t most = 0, fewest = n;
+      for (int64_t rank = 0; rank < r; ++rank) {
+        DistributedSamplerOptions o = Options(r, rank, true, 17, false);
+        absl::StatusOr<std::vector<int64_t>> padded =
+            DistributedSamplerIndices(n, o, 3);
+        o.pad = false;
+        absl::StatusOr<std::vector<int64_t>> uneven =
+            DistributedSamplerIndices(n, o, 3);
+        ASSERT_TRUE(padded.ok() && uneven.ok());
+        EXPECT_TRUE(
+            std::equal(uneven->begin(), uneven->end(), padded->begin()));
+        const int64_t count = static_cast<int64_t>(uneven->size());
+        most = std::max(most, count);
+        fewest = std::min(fewest, count);
+        all.insert(all.end(), uneven->begin(), uneven->end());
+      }
+      std::sort(all.begin(), all.end());
+      std::vector<int64_t> every(n);
+      for (int64_t i = 0; i < n; ++i) every[i] = i;
+      EXPECT_EQ(all, every);
+      EXPECT_LE(most - fewest, 1);
+      EXPECT_EQ(most, DistributedSampler::NumSamples(n, r, false));
+    }
+  }
+}
+
+// Without padding a rank may have fewer examples than rank 0, whose state
+// every rank restores: the position stops at this rank's end.
+TEST(DistributedSamplerTest, WithoutPaddingRestoredPositionFitsShorterRank) {
+  DistributedSamplerOptions o0 = Options(3, 0, true, 1, false);
+  DistributedSamplerOptions o2 = Options(3, 2, true, 1, false);
+  o0.pad = o2.pad = false;
+  absl::StatusOr<DistributedSampler> rank0 = DistributedSampler::Create(10, o0);
+  absl::StatusOr<DistributedSampler> rank2 = DistributedSampler::Create(10, o2);
+  ASSERT_TRUE(rank0.ok() && rank2.ok());
+  EXPECT_EQ(rank0->num_samples(), 4);
+  EXPECT_EQ(rank2->num_samples(), 3);
+  rank0->SetEpoch(1);
+  rank0->Advance(4);
+  ASSERT_TRUE(rank2->Restore(rank0->state()).ok());
+  EXPECT_EQ(rank2->position(), 3);
+  EXPECT_EQ(rank2->remaining(), 0);
+}
+
 TEST(DistributedSamplerTest, EmptyDataset) {
   absl::StatusOr<DistributedSampler> sampler =
       DistributedSampler::Create(0, Options(2, 1, true, 0, false));
