@@ -1722,7 +1722,7 @@ dtrain_cc_library(dtrain_trainer_stop_vote
   PACKAGE trainer
   SRCS trainer/stop_vote.cc
   HDRS trainer/stop_vote.h
-  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp_join dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/report:meters
 dtrain_cc_library(dtrain_trainer_report_meters
@@ -1890,7 +1890,7 @@ dtrain_cc_library(dtrain_trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
+  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
@@ -2460,6 +2460,13 @@ dtrain_sh_test(dtrain_trainer_soak_test
   TIMEOUT 900
   ARGS trainer/train tools/launch/launch)
 
+# //trainer:stop_vote_test
+dtrain_cc_test(dtrain_trainer_stop_vote_test
+  OUTPUT trainer/stop_vote_test
+  SRCS trainer/stop_vote_test.cc
+  DEPS dtrain_trainer_stop_vote dtrain_trainer_trainer_testing dtrain_dist_backend_testing dtrain_dist_ddp_join dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
 # //trainer:sync_batchnorm_test
 dtrain_sh_test(dtrain_trainer_sync_batchnorm_test
   OUTPUT trainer/sync_batchnorm_test
@@ -2548,6 +2555,15 @@ dtrain_cc_test(dtrain_trainer_trainer_test
   SRCS trainer/trainer_test.cc
   DEPS dtrain_trainer dtrain_trainer_trainer_testing dtrain_base_atomic_file dtrain_base_posix_io dtrain_dist_backend_small_collectives dtrain_dist_backend_testing dtrain_dist_backend_gloo dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json dtrain_tp_torch
   TIMEOUT 60)
+
+# //trainer:uneven_inputs_test
+dtrain_sh_test(dtrain_trainer_uneven_inputs_test
+  OUTPUT trainer/uneven_inputs_test
+  SCRIPT trainer/uneven_inputs_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_trainer_train dtrain_tools_launch
+  TIMEOUT 300
+  ARGS trainer/train tools/launch/launch)
 
 # //trainer/checkpoint:checkpoint_testing
 dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_testing

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/compute_threads.h"
 #include "base/status_macros.h"
+#include "data/distributed_sampler.h"
 #include "dist/ddp/comm_hook.h"
 #include "dist/ddp/sync_batch_norm.h"
 #include "trainer/amp.h"
@@ -114,16 +115,25 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
   const bool pin = p.device.is_cuda();
   DTRAIN_ASSIGN_OR_RETURN(p.train_loader,
                           MakeLoader(p.data->train, p.data->train_transforms, o,
-                                     world, /*shuffle=*/true, pin));
+                                     world, /*train=*/true, pin));
   DTRAIN_ASSIGN_OR_RETURN(
       p.val_loader, MakeLoader(p.data->val, p.data->val_transforms, o, world,
-                               /*shuffle=*/false, pin));
+                               /*train=*/false, pin));
   p.batches_per_epoch = p.train_loader->batches_left();
   // Created before a checkpoint is loaded, so that the base rates are the
-  // configured ones, not a decayed rate from the checkpoint.
-  const int64_t steps_per_epoch = std::max<int64_t>(
-      1, (p.batches_per_epoch + o.optim.accumulate_steps - 1) /
-             o.optim.accumulate_steps);
+  // configured ones, not a decayed rate from the checkpoint. Every rank
+  // counts the same steps per epoch: without padding, those of the ranks
+  // with the most batches (rank 0's), which the others shadow.
+  const int64_t schedule_batches =
+      o.data.even_batches
+          ? p.batches_per_epoch
+          : (data::DistributedSampler::NumSamples(p.data->train->size(),
+                                                  world.world_size, false) +
+             *o.data.batch_size - 1) /
+                *o.data.batch_size;
+  const int64_t steps_per_epoch =
+      std::max<int64_t>(1, (schedule_batches + o.optim.accumulate_steps - 1) /
+                               o.optim.accumulate_steps);
   DTRAIN_ASSIGN_OR_RETURN(p.schedule,
                           MakeSchedule(o, *p.optimizer, steps_per_epoch));
   if (!o.checkpoint.checkpoint_dir.empty()) {

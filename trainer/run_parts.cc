@@ -71,11 +71,12 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
     const std::shared_ptr<const data::ExampleSource>& source,
     const data::TransformPipeline& transforms, const TrainOptions& o,
-    const rendezvous::World& world, bool shuffle, bool pin_memory) {
+    const rendezvous::World& world, bool train, bool pin_memory) {
   data::DistributedSamplerOptions s;
   s.num_replicas = world.world_size;
   s.rank = world.rank;
-  s.shuffle = shuffle;
+  s.shuffle = train;
+  s.pad = !train || o.data.even_batches;
   s.seed = o.seed;
   DTRAIN_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
                           data::DistributedSampler::Create(source->size(), s));

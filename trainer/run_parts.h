@@ -42,12 +42,14 @@ absl::StatusOr<c10::Device> TrainingDevice(const TrainOptions& o,
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const TrainOptions& o, std::vector<at::Tensor> params);
 
-// A loader over `source` in this rank's DistributedSampler order (shuffled
-// or not, seeded from the options), batch_size and workers from the options.
+// A loader over `source` in this rank's DistributedSampler order, seeded from
+// the options, batch_size and workers from the options. `train`: the
+// training split, shuffled, padded unless --even_batches=false; otherwise
+// validation, in order and padded (its scores leave the padding out).
 absl::StatusOr<std::unique_ptr<data::DataLoader>> MakeLoader(
     const std::shared_ptr<const data::ExampleSource>& source,
     const data::TransformPipeline& transforms, const TrainOptions& o,
-    const rendezvous::World& world, bool shuffle, bool pin_memory);
+    const rendezvous::World& world, bool train, bool pin_memory);
 
 struct BuiltModel {
   std::shared_ptr<models::Model> model;

@@ -34,6 +34,20 @@ absl::StatusOr<bool> StopVote::Collect() {
   return flag_.item<int>() != 0;
 }
 
+absl::Status StopVote::Shadow(const ddp::JoinRound& round) {
+  if (!round.grad_sync) return absl::OkStatus();
+  Issue();
+  DTRAIN_ASSIGN_OR_RETURN(const bool stop, Collect());
+  shadowed_stop_ = shadowed_stop_ || stop;
+  return absl::OkStatus();
+}
+
+bool StopVote::ShadowedStop() {
+  const bool stop = shadowed_stop_;
+  shadowed_stop_ = false;
+  return stop;
+}
+
 void StopVote::Abandon() {
   if (in_flight_ == nullptr) return;
   std::shared_ptr<backend::Work> work = std::move(in_flight_);

@@ -16,6 +16,11 @@
 // independently anyway). Without a request flag it never stops and never
 // communicates. Thread-compatible; the flag may be set from any thread or a
 // signal handler. Lifetimes: `sync`'s backend and the flag outlive the vote.
+//
+// Uneven inputs: the vote is a Joinable (dist/ddp/join.h). A rank that has
+// joined votes (its own request) in every round whose iteration
+// synchronises gradients, the one per optimizer step after which the active
+// ranks vote, and remembers whether the vote said stop (ShadowedStop).
 #ifndef DTRAIN_TRAINER_STOP_VOTE_H_
 #define DTRAIN_TRAINER_STOP_VOTE_H_
 
@@ -27,10 +32,11 @@
 #include "absl/status/statusor.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/small_collectives.h"
+#include "dist/ddp/join.h"
 
 namespace dtrain::trainer {
 
-class StopVote {
+class StopVote : public ddp::Joinable {
  public:
   StopVote(const backend::SmallCollectives& sync,
            const std::atomic<bool>* stop_requested, bool collective = true);
@@ -49,6 +55,12 @@ class StopVote {
   // another error, so that no collective is left behind unwaited.
   void Abandon();
 
+  // Joinable: a joined rank's vote after each shadowed optimizer step.
+  std::string JoinableName() const override { return "stop vote"; }
+  absl::Status Shadow(const ddp::JoinRound& round) override;
+  // Whether a vote taken while shadowing said stop; cleared when read.
+  bool ShadowedStop();
+
  private:
   const backend::SmallCollectives sync_;
   const std::atomic<bool>* const stop_requested_;
@@ -56,6 +68,7 @@ class StopVote {
   // Carries the vote; undefined when there is no collective vote.
   at::Tensor flag_;
   std::shared_ptr<backend::Work> in_flight_;
+  bool shadowed_stop_ = false;
 };
 
 }  // namespace dtrain::trainer

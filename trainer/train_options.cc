@@ -57,6 +57,19 @@ absl::Status Validate(const TrainOptions& o) {
   DTRAIN_RETURN_IF_ERROR(ValidateLaunchOptions(o.launch));
   DTRAIN_RETURN_IF_ERROR(ValidateDataParallelOptions(o.parallel));
   DTRAIN_RETURN_IF_ERROR(ValidateCheckpointOptions(o.checkpoint));
+  if (!o.data.even_batches && o.optim.accumulate_steps > 1) {
+    // A rank's last step could span fewer micro-batches than another's: the
+    // ranks would disagree on which backward synchronises.
+    return Invalid("even_batches",
+                   "false needs --accumulate_steps=1 (every rank must run "
+                   "no_sync alike, as with PyTorch's Join)");
+  }
+  if (!o.data.even_batches && o.parallel.comm_hook == "local_sgd") {
+    // Its model averager's collectives come after the step, outside what a
+    // joined rank shadows, and its hook does not average gradients.
+    return Invalid("even_batches",
+                   "false does not combine with --comm_hook=local_sgd");
+  }
   if (o.num_sanity_val_steps < 0)
     return Invalid("num_sanity_val_steps", "must be >= 0");
   return ValidateReportOptions(o.report);

@@ -125,6 +125,16 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
       {[](TrainOptions& o) { o.report.metrics_bind = ""; }, "--metrics_bind"},
       {[](TrainOptions& o) { o.parallel.comm_hook = "topk"; }, "--comm_hook"},
       {[](TrainOptions& o) {
+         o.data.even_batches = false;
+         o.optim.accumulate_steps = 2;
+       },
+       "--even_batches"},
+      {[](TrainOptions& o) {
+         o.data.even_batches = false;
+         o.parallel.comm_hook = "local_sgd";
+       },
+       "--even_batches"},
+      {[](TrainOptions& o) {
          o.parallel.comm_hook = "fp16";
          o.parallel.sync_gradients = false;
        },

@@ -104,18 +104,34 @@ absl::StatusOr<StepOutcome> TrainStep::Finish() {
   }
   micro_batches_ = 0;
   DTRAIN_RETURN_IF_ERROR(ddp_.SynchronizeGradients());
+  DTRAIN_RETURN_IF_ERROR(StepOptimizer(&outcome_));
+  return outcome_;
+}
+
+absl::Status TrainStep::ShadowStep() {
+  if (micro_batches_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a shadowed step while a step of ", micro_batches_,
+                     " micro-batches is open"));
+  }
+  StepOutcome outcome;
+  outcome.loss_scale = scaler_.has_value() ? scaler_->scale() : 1.0;
+  return StepOptimizer(&outcome);
+}
+
+absl::Status TrainStep::StepOptimizer(StepOutcome* outcome) {
   try {
     // The gradients are averaged over ranks: every rank finds the same
     // non-finite values and clips by the same norm.
     if (scaler_.has_value()) {
-      outcome_.skipped = scaler_->UnscaleAndCheck(parameters_);
-      scaler_->Update(outcome_.skipped);
+      outcome->skipped = scaler_->UnscaleAndCheck(parameters_);
+      scaler_->Update(outcome->skipped);
     }
-    if (options_.clip_grad_norm > 0 && !outcome_.skipped) {
-      outcome_.grad_norm = torch::nn::utils::clip_grad_norm_(
+    if (options_.clip_grad_norm > 0 && !outcome->skipped) {
+      outcome->grad_norm = torch::nn::utils::clip_grad_norm_(
           parameters_, options_.clip_grad_norm);
     }
-    if (!outcome_.skipped) optimizer_.step();
+    if (!outcome->skipped) optimizer_.step();
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("optimizer step failed: ", base::ExceptionMessage(e)));
@@ -123,7 +139,7 @@ absl::StatusOr<StepOutcome> TrainStep::Finish() {
   if (averager_ != nullptr) {
     DTRAIN_RETURN_IF_ERROR(averager_->AverageParameters(parameters_));
   }
-  return outcome_;
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain::trainer

@@ -89,6 +89,14 @@ class TrainStep {
   // clips, and steps the optimizer (unless the gradients were not finite).
   absl::StatusOr<StepOutcome> Finish();
 
+  // Uneven inputs (dist/ddp/join.h), on a rank that has joined: once DDP's
+  // shadow of a step has left the active ranks' average in .grad, Finish's
+  // optimizer step over it (unscaling, the loss scale's update, clipping,
+  // the model averager), so that the optimizer's state and the loss scale
+  // stay equal to the active ranks'. kFailedPrecondition while a step is
+  // open.
+  absl::Status ShadowStep();
+
   // Post-local SGD: after every optimizer step (skipped or not), `averager`
   // averages the parameters when due. Null: none. It must outlive the
   // object.
@@ -102,6 +110,9 @@ class TrainStep {
   }
 
  private:
+  // Finish's work after the gradients are averaged, into `outcome`.
+  absl::Status StepOptimizer(StepOutcome* outcome);
+
   StepOptions options_;
   models::Model& model_;
   ddp::DistributedDataParallel& ddp_;

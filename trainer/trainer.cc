@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "base/status_macros.h"
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/join.h"
 #include "trainer/evaluation.h"
 #include "trainer/report/recorder.h"
 #include "trainer/run_assembly.h"
@@ -24,6 +26,23 @@
 
 namespace dtrain::trainer {
 namespace {
+
+// Uneven inputs: a rank that has run out of batches takes, after each
+// shadowed synchronised iteration, the optimizer step the active ranks take
+// (TrainStep::ShadowStep over the average DDP's shadow left in .grad), so
+// that its optimizer state, loss scale and step count stay theirs.
+class StepShadow : public ddp::Joinable {
+ public:
+  explicit StepShadow(std::function<absl::Status()> step)
+      : step_(std::move(step)) {}
+  std::string JoinableName() const override { return "optimizer step"; }
+  absl::Status Shadow(const ddp::JoinRound& round) override {
+    return round.grad_sync ? step_() : absl::OkStatus();
+  }
+
+ private:
+  std::function<absl::Status()> step_;
+};
 
 class Run {
  public:
@@ -40,6 +59,12 @@ class Run {
   }
   // One epoch's training pass; true when the run stops inside it.
   absl::StatusOr<bool> TrainEpoch(int64_t epoch, EpochMetrics* m);
+  // --even_batches=false with gradient averaging on 2+ ranks: each epoch
+  // trains in a Join (dist/ddp/join.h).
+  bool Uneven() const {
+    return !o_.data.even_batches && o_.parallel.sync_gradients &&
+           world_.world_size > 1;
+  }
   // One optimizer step over accumulate_steps batches (fewer at the end).
   absl::StatusOr<StepOutcome> Step(int64_t epoch, int64_t s);
   StepRecord Record(const StepOutcome& outcome, double lr) const;
@@ -108,7 +133,29 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
                                       : std::numeric_limits<int64_t>::max());
   recorder_->StartEpoch(epoch, steps,
                         p_.schedule->LearningRate(epoch, first_step));
-  for (int64_t s = 0; s < steps && train_loader_->batches_left() > 0; ++s) {
+  // Uneven inputs: out of batches, this rank shadows the others' steps (DDP,
+  // then the optimizer step, then the stop vote, as a step runs them) until
+  // every rank is; shadowed steps are neither recorded nor counted as
+  // trained samples.
+  int64_t s = 0;
+  StepShadow step_shadow([&]() -> absl::Status {
+    DTRAIN_RETURN_IF_ERROR(p_.schedule->SetStep(epoch, first_step + s));
+    DTRAIN_RETURN_IF_ERROR(p_.step->ShadowStep());
+    ++s;
+    ++global_step_;
+    return absl::OkStatus();
+  });
+  std::unique_ptr<ddp::Join> join;
+  if (Uneven()) {
+    ddp::JoinOptions options;
+    options.device = p_.device;
+    options.timeout = o_.launch.timeout;
+    options.divide_by_initial_world_size = o_.data.divide_by_initial_world_size;
+    DTRAIN_ASSIGN_OR_RETURN(join, ddp::Join::Create({p_.ddp.get(), &step_shadow,
+                                                     p_.stop_vote.get()},
+                                                    backend_, options));
+  }
+  for (; s < steps && train_loader_->batches_left() > 0; ++s) {
     DTRAIN_RETURN_IF_ERROR(p_.schedule->SetStep(epoch, first_step + s));
     DTRAIN_ASSIGN_OR_RETURN(const StepOutcome outcome, Step(epoch, s));
     // The vote's round trip overlaps the step's reporting: a signal that
@@ -125,6 +172,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
       DTRAIN_RETURN_IF_ERROR(
           Checkpoint(train_loader_->state(), /*best=*/false));
     }
+  }
+  if (join != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(join->JoinAndShadow().status());
+    // A signal on a rank that had joined stops every rank too.
+    if (p_.stop_vote->ShadowedStop()) signal_stop_ = true;
   }
   const LossScaler* scaler = p_.step->loss_scaler();
   DTRAIN_ASSIGN_OR_RETURN(

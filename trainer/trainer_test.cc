@@ -219,6 +219,40 @@ TEST(TrainerTest, ResumedRunEndsExactlyAsUninterruptedOne) {
   ExpectSameParameters(*second[0], *full[0]);
 }
 
+// --even_batches=false on 3 ranks: 385 examples are 129, 128 and 128 per
+// rank, 9, 8 and 8 batches of 16. Ranks 1 and 2 shadow rank 0's last step of
+// each epoch (taking its optimizer step too), every example counts once, the
+// ranks end identical with as many steps. (An exact resume needs processes:
+// threads share LibTorch's dropout generator; uneven_inputs_test.sh.)
+TEST(TrainerTest, UnevenBatchesShadowTheLastStepAndCountEveryExampleOnce) {
+  TrainOptions o = SmallRun();
+  o.data.synthetic_train_size = 385;
+  o.data.even_batches = false;
+  o.skip_validation = true;
+  auto results = TrainOnRanks(o, 3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(results[r].ok()) << results[r].status();
+    EXPECT_EQ(results[r]->metrics.global_step, 2 * 9) << "rank " << r;
+    ExpectSameParameters(*results[r], *results[0]);
+  }
+  const RunMetrics& m = results[0]->metrics;
+  ASSERT_EQ(m.epochs.size(), 2u);
+  for (const EpochMetrics& e : m.epochs) {
+    EXPECT_EQ(e.samples, 385);  // padded: 387
+    EXPECT_EQ(e.steps, 9);
+  }
+  // Shadowed steps are not trained steps of the ranks that shadowed them.
+  EXPECT_EQ(results[1]->metrics.epochs[0].steps, 8);
+  EXPECT_EQ(m.ranks_identical, absl::optional<bool>(true));
+
+  TrainOptions padded = o;
+  padded.data.even_batches = true;
+  padded.optim.epochs = 1;
+  auto even = TrainOnRanks(padded, 3);
+  ASSERT_TRUE(even[0].ok()) << even[0].status();
+  EXPECT_EQ(even[0]->metrics.epochs[0].samples, 387);
+}
+
 // Weights out at the end (rank 0, of two ranks) and in at the start: the file
 // holds the trained model, a run that starts from it starts where the first
 // ended, and weights that do not fit the model stop the run naming the flag.

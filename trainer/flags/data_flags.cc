@@ -32,6 +32,17 @@ ABSL_FLAG(int64_t, synthetic_val_size, 512,
 ABSL_FLAG(int64_t, batch_size, 0,
           "Batch size per process (0: 128 for convnet, 32 for resnet18).");
 ABSL_FLAG(int, workers, 0, "Loader threads per process.");
+ABSL_FLAG(bool, even_batches, true,
+          "true: pad the training split so every rank gets as many batches, "
+          "repeating a few examples (PyTorch's DistributedSampler). false: "
+          "uneven inputs, every example once per epoch; ranks that run out "
+          "of batches shadow the others until all are done (PyTorch's "
+          "torch.distributed.algorithms.Join / DDP join(), Accelerate's "
+          "even_batches=False). Needs --accumulate_steps=1.");
+ABSL_FLAG(bool, divide_by_initial_world_size, true,
+          "With --even_batches=false: average gradients over the world size, "
+          "ranks without a batch contributing zeros (PyTorch's Join default); "
+          "false: over the ranks that still have a batch.");
 
 namespace dtrain::trainer {
 
@@ -56,6 +67,9 @@ absl::Status ReadDataFlags(DataOptions* o) {
   o->synthetic_val_size = absl::GetFlag(FLAGS_synthetic_val_size);
   if (Specified("batch_size")) o->batch_size = absl::GetFlag(FLAGS_batch_size);
   o->workers = absl::GetFlag(FLAGS_workers);
+  o->even_batches = absl::GetFlag(FLAGS_even_batches);
+  o->divide_by_initial_world_size =
+      absl::GetFlag(FLAGS_divide_by_initial_world_size);
   return absl::OkStatus();
 }
 

@@ -1,7 +1,7 @@
 // The data section of train's options (--dataset, --data_dir, --image_size,
-// the limits, the synthetic set, --batch_size, --workers): what each rank
-// reads and in which batches. Consumed by training_data and run_parts'
-// MakeLoader. A plain value type.
+// the limits, the synthetic set, --batch_size, --workers, --even_batches):
+// what each rank reads and in which batches. Consumed by training_data and
+// run_parts' MakeLoader. A plain value type.
 #ifndef DTRAIN_TRAINER_OPTIONS_DATA_OPTIONS_H_
 #define DTRAIN_TRAINER_OPTIONS_DATA_OPTIONS_H_
 
@@ -43,6 +43,18 @@ struct DataOptions {
   // Loader threads per process (0: batches are prepared on the training
   // thread).
   int workers = 0;
+  // true: the training sampler pads every rank to the same number of
+  // batches by repeating examples (PyTorch's DistributedSampler). false:
+  // every example once per epoch, ranks differing by at most one batch; a
+  // rank that runs out shadows the others (dist/ddp/join.h, PyTorch's Join;
+  // Accelerate's even_batches=False). Validation always pads, and leaves the
+  // padding out of its scores.
+  bool even_batches = true;
+  // With even_batches false: gradients averaged over the world size, ranks
+  // that have run out contributing zeros (PyTorch's
+  // divide_by_initial_world_size, its default), or over the ranks that still
+  // have a batch.
+  bool divide_by_initial_world_size = true;
 };
 
 // The dataset names LoadTrainingData knows.

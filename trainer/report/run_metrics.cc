@@ -29,6 +29,8 @@ json ConfigJson(const TrainOptions& o) {
       {"val_limit", Optional(o.data.val_limit)},
       {"batch_size", Optional(o.data.batch_size)},
       {"workers", o.data.workers},
+      {"even_batches", o.data.even_batches},
+      {"divide_by_initial_world_size", o.data.divide_by_initial_world_size},
       {"epochs", Optional(o.optim.epochs)},
       {"max_steps", o.optim.max_steps},
       {"num_sanity_val_steps", o.num_sanity_val_steps},
