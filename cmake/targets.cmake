@@ -691,7 +691,7 @@ dtrain_cc_library(dtrain_dist_ddp_hooks_allreduce_hook
 dtrain_cc_library(dtrain_dist_ddp_reducer
   EXPORT_NAME ddp_reducer
   PACKAGE dist/ddp
-  SRCS dist/ddp/reducer.cc dist/ddp/reducer_shadow.cc dist/ddp/reducer_unused.cc
+  SRCS dist/ddp/reducer.cc dist/ddp/reducer_shadow.cc dist/ddp/reducer_stats.cc dist/ddp/reducer_unused.cc
   HDRS dist/ddp/reducer.h
   DEPS dtrain_dist_ddp_bucket_assignment dtrain_dist_ddp_collectives dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_model_fingerprint dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_ddp_hooks_allreduce_hook dtrain_tp_absl dtrain_tp_torch)
 

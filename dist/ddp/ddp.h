@@ -61,7 +61,8 @@
 // Call order across ranks: Create, PrepareForward and SynchronizeGradients
 // issue collectives, and backward issues bucket allreduces, so every rank must
 // call them in the same sequence, with the same no_sync pattern, and run
-// backward between them the same number of times.
+// backward between them the same number of times. In a Join, a rank that has
+// joined stands in for those calls through the Join (join.h).
 //
 // Thread safety: one training thread drives a DistributedDataParallel; the
 // hooks may run on LibTorch's autograd threads (CUDA) and synchronise with it

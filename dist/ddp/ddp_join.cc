@@ -2,7 +2,6 @@
 // See ddp.h for the contract.
 #include <ATen/core/grad_mode.h>
 
-#include <algorithm>
 #include <utility>
 #include <vector>
 

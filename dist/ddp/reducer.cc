@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "absl/types/optional.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "dist/backend/describe.h"
@@ -453,33 +452,7 @@ absl::Status Reducer::Synchronize() {
   // The step is done: statistics, then the usage errors that leave the ranks
   // in step.
   ++steps_;
-  stats.step = steps_;
-  stats.num_buckets = static_cast<int>(buckets_.size());
-  for (const Bucket& b : buckets_) {
-    stats.buckets_launched_in_backward += b.launched_in_backward ? 1 : 0;
-    stats.bucket_launch_offsets.push_back(b.launched_at - first_hook_);
-    const std::vector<BucketComm::Launched>& launched = b.comm->launched();
-    if (launched.empty()) continue;
-    // From the start of the bucket's first collective to the end of its last.
-    const absl::optional<backend::WorkTimes> first =
-        launched.front().work->times();
-    const absl::optional<backend::WorkTimes> last =
-        launched.back().work->times();
-    if (first && last) {
-      stats.bucket_start_offsets.push_back(first->started - first_hook_);
-      stats.bucket_finish_offsets.push_back(last->finished - first_hook_);
-    }
-  }
-  // All or nothing: offsets line up with buckets.
-  if (stats.bucket_start_offsets.size() != buckets_.size()) {
-    stats.bucket_start_offsets.clear();
-    stats.bucket_finish_offsets.clear();
-  }
-  stats.backward_until_last_gradient = last_hook_ - first_hook_;
-  for (const BucketInfo& info : bucket_info_)
-    stats.bucket_bytes.push_back(info.bytes);
-  stats.backward_until_last_launch =
-      buckets_.empty() ? absl::ZeroDuration() : last_launch_ - first_hook_;
+  FillStepStats(&stats);
   stats.hooks = hooks_;
   stats.exposed_communication = waited;
   stats.buffer_broadcast = buffer_broadcast_;

@@ -11,7 +11,8 @@
 // in bucket order, identical on every rank; RegisterCommHook's Setup may
 // allocate more. A synchronised backward launches buckets from the hooks,
 // and Synchronize launches the rest and waits, so every rank must run them
-// in the same sequence (see ddp.h).
+// in the same sequence (see ddp.h); a joined rank's ShadowSynchronize stands
+// for a synchronised backward and its Synchronize.
 //
 // Thread safety: the autograd hooks may run on LibTorch's autograd threads;
 // the state they touch is guarded by one mutex, which Synchronize releases
@@ -194,6 +195,9 @@ class Reducer {
   // still pending; returns one flag per parameter, set where unused.
   std::vector<char> FillInUnused(std::vector<std::string>* names);
   absl::Status WriteAverages();
+  // The timeline of the step just done (steps_ counts it), from the buckets'
+  // launches and their collectives' times (reducer_stats.cc).
+  void FillStepStats(StepStats* stats) const;
   // Clears the per-step state for the next synchronised step.
   void ResetStep();
 
