@@ -39,6 +39,12 @@
 // After a failed Wait it may stop issuing its later stages: the backend is
 // broken then, and so is DDP, for every rank.
 //
+// Uneven inputs (join.h): on a rank that has joined, DDP launches every
+// bucket zeroed, standing in for the active ranks' step, so every rank still
+// issues the same collectives. With divide_by_initial_world_size=false a
+// bucket arrives scaled by world size / active ranks, which a hook that
+// averages over the world size turns into the active ranks' average.
+//
 // Thread safety: Launch runs on LibTorch's autograd threads or the training
 // thread, one call at a time (DDP holds its lock); Continue and the state
 // methods run on the training thread. A hook object serves one DDP.
