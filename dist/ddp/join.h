@@ -46,9 +46,11 @@
 // Errors come back as absl::Status on every path, never a hang: a collective
 // that fails or outlives the timeout (a dead or stalled rank) says which
 // rank, which round and what was being shadowed: "[rank 0] join: round 7
-// (rank 2 active), shadowing ddp: [rank 0] ddp: step 7 (shadowed), bucket 0
-// (...) allreduce failed after 2.0s: <backend message>". After an error the
-// Join is broken and returns it from every call.
+// (rank 2 active, authoritative rank 2), shadowing ddp: [rank 0] ddp: step 7
+// (shadowed), bucket 0 (...) allreduce failed after 2.0s: <backend
+// message>". After an error the Join is broken and returns it from every
+// call. A dead or stalled rank in the joinables' own collectives errs the
+// same way; DDP's timeout and the backend's bound every wait.
 //
 // Thread safety: one training thread drives a Join and its joinables.
 // Lifetimes: the joinables and the backend must outlive the Join; its
