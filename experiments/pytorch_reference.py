@@ -761,6 +761,9 @@ def _config(args, worker):
         "val_limit": args.val_limit,
         "batch_size": args.batch_size,
         "workers": args.workers,
+        # DistributedSampler pads: the reference always has even batches.
+        "even_batches": True,
+        "divide_by_initial_world_size": True,
         "epochs": args.epochs,
         "max_steps": args.max_steps,
         "optimizer": args.optimizer,
