@@ -187,10 +187,21 @@ class CommHook {
   virtual std::unique_ptr<BucketWork> Launch(GradBucket& bucket,
                                              BucketComm& comm) = 0;
 
-  // What a checkpoint keeps for an exact resume (PowerSGD's error feedback
-  // and Q matrices, step counters), as named tensors; empty for a stateless
-  // hook. Read after SynchronizeGradients, on the training thread.
+  // What a checkpoint keeps for an exact resume, as named tensors; empty for
+  // a stateless hook. State is what every rank holds alike (step counters,
+  // PowerSGD's Q matrices and random state): a checkpoint keeps rank 0's and
+  // every rank loads it. RankState is what differs between ranks (PowerSGD's
+  // error feedback): a checkpoint keeps every rank's, and each rank loads its
+  // own. Both are read after SynchronizeGradients, on the training thread;
+  // names are not empty and hold no '/' (checkpoints qualify per-rank names
+  // with one).
   virtual std::vector<std::pair<std::string, at::Tensor>> State() const {
+    return {};
+  }
+  // Every rank returns the same names, shapes and dtypes in the same order
+  // (after the same steps with the same buckets and options): gathering them
+  // is a collective sized by them.
+  virtual std::vector<std::pair<std::string, at::Tensor>> RankState() const {
     return {};
   }
   // Restores what State returned: after RegisterCommHook (state may depend
@@ -202,6 +213,17 @@ class CommHook {
     if (state.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         "this communication hook keeps no state, but the checkpoint has some");
+  }
+  // Restores what RankState returned on this rank (not collective), after
+  // LoadState when both are called; not called when the checkpoint's
+  // per-rank state cannot be mapped to these ranks (another world size),
+  // which leaves the fresh per-rank state. As LoadState otherwise.
+  virtual absl::Status LoadRankState(
+      const std::vector<std::pair<std::string, at::Tensor>>& state) {
+    if (state.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "this communication hook keeps no per-rank state, but the checkpoint "
+        "has some");
   }
 };
 

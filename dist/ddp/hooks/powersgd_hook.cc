@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -451,19 +452,86 @@ std::vector<std::pair<std::string, at::Tensor>> PowerSgdHook::State() const {
   out.emplace_back(kRngName, rng);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = *buckets_[i];
-    const int index = static_cast<int>(i);
-    if (b.has_error) {
-      out.emplace_back(BucketEntry(index, "error"), b.error.cpu().clone());
-    }
     // Without warm start Q is drawn afresh every step: nothing to keep.
     if (options_.warm_start && b.has_q) {
-      out.emplace_back(BucketEntry(index, "q"),
+      out.emplace_back(BucketEntry(static_cast<int>(i), "q"),
                        b.q.defined()
                            ? b.q.cpu().clone()
                            : at::empty({0}, b.options.device(at::kCPU)));
     }
   }
   return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> PowerSgdHook::RankState()
+    const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = *buckets_[i];
+    if (b.has_error) {
+      out.emplace_back(BucketEntry(static_cast<int>(i), "error"),
+                       b.error.cpu().clone());
+    }
+  }
+  return out;
+}
+
+absl::Status PowerSgdHook::TakeBucketEntry(const std::string& name,
+                                           const at::Tensor& t,
+                                           std::vector<at::Tensor>& errors,
+                                           std::vector<at::Tensor>& qs) const {
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PowerSGD state: ", name, " ", what));
+  };
+  absl::string_view rest = name;
+  int index = -1;
+  absl::string_view what;
+  if (absl::ConsumePrefix(&rest, "powersgd.bucket")) {
+    const size_t dot = rest.find('.');
+    if (dot != absl::string_view::npos &&
+        absl::SimpleAtoi(rest.substr(0, dot), &index)) {
+      what = rest.substr(dot + 1);
+    }
+  }
+  if (what != "error" && what != "q") {
+    return bad("is not an entry of the PowerSGD hook's state");
+  }
+  if (index < 0 || index >= static_cast<int>(buckets_.size())) {
+    return bad(absl::StrCat("names a bucket this model does not have (",
+                            buckets_.size(), " buckets)"));
+  }
+  const Bucket& b = *buckets_[index];
+  const bool is_error = what == "error";
+  if (is_error && !options_.use_error_feedback) {
+    return bad("is there but use_error_feedback is off");
+  }
+  if (!is_error && !options_.warm_start) {
+    return bad("is there but warm_start is off");
+  }
+  const int64_t want = is_error ? b.numel : b.q_numel;
+  const at::ScalarType dtype = b.options.dtype().toScalarType();
+  if (t.numel() != want || t.scalar_type() != dtype) {
+    return bad(absl::StrCat(
+        "has ", t.numel(), " ", base::DtypeName(t.scalar_type()),
+        " elements; this bucket needs ", want, " ", base::DtypeName(dtype),
+        " (a state saved with other options or another model?)"));
+  }
+  (is_error ? errors : qs)[index] = t;
+  return absl::OkStatus();
+}
+
+absl::Status PowerSgdHook::SetErrors(const std::vector<at::Tensor>& errors) {
+  return Guard("loading the PowerSGD errors", [&] {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      Bucket& b = *buckets_[i];
+      b.has_error = errors[i].defined();
+      if (b.has_error) {
+        if (!b.error.defined()) b.error = at::empty({b.numel}, b.options);
+        b.error.copy_(errors[i].reshape(-1));
+      }
+    }
+  });
 }
 
 absl::Status PowerSgdHook::LoadState(
@@ -484,6 +552,7 @@ absl::Status PowerSgdHook::LoadState(
   int position = 0;
   std::vector<at::Tensor> errors(buckets_.size());
   std::vector<at::Tensor> qs(buckets_.size());
+  bool has_errors = false;
   for (const auto& [name, t] : state) {
     if (!t.defined()) return bad(name, "is an undefined tensor");
     if (name == kIterName) {
@@ -518,61 +587,47 @@ absl::Status PowerSgdHook::LoadState(
       position = static_cast<int>(pos);
       continue;
     }
-    absl::string_view rest = name;
-    int index = -1;
-    absl::string_view what;
-    if (absl::ConsumePrefix(&rest, "powersgd.bucket")) {
-      const size_t dot = rest.find('.');
-      if (dot != absl::string_view::npos &&
-          absl::SimpleAtoi(rest.substr(0, dot), &index)) {
-        what = rest.substr(dot + 1);
-      }
-    }
-    if (what != "error" && what != "q") {
-      return bad(name, "is not an entry of the PowerSGD hook's state");
-    }
-    if (index < 0 || index >= static_cast<int>(buckets_.size())) {
-      return bad(name, absl::StrCat("names a bucket this model does not have (",
-                                    buckets_.size(), " buckets)"));
-    }
-    const Bucket& b = *buckets_[index];
-    const bool is_error = what == "error";
-    if (is_error && !options_.use_error_feedback) {
-      return bad(name, "is there but use_error_feedback is off");
-    }
-    if (!is_error && !options_.warm_start) {
-      return bad(name, "is there but warm_start is off");
-    }
-    const int64_t want = is_error ? b.numel : b.q_numel;
-    const at::ScalarType dtype = b.options.dtype().toScalarType();
-    if (t.numel() != want || t.scalar_type() != dtype) {
-      return bad(
-          name,
-          absl::StrCat("has ", t.numel(), " ", base::DtypeName(t.scalar_type()),
-                       " elements; this bucket needs ", want, " ",
-                       base::DtypeName(dtype),
-                       " (a state saved with other options or another "
-                       "model?)"));
-    }
-    (is_error ? errors : qs)[index] = t;
+    DTRAIN_RETURN_IF_ERROR(TakeBucketEntry(name, t, errors, qs));
+    has_errors = has_errors || absl::EndsWith(name, ".error");
   }
   if (!iter.has_value()) return bad(kIterName, "is missing");
   if (!key.has_value()) return bad(kRngName, "is missing");
 
   DTRAIN_RETURN_IF_ERROR(rng_.SetState(*key, position));
   iter_ = *iter;
+  if (has_errors) DTRAIN_RETURN_IF_ERROR(SetErrors(errors));
   return Guard("loading the PowerSGD state", [&] {
     for (size_t i = 0; i < buckets_.size(); ++i) {
       Bucket& b = *buckets_[i];
-      b.has_error = errors[i].defined();
-      if (b.has_error) {
-        if (!b.error.defined()) b.error = at::empty({b.numel}, b.options);
-        b.error.copy_(errors[i].reshape(-1));
-      }
       b.has_q = qs[i].defined();
       if (b.has_q && b.q_numel > 0) b.q.copy_(qs[i].reshape(-1));
     }
   });
+}
+
+absl::Status PowerSgdHook::LoadRankState(
+    const std::vector<std::pair<std::string, at::Tensor>>& state) {
+  if (state.empty()) return absl::OkStatus();
+  if (!set_up_) {
+    return absl::FailedPreconditionError(
+        "PowerSGD state: load it after RegisterCommHook, which plans the "
+        "buckets it belongs to");
+  }
+  std::vector<at::Tensor> errors(buckets_.size());
+  std::vector<at::Tensor> qs(buckets_.size());
+  for (const auto& [name, t] : state) {
+    if (!t.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PowerSGD state: ", name, " is an undefined tensor"));
+    }
+    DTRAIN_RETURN_IF_ERROR(TakeBucketEntry(name, t, errors, qs));
+    if (absl::EndsWith(name, ".q")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PowerSGD state: ", name,
+          " is shared state (State), not per-rank state (RankState)"));
+    }
+  }
+  return SetErrors(errors);
 }
 
 }  // namespace dtrain::ddp::hooks

@@ -40,8 +40,10 @@
 //
 // The step counter advances when the last bucket is launched (plain steps)
 // or finished (compressed steps), as PowerSGDState.maybe_increase_iter.
-// State/LoadState carry the counter, the random state, each bucket's error
-// and (with warm start) its Q, so a resumed run continues exactly.
+// State/LoadState carry what every rank holds alike: the counter, the random
+// state and (with warm start) each bucket's Q; RankState/LoadRankState carry
+// each bucket's error, which is each rank's own. With both, a resumed run
+// continues exactly on every rank.
 //
 // Memory: P, Q and the concatenated uncompressed gradients live for the
 // hook's lifetime (allocated in Setup; on the CPU with Backend::
@@ -111,16 +113,26 @@ class PowerSgdHook : public CommHook {
                                      BucketComm& comm) override;
 
   // "powersgd.iter" (int64 scalar), "powersgd.rng" (int64: numpy's 624 key
-  // words, then the position), and per bucket i once it has them
-  // "powersgd.bucket<i>.error" and "powersgd.bucket<i>.q" (the bucket's
-  // dtype). Copies, on the CPU.
+  // words, then the position), and per bucket i once it has one
+  // "powersgd.bucket<i>.q" (the bucket's dtype). Copies, on the CPU.
   std::vector<std::pair<std::string, at::Tensor>> State() const override;
+  // Per bucket i once error feedback has begun (the same step on every
+  // rank): "powersgd.bucket<i>.error" (the bucket's dtype and numel). Copies,
+  // on the CPU.
+  std::vector<std::pair<std::string, at::Tensor>> RankState() const override;
   // After RegisterCommHook (kFailedPrecondition before Setup), before the
   // first step. kInvalidArgument naming the entry for names this hook does
   // not know, missing counter or random state, shapes or dtypes that do not
   // fit the buckets, or an error or Q while error feedback or warm start is
-  // off. Nothing changes unless all of it fits.
+  // off. Nothing changes unless all of it fits. Error entries are accepted
+  // too (states written before RankState existed held rank 0's errors here)
+  // and replace every bucket's error, as LoadRankState.
   absl::Status LoadState(
+      const std::vector<std::pair<std::string, at::Tensor>>& state) override;
+  // The errors of RankState, after LoadState; every bucket without an entry
+  // starts its error feedback afresh. Errors as LoadState's; nothing changes
+  // unless all of it fits.
+  absl::Status LoadRankState(
       const std::vector<std::pair<std::string, at::Tensor>>& state) override;
 
   // PowerSGDState.iter: steps begun (plain) or finished (compressed).
@@ -132,6 +144,14 @@ class PowerSgdHook : public CommHook {
   struct Bucket;
 
  private:
+  // Checks a "powersgd.bucket<i>.<error|q>" entry against the buckets and
+  // options into `errors` or `qs` (indexed by bucket).
+  absl::Status TakeBucketEntry(const std::string& name, const at::Tensor& t,
+                               std::vector<at::Tensor>& errors,
+                               std::vector<at::Tensor>& qs) const;
+  // Replaces every bucket's error with `errors` (undefined: none yet).
+  absl::Status SetErrors(const std::vector<at::Tensor>& errors);
+
   PowerSgdOptions options_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   NumpyRandomState rng_;

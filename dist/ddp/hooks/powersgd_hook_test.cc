@@ -34,6 +34,7 @@ using testing::Gloo;
 using ::testing::HasSubstr;
 using testing::Loss;
 using testing::Mlp;
+using ::testing::Not;
 using testing::RecordingBackend;
 using testing::Shm;
 
@@ -333,8 +334,11 @@ TEST(PowerSgdHookTest, ErrorFeedbackAccumulates) {
     std::vector<at::Tensor> previous(buckets.size());
     for (int step = 1; step <= 4; ++step) {
       Step(**ddp, model, StepInput(b.rank(), step));
+      for (auto& [name, t] : hook->State()) {
+        EXPECT_THAT(name, Not(HasSubstr("error"))) << "shared state";
+      }
       std::map<std::string, at::Tensor> state;
-      for (auto& [name, t] : hook->State()) state[name] = t;
+      for (auto& [name, t] : hook->RankState()) state[name] = t;
       if (step <= 2) {
         EXPECT_EQ(state.count("powersgd.bucket0.error"), 0u);
         continue;
@@ -419,65 +423,105 @@ TEST(PowerSgdHookTest, FailedStageIsAStatusNamingIt) {
   });
 }
 
-// A run stopped after step 3, its hook's State loaded into a fresh DDP and
-// hook, continues with exactly the gradients of a run never stopped; with a
-// fresh hook state instead, it does not. With and without warm start (then
-// the random state carries the difference).
+// A run stopped after step 3 and resumed as a checkpoint resumes it (rank
+// 0's State loaded on every rank, each rank's own RankState loaded on it)
+// continues with exactly the gradients of a run never stopped, on every rank
+// of 2 and 3; every rank's State is the same bits. With a fresh per-rank
+// state instead (what a resume at another world size gets), or rank 0's
+// errors on every rank, it does not. With and without warm start (then the
+// random state carries the difference).
 TEST(PowerSgdHookTest, ResumeFromStateIsExact) {
   constexpr int kSteps = 6;
   constexpr int kStop = 3;
-  for (bool warm_start : {true, false}) {
-    RunRanks(kWorld, Gloo(), [&](backend::Backend& b) {
-      auto run =
-          [&](int from, int to,
-              const std::vector<std::pair<std::string, at::Tensor>>* load,
-              std::vector<std::pair<std::string, at::Tensor>>* save) {
-            Mlp model = MakeMlp();
-            auto ddp =
-                DistributedDataParallel::Create(model.ptr(), b, ThreeBuckets());
-            EXPECT_TRUE(ddp.ok()) << ddp.status();
-            auto hook = Hook(1, 2, /*error_feedback=*/true, warm_start);
-            EXPECT_TRUE((*ddp)->RegisterCommHook(hook).ok());
-            if (load != nullptr) {
-              absl::Status s = (*ddp)->comm_hook().LoadState(*load);
-              EXPECT_TRUE(s.ok()) << s;
-            }
-            std::vector<at::Tensor> grads;
-            for (int step = from; step <= to; ++step) {
-              Step(**ddp, model, StepInput(b.rank(), step));
-              std::vector<at::Tensor> all;
-              for (const auto& p : model->parameters())
-                all.push_back(p.grad().reshape(-1));
-              grads.push_back(at::cat(all));
-            }
-            if (save != nullptr) *save = hook->State();
-            return grads;
-          };
-      const std::vector<at::Tensor> whole = run(1, kSteps, nullptr, nullptr);
-      std::vector<std::pair<std::string, at::Tensor>> state;
-      run(1, kStop, nullptr, &state);
-      std::map<std::string, int> names;
-      for (const auto& [name, t] : state) ++names[name];
-      EXPECT_EQ(names.count("powersgd.bucket2.q"), warm_start ? 1u : 0u);
-      EXPECT_EQ(names.count("powersgd.bucket2.error"), 1u);
+  using State = std::vector<std::pair<std::string, at::Tensor>>;
+  enum class PerRank { kOwn, kFresh, kRankZeros };
+  for (int ranks : {2, 3}) {
+    for (bool warm_start : {true, false}) {
+      std::mutex mu;
+      std::vector<State> shared(ranks);
+      std::vector<State> own(ranks);
+      RunRanks(ranks, Gloo(), [&](backend::Backend& b) {
+        auto run = [&](int from, int to, const State* load,
+                       const State* load_rank, bool save) {
+          Mlp model = MakeMlp();
+          auto ddp =
+              DistributedDataParallel::Create(model.ptr(), b, ThreeBuckets());
+          EXPECT_TRUE(ddp.ok()) << ddp.status();
+          auto hook = Hook(1, 2, /*error_feedback=*/true, warm_start);
+          EXPECT_TRUE((*ddp)->RegisterCommHook(hook).ok());
+          if (load != nullptr) {
+            absl::Status s = (*ddp)->comm_hook().LoadState(*load);
+            EXPECT_TRUE(s.ok()) << s;
+          }
+          if (load_rank != nullptr) {
+            absl::Status s = (*ddp)->comm_hook().LoadRankState(*load_rank);
+            EXPECT_TRUE(s.ok()) << s;
+          }
+          std::vector<at::Tensor> grads;
+          for (int step = from; step <= to; ++step) {
+            Step(**ddp, model, StepInput(b.rank(), step));
+            std::vector<at::Tensor> all;
+            for (const auto& p : model->parameters())
+              all.push_back(p.grad().reshape(-1));
+            grads.push_back(at::cat(all));
+          }
+          if (save) {
+            std::lock_guard<std::mutex> lock(mu);
+            shared[b.rank()] = hook->State();
+            own[b.rank()] = hook->RankState();
+          }
+          return grads;
+        };
+        const std::vector<at::Tensor> whole = run(1, kSteps, nullptr, nullptr,
+                                                  /*save=*/false);
+        run(1, kStop, nullptr, nullptr, /*save=*/true);
+        // Every rank's state is in place before any rank reads another's.
+        ASSERT_TRUE(b.Barrier()->Wait().ok());
+        const std::string where = absl::StrCat(
+            ranks, " ranks, rank ", b.rank(), warm_start ? ", warm" : ", cold");
+        std::map<std::string, int> names;
+        for (const auto& [name, t] : shared[0]) ++names[name];
+        EXPECT_EQ(names.count("powersgd.bucket2.q"), warm_start ? 1u : 0u);
+        EXPECT_EQ(names.count("powersgd.bucket2.error"), 0u);
+        ASSERT_EQ(own[b.rank()].size(), 3u) << where;
+        EXPECT_EQ(own[b.rank()][2].first, "powersgd.bucket2.error");
+        ASSERT_EQ(shared[b.rank()].size(), shared[0].size());
+        for (size_t i = 0; i < shared[0].size(); ++i) {
+          EXPECT_EQ(shared[b.rank()][i].first, shared[0][i].first);
+          EXPECT_TRUE(shared[b.rank()][i].second.equal(shared[0][i].second))
+              << where << " " << shared[0][i].first;
+        }
+        if (b.rank() > 0) {
+          EXPECT_FALSE(own[b.rank()][2].second.equal(own[0][2].second));
+        }
 
-      const std::vector<at::Tensor> resumed =
-          run(kStop + 1, kSteps, &state, nullptr);
-      for (int i = 0; i < kSteps - kStop; ++i) {
-        EXPECT_TRUE(resumed[i].equal(whole[kStop + i]))
-            << "step " << kStop + 1 + i << (warm_start ? " warm" : " cold");
-      }
-      const std::vector<at::Tensor> fresh =
-          run(kStop + 1, kSteps, nullptr, nullptr);
-      EXPECT_FALSE(fresh.back().equal(whole.back()));
-    });
+        for (PerRank per_rank :
+             {PerRank::kOwn, PerRank::kFresh, PerRank::kRankZeros}) {
+          const State* load_rank = per_rank == PerRank::kOwn ? &own[b.rank()]
+                                   : per_rank == PerRank::kRankZeros ? &own[0]
+                                                                     : nullptr;
+          const std::vector<at::Tensor> resumed =
+              run(kStop + 1, kSteps, &shared[0], load_rank, /*save=*/false);
+          if (per_rank != PerRank::kOwn) {
+            EXPECT_FALSE(resumed.back().equal(whole.back())) << where;
+            continue;
+          }
+          for (int i = 0; i < kSteps - kStop; ++i) {
+            EXPECT_TRUE(resumed[i].equal(whole[kStop + i]))
+                << where << ", step " << kStop + 1 + i;
+          }
+        }
+      });
+    }
   }
 }
 
-// LoadState takes nothing that does not fit, and changes nothing then.
+// LoadState and LoadRankState take nothing that does not fit, and change
+// nothing then.
 TEST(PowerSgdHookTest, LoadStateRefusesWhatDoesNotFit) {
   RunRanks(1, Gloo(), [&](backend::Backend& b) {
     std::vector<std::pair<std::string, at::Tensor>> state;
+    std::vector<std::pair<std::string, at::Tensor>> rank_state;
     {
       Mlp model = MakeMlp();
       auto ddp =
@@ -492,6 +536,7 @@ TEST(PowerSgdHookTest, LoadStateRefusesWhatDoesNotFit) {
       for (int step = 1; step <= 3; ++step)
         Step(**ddp, model, StepInput(0, step));
       state = hook->State();
+      rank_state = hook->RankState();
     }
     Mlp model = MakeMlp();
     auto ddp = DistributedDataParallel::Create(model.ptr(), b, ThreeBuckets());
@@ -528,16 +573,62 @@ TEST(PowerSgdHookTest, LoadStateRefusesWhatDoesNotFit) {
             "powersgd.bucket7.q names a bucket this model does not have");
     refused(plus("powersgd.p", at::zeros({4})),
             "powersgd.p is not an entry of the PowerSGD hook's state");
-    refused(with("powersgd.bucket1.error", at::zeros({3})),
-            "powersgd.bucket1.error has 3 float32 elements; this bucket needs "
-            "256 float32");
     refused(with("powersgd.bucket0.q", at::zeros({20}, at::kDouble)),
             "powersgd.bucket0.q has 20 float64 elements");
     refused(with("powersgd.rng", at::full({625}, -1, at::kLong)),
             "powersgd.rng has key word 0 = -1");
     refused(without("powersgd.iter"), "powersgd.iter is missing");
+    refused(plus("powersgd.bucket1.error", at::zeros({3})),
+            "powersgd.bucket1.error has 3 float32 elements; this bucket needs "
+            "256 float32");
     EXPECT_TRUE(hook->LoadState(state).ok());
     EXPECT_EQ(hook->iteration(), 3);
+
+    // The per-rank part: errors only, each fitting its bucket; nothing
+    // changes when one does not fit.
+    auto refused_rank = [&](std::vector<std::pair<std::string, at::Tensor>> s,
+                            const std::string& message) {
+      absl::Status status = hook->LoadRankState(s);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      EXPECT_THAT(std::string(status.message()), HasSubstr(message));
+      EXPECT_TRUE(hook->RankState().empty());
+    };
+    ASSERT_EQ(rank_state.size(), 3u);
+    auto rank_with = [&](size_t i, at::Tensor t) {
+      auto s = rank_state;
+      s[i].second = t;
+      return s;
+    };
+    refused_rank(rank_with(1, at::zeros({3})),
+                 "powersgd.bucket1.error has 3 float32 elements; this bucket "
+                 "needs 256 float32");
+    at::Tensor q0;
+    for (const auto& [name, t] : state) {
+      if (name == "powersgd.bucket0.q") q0 = t;
+    }
+    refused_rank({{"powersgd.bucket0.q", q0}},
+                 "powersgd.bucket0.q is shared state (State), not per-rank "
+                 "state (RankState)");
+    refused_rank({{"powersgd.iter", at::scalar_tensor(int64_t{3}, at::kLong)}},
+                 "powersgd.iter is not an entry of the PowerSGD hook's state");
+    EXPECT_TRUE(hook->LoadRankState(rank_state).ok());
+    const auto loaded = hook->RankState();
+    ASSERT_EQ(loaded.size(), rank_state.size());
+    for (size_t i = 0; i < loaded.size(); ++i)
+      EXPECT_TRUE(loaded[i].second.equal(rank_state[i].second));
+
+    // A state written before the split holds the errors beside the rest:
+    // LoadState still takes them.
+    Mlp old_model = MakeMlp();
+    auto old_ddp =
+        DistributedDataParallel::Create(old_model.ptr(), b, ThreeBuckets());
+    ASSERT_TRUE(old_ddp.ok()) << old_ddp.status();
+    auto old_format = Hook(1);
+    ASSERT_TRUE((*old_ddp)->RegisterCommHook(old_format).ok());
+    auto combined = state;
+    combined.insert(combined.end(), rank_state.begin(), rank_state.end());
+    EXPECT_TRUE(old_format->LoadState(combined).ok());
+    EXPECT_EQ(old_format->RankState().size(), 3u);
 
     // A state with Q for a hook without warm start.
     Mlp cold_model = MakeMlp();
