@@ -1,7 +1,9 @@
 // The communication hook's state across --resume, with two ranks as threads:
 // a local SGD run interrupted and resumed ends exactly as the uninterrupted
 // one (the hook's step count goes on from the checkpoint's, so the switch
-// from global averaging to local steps lands on the same step), a checkpoint
+// from global averaging to local steps lands on the same step), and so does
+// a PowerSGD run (each rank gets its own error feedback back); at another
+// world size PowerSGD's per-rank state starts fresh, saying so; a checkpoint
 // of another hook or without hook state (version 2) starts the hook afresh
 // and says so, and hook state that does not fit stops the run.
 #include <torch/nn/modules/linear.h>
@@ -86,25 +88,42 @@ TrainOptions LocalSgdRun() {
   return *ResolveDefaults(o);
 }
 
-// The first 2 steps of `o` with `hook`, checkpointed in `dir`.
-void TrainTwoSteps(TrainOptions o, const std::string& hook,
-                   const std::string& dir) {
+// The same run with PowerSGD: plain allreduce for 2 steps, then compressed
+// with error feedback (the weight compressed, the bias not).
+TrainOptions PowerSgdRun() {
+  TrainOptions o = LocalSgdRun();
+  o.parallel.comm_hook = "powersgd";
+  o.parallel.powersgd_start_step = 2;
+  return o;
+}
+
+// The first `steps` steps of `o` with `hook`, checkpointed in `dir`.
+void TrainSteps(TrainOptions o, const std::string& hook, const std::string& dir,
+                int steps = 2) {
   o.parallel.comm_hook = hook;
-  o.optim.max_steps = 2;
+  o.optim.max_steps = steps;
   o.checkpoint.checkpoint_dir = dir;
   auto first = TrainOnRanks(o, 2);
   ASSERT_TRUE(first[0].ok()) << first[0].status();
   ASSERT_TRUE(first[1].ok()) << first[1].status();
-  ASSERT_TRUE(std::filesystem::exists(dir + "/checkpoint-000000002.dtc"));
+  ASSERT_TRUE(std::filesystem::exists(
+      absl::StrCat(dir, "/checkpoint-00000000", steps, ".dtc")));
 }
 
-// `o` resumed from `dir` to its end, rank 0 logging to `log`.
+// `o` resumed from `dir` to its end on `ranks` ranks, rank 0 logging to
+// `log`.
 std::vector<absl::StatusOr<TrainResult>> Resume(TrainOptions o,
                                                 const std::string& dir,
-                                                std::ostream* log) {
+                                                std::ostream* log,
+                                                int ranks = 2) {
   o.checkpoint.checkpoint_dir = dir;
   o.checkpoint.resume = true;
-  return TrainOnRanks(o, 2, log);
+  return TrainOnRanks(o, ranks, log);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 bool SameParameters(const TrainResult& a, const TrainResult& b) {
@@ -163,7 +182,7 @@ TEST(CommHookResumeTest, LocalSgdResumedEndsExactlyAsUninterrupted) {
   // Interrupted after 2 of the 4 globally averaged steps, then resumed: the
   // hook does 2 more before its local steps, as the uninterrupted run did.
   const std::string dir = TempDir("local_sgd_resume");
-  TrainTwoSteps(o, "local_sgd", dir);
+  TrainSteps(o, "local_sgd", dir);
   std::ostringstream log;
   auto resumed = Resume(o, dir, &log);
   ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
@@ -177,7 +196,7 @@ TEST(CommHookResumeTest, LocalSgdResumedEndsExactlyAsUninterrupted) {
   // The same two steps saved by the allreduce hook: local SGD starts afresh
   // (4 globally averaged steps from step 3 on), says so, and ends elsewhere.
   const std::string other = TempDir("allreduce_then_local_sgd");
-  TrainTwoSteps(o, "allreduce", other);
+  TrainSteps(o, "allreduce", other);
   std::ostringstream other_log;
   auto afresh = Resume(o, other, &other_log);
   ASSERT_TRUE(afresh[0].ok()) << afresh[0].status();
@@ -190,13 +209,64 @@ TEST(CommHookResumeTest, LocalSgdResumedEndsExactlyAsUninterrupted) {
   EXPECT_FALSE(SameParameters(*afresh[0], *full[0]));
 }
 
+// Stopped after 4 steps (2 of them compressed, so each rank has its own
+// error feedback), then resumed: every rank ends bit for bit as in the
+// uninterrupted run.
+TEST(CommHookResumeTest, PowerSgdResumedEndsExactlyOnEveryRank) {
+  const TrainOptions o = PowerSgdRun();
+  auto full = TrainOnRanks(o, 2);
+  ASSERT_TRUE(full[0].ok()) << full[0].status();
+  ASSERT_TRUE(full[1].ok()) << full[1].status();
+  EXPECT_EQ(full[0]->metrics.global_step, 12);
+
+  const std::string dir = TempDir("powersgd_resume");
+  TrainSteps(o, "powersgd", dir, 4);
+  // Rank 1's errors are in the file, under its rank.
+  const std::string file = ReadFile(dir + "/checkpoint-000000004.dtc");
+  EXPECT_THAT(file, HasSubstr("rank0/powersgd.bucket0.error"));
+  EXPECT_THAT(file, HasSubstr("rank1/powersgd.bucket0.error"));
+  EXPECT_THAT(file, Not(HasSubstr("rank2/")));
+  std::ostringstream log;
+  auto resumed = Resume(o, dir, &log);
+  ASSERT_TRUE(resumed[0].ok()) << resumed[0].status();
+  ASSERT_TRUE(resumed[1].ok()) << resumed[1].status();
+  EXPECT_THAT(log.str(), HasSubstr("resumed from"));
+  EXPECT_THAT(log.str(), Not(HasSubstr("fresh")));
+  EXPECT_EQ(resumed[0]->metrics.global_step, 12);
+  ExpectSameParameters(*resumed[0], *full[0]);
+  ExpectSameParameters(*resumed[1], *full[1]);
+}
+
+// Two ranks' errors cannot be handed to three: one line, the shared state
+// loaded, and the run trains on to its end.
+TEST(CommHookResumeTest, PowerSgdAtAnotherWorldSizeStartsItsErrorsFresh) {
+  const TrainOptions o = PowerSgdRun();
+  const std::string dir = TempDir("powersgd_world_size");
+  TrainSteps(o, "powersgd", dir, 4);
+  std::ostringstream log;
+  auto resumed = Resume(o, dir, &log, /*ranks=*/3);
+  for (const auto& result : resumed) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_GT(result->metrics.global_step, 4);
+  }
+  EXPECT_THAT(log.str(), HasSubstr("resumed from"));
+  EXPECT_THAT(
+      log.str(),
+      HasSubstr("the checkpoint's per-rank state of communication hook "
+                "powersgd was written by 2 ranks, this run has 3: it cannot "
+                "be mapped to these ranks, so powersgd's per-rank state "
+                "starts fresh (its shared state is loaded)"));
+  ExpectSameParameters(*resumed[1], *resumed[0]);
+  ExpectSameParameters(*resumed[2], *resumed[0]);
+}
+
 TEST(CommHookResumeTest, AnotherHookOrNoHookStateIsSaid) {
   const TrainOptions o = LocalSgdRun();
 
   // Local SGD's state, resumed by the allreduce hook: one line, and the run
   // goes on.
   const std::string dir = TempDir("local_sgd_then_allreduce");
-  TrainTwoSteps(o, "local_sgd", dir);
+  TrainSteps(o, "local_sgd", dir);
   TrainOptions allreduce = o;
   allreduce.parallel.comm_hook = "allreduce";
   std::ostringstream log;
@@ -211,7 +281,7 @@ TEST(CommHookResumeTest, AnotherHookOrNoHookStateIsSaid) {
 
   // A version 2 file (no HOOK section) resumed by local SGD.
   const std::string v2 = TempDir("version2_then_local_sgd");
-  TrainTwoSteps(o, "local_sgd", v2);
+  TrainSteps(o, "local_sgd", v2);
   RewriteHook(v2 + "/checkpoint-000000002.dtc", nullptr);
   std::ostringstream v2_log;
   resumed = Resume(o, v2, &v2_log);
@@ -227,7 +297,7 @@ TEST(CommHookResumeTest, AnotherHookOrNoHookStateIsSaid) {
 TEST(CommHookResumeTest, HookStateThatDoesNotFitStopsTheRun) {
   const TrainOptions o = LocalSgdRun();
   const std::string dir = TempDir("unfit_hook_state");
-  TrainTwoSteps(o, "local_sgd", dir);
+  TrainSteps(o, "local_sgd", dir);
   // local_sgd.steps as a float32 scalar instead of an int64 one.
   std::string body;
   PutLittleEndian(9, 4, body);

@@ -14,9 +14,18 @@
 //       checkpoints.Save(*model, optimizer, step, *loader).status());
 //
 // With a DDP communication hook that keeps state (dist/ddp/comm_hook.h),
-// pass Save a HookState of its name() and State(), and give Resume a
-// HookState to fill for the hook's LoadState: the checkpoint package holds
-// no DDP type, so the copying is the caller's.
+// pass Save a HookState of its name() and State(), with every rank's
+// RankState() added by GatherRankState, and give Resume a HookState to fill
+// for the hook's LoadState and, when the world size is the writer's, each
+// rank's LoadRankState of hook.ranks[rank]: the checkpoint package holds no
+// DDP type, so the copying is the caller's.
+//
+//   HookState hook;  // on every rank, at every checkpoint:
+//   DTRAIN_RETURN_IF_ERROR(checkpoints.GatherRankState(
+//       ddp->comm_hook().RankState(), &hook));
+//   hook.name = ddp->comm_hook().name();
+//   hook.tensors = ddp->comm_hook().State();
+//   ... checkpoints.Save(..., hook) ...
 //
 // The optimizer must be one the checkpoint format knows (SGD, optim::Adadelta;
 // trainer/checkpoint/checkpoint.h). //trainer:train keeps its checkpoints
@@ -33,6 +42,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,7 +63,7 @@ struct LoopCheckpointOptions {
   // Where the backend's collectives run: the CPU for Gloo, the rank's CUDA
   // device for NCCL.
   c10::Device device = c10::kCPU;
-  // Bounds Resume's collectives.
+  // Bounds the collectives of Resume and GatherRankState.
   absl::Duration timeout = absl::Minutes(5);
   // What Resume requires of a checkpoint's model_name and optimizer_name
   // (DecodeCheckpoint's expectations); "" accepts any.
@@ -100,6 +110,21 @@ class LoopCheckpoints {
       const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
       const TrainingState& state, const HookState& hook = {},
       bool also_best = false, std::vector<std::string>* warnings = nullptr);
+
+  // Collective: every rank calls it before each Save that is to carry
+  // per-rank hook state, in the same order as its other collectives, with
+  // `mine` (CommHook::RankState()) of the same names, shapes and dtypes on
+  // every rank. Rank 0's hook->ranks receives every rank's entries (CPU
+  // tensors, bit for bit); on the other ranks it is cleared. With no entries
+  // it costs one small allreduce. Memory: besides rank 0's result, every
+  // rank holds at most world size x kRankStateChunkBytes at a time (the
+  // entries go chunk by chunk, as sums over zeros: SmallCollectives::
+  // GatherBySum). kInternal on every rank alike when the ranks' entries
+  // differ in number, names, shapes or dtypes; the backend's errors.
+  absl::Status GatherRankState(
+      const std::vector<std::pair<std::string, at::Tensor>>& mine,
+      HookState* hook) const;
+  static constexpr int64_t kRankStateChunkBytes = int64_t{4} << 20;
 
   // Save for a loop that has taken `global_step` optimizer steps and reads
   // its data from `loader`: the state holds the step and the loader's

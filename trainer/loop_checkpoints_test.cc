@@ -1,17 +1,21 @@
 // LoopCheckpoints with ranks as threads (Gloo over an in-memory store): no
 // checkpoint yet, a checkpoint saved by rank 0 restored on every rank (the
-// hook's state too), and damaged files failing every rank alike.
+// hook's state too, and every rank's per-rank state gathered bit for bit),
+// and damaged files failing every rank alike.
 #include "trainer/loop_checkpoints.h"
 
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -65,7 +69,7 @@ TEST(LoopCheckpointsTest, WithoutACheckpointEveryRankStartsAtZero) {
     ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
     torch::nn::Linear model(4, 2);
     torch::optim::SGD optimizer(model->parameters(), 0.1);
-    HookState hook{"left over", {{"x", torch::ones({1})}}};
+    HookState hook{"left over", {{"x", torch::ones({1})}}, {}};
     absl::StatusOr<TrainingState> state =
         checkpoints->Resume(*model, optimizer, nullptr, &hook);
     ASSERT_TRUE(state.ok()) << state.status();
@@ -154,7 +158,8 @@ TEST(LoopCheckpointsTest, TheHookStateOfRankZeroReachesEveryRank) {
     const HookState hook{
         "local_sgd",
         {{"local_sgd.steps",
-          torch::scalar_tensor(b.rank() == 0 ? 5 : 99, torch::kLong)}}};
+          torch::scalar_tensor(b.rank() == 0 ? 5 : 99, torch::kLong)}},
+        {}};
     ASSERT_TRUE(
         checkpoints->Save(*model, optimizer, /*global_step=*/5, *loader, hook)
             .ok());
@@ -167,6 +172,89 @@ TEST(LoopCheckpointsTest, TheHookStateOfRankZeroReachesEveryRank) {
     ASSERT_EQ(hook.tensors.size(), 1u);
     EXPECT_EQ(hook.tensors[0].first, "local_sgd.steps");
     EXPECT_EQ(hook.tensors[0].second.item<int64_t>(), 5);
+  }
+}
+
+bool SameBits(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) {
+    return false;
+  }
+  const torch::Tensor ca = a.contiguous();
+  const torch::Tensor cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// Rank r's per-rank entries: one larger than a gather chunk (with a -0.0
+// and a NaN, which a float sum could alter), one of 6 bytes, an int64.
+std::vector<std::pair<std::string, torch::Tensor>> RankEntries(int r) {
+  const int64_t n =
+      LoopCheckpoints::kRankStateChunkBytes / 4 + 1000;  // over one chunk
+  torch::Tensor big = torch::arange(n, torch::kFloat) + 1000 * r;
+  big[0] = -0.0f;
+  big[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  return {{"big", big},
+          {"half", torch::tensor({0.5, -1.0, 2.0 + r}).to(torch::kHalf)},
+          {"r", torch::scalar_tensor(r, torch::kLong)}};
+}
+
+// Every rank's own entries reach rank 0 bit for bit, are saved, and come
+// back on resume; a rank whose entries differ in layout fails every rank.
+TEST(LoopCheckpointsTest, EveryRanksOwnStateIsGatheredSavedAndResumed) {
+  constexpr int kRanks = 3;
+  const std::string dir = TempDir("rank_state");
+  std::vector<HookState> resumed(kRanks);
+  backend::testing::RunRanks(kRanks, Gloo, [&](backend::Backend& b) {
+    absl::StatusOr<LoopCheckpoints> checkpoints = LoopCheckpoints::Open(dir, b);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    HookState hook;
+    ASSERT_TRUE(checkpoints->GatherRankState({}, &hook).ok());
+    EXPECT_TRUE(hook.ranks.empty());
+    ASSERT_TRUE(
+        checkpoints->GatherRankState(RankEntries(b.rank()), &hook).ok());
+    if (b.rank() != 0) {
+      EXPECT_TRUE(hook.ranks.empty());
+    } else {
+      ASSERT_EQ(hook.ranks.size(), static_cast<size_t>(kRanks));
+      for (int r = 0; r < kRanks; ++r) {
+        const auto want = RankEntries(r);
+        ASSERT_EQ(hook.ranks[r].size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(hook.ranks[r][i].first, want[i].first);
+          EXPECT_TRUE(SameBits(hook.ranks[r][i].second, want[i].second))
+              << "rank " << r << " " << want[i].first;
+        }
+      }
+    }
+    hook.name = "h";
+    torch::nn::Linear model(4, 2);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    std::unique_ptr<data::DataLoader> loader = Loader(b.rank(), b.size());
+    ASSERT_NE(loader, nullptr);
+    ASSERT_TRUE(
+        checkpoints->Save(*model, optimizer, /*global_step=*/5, *loader, hook)
+            .ok());
+    ASSERT_TRUE(
+        checkpoints->Resume(*model, optimizer, nullptr, &resumed[b.rank()])
+            .ok());
+
+    // Rank 1 with another shape: every rank fails alike, nothing waits.
+    auto mine = RankEntries(b.rank());
+    if (b.rank() == 1) mine[1].second = torch::zeros({4}, torch::kHalf);
+    absl::Status s = checkpoints->GatherRankState(mine, &hook);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+    EXPECT_THAT(
+        std::string(s.message()),
+        AllOf(StartsWith(absl::StrCat("[rank ", b.rank(), "] checkpoint: ")),
+              HasSubstr("per-rank communication hook states differ "
+                        "(entries 3 to 3, bytes")));
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const auto want = RankEntries(r);
+    ASSERT_EQ(resumed[r].ranks.size(), static_cast<size_t>(kRanks));
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(SameBits(resumed[r].ranks[r][i].second, want[i].second))
+          << "rank " << r << " " << want[i].first;
+    }
   }
 }
 

@@ -46,15 +46,33 @@ absl::Status Resume(const TrainOptions& o, const rendezvous::World& world,
 }
 
 // The checkpoint's hook state into the registered hook when it is the same
-// hook; otherwise the hook starts afresh, which rank 0 says rather than
-// resuming inexactly in silence.
+// hook: the shared part on every rank, and each rank's own per-rank part
+// when the world size is the writer's. Otherwise the hook (or its per-rank
+// part) starts afresh, which rank 0 says rather than resuming inexactly in
+// silence.
 absl::Status RestoreHookState(const HookState& saved, ddp::CommHook& hook,
-                              Recorder& r) {
+                              const rendezvous::World& world, Recorder& r) {
   const std::string name = hook.name();
   if (saved.name == name) {
     if (absl::Status s = hook.LoadState(saved.tensors); !s.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--resume: the checkpoint's state of communication hook ", name,
+          " does not fit this model and hook: ", s.message()));
+    }
+    if (saved.ranks.empty()) return absl::OkStatus();
+    const int saved_world = static_cast<int>(saved.ranks.size());
+    if (saved_world != world.world_size) {
+      r.Say(absl::StrCat(
+          "the checkpoint's per-rank state of communication hook ", name,
+          " was written by ", saved_world, " ranks, this run has ",
+          world.world_size, ": it cannot be mapped to these ranks, so ", name,
+          "'s per-rank state starts fresh (its shared state is loaded)"));
+      return absl::OkStatus();
+    }
+    if (absl::Status s = hook.LoadRankState(saved.ranks[world.rank]); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--resume: the checkpoint's per-rank state of communication hook ",
+          name, " for rank ", world.rank,
           " does not fit this model and hook: ", s.message()));
     }
     return absl::OkStatus();
@@ -66,7 +84,7 @@ absl::Status RestoreHookState(const HookState& saved, ddp::CommHook& hook,
                      ", this run uses ", name);
     if (keeps_state) {
       absl::StrAppend(&line, ": ", name, " starts from a fresh state");
-    } else if (!saved.tensors.empty()) {
+    } else if (!saved.tensors.empty() || !saved.ranks.empty()) {
       absl::StrAppend(&line, ": the checkpoint's ", saved.name,
                       " state is not used");
     }
@@ -155,7 +173,8 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
                           MakeCommHook(o.parallel));
   if (hook != nullptr) DTRAIN_RETURN_IF_ERROR(p.ddp->RegisterCommHook(hook));
   if (p.checkpoints.has_value() && p.checkpoints->resumed() && !o.evaluate) {
-    DTRAIN_RETURN_IF_ERROR(RestoreHookState(saved_hook, p.ddp->comm_hook(), r));
+    DTRAIN_RETURN_IF_ERROR(
+        RestoreHookState(saved_hook, p.ddp->comm_hook(), world, r));
   }
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   p.step = std::make_unique<TrainStep>(

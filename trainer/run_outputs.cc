@@ -13,8 +13,18 @@ namespace dtrain::trainer {
 absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
                                     int64_t global_step, double best_top1,
                                     bool best) {
-  if (!rank0_ || !p_.checkpoints.has_value()) return absl::OkStatus();
+  if (!p_.checkpoints.has_value()) return absl::OkStatus();
   DTRAIN_RETURN_IF_ERROR(ConfirmLastStep(global_step));
+  // Every rank's per-rank hook state (read after ConfirmLastStep: that of
+  // the finished step) to rank 0: the one collective a checkpoint adds.
+  // Without gradient sync the ranks do not step in lockstep, and the hook
+  // never runs.
+  HookState hook;
+  if (o_.parallel.sync_gradients) {
+    DTRAIN_RETURN_IF_ERROR(p_.checkpoints->GatherRankState(
+        p_.ddp->comm_hook().RankState(), &hook));
+  }
+  if (!rank0_) return absl::OkStatus();
   TrainingState state;
   state.epoch = sampler.epoch;
   state.sampler = sampler;
@@ -24,7 +34,6 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   state.optimizer_name = *o_.optim.optimizer;
   state.seed = o_.seed;
   // Read after ConfirmLastStep: the hook's state of the finished step.
-  HookState hook;
   hook.name = p_.ddp->comm_hook().name();
   hook.tensors = p_.ddp->comm_hook().State();
   std::vector<std::string> warnings;

@@ -1,12 +1,16 @@
 // What a training run writes: rank 0's checkpoints (through LoopCheckpoints,
-// the same protocol a loop of one's own uses; with rank 0's communication
-// hook state) and the PyTorch-compatible weights (--save_state_dict). Nothing
-// is written before the last step's gradient averaging is confirmed good: on
-// CUDA it can fail after the step was queued, and a checkpoint of unaveraged
-// weights would be silently wrong.
+// the same protocol a loop of one's own uses; with rank 0's shared
+// communication hook state and every rank's per-rank state) and the
+// PyTorch-compatible weights (--save_state_dict). Nothing is written before
+// the last step's gradient averaging is confirmed good: on CUDA it can fail
+// after the step was queued, and a checkpoint of unaveraged weights would be
+// silently wrong.
 //
-// Not collective: other ranks return at once. Thread-compatible. Lifetimes:
-// the options and the parts outlive the object.
+// Checkpoint is collective with a checkpoint directory and gradient sync
+// (every rank calls it at the same steps, in the same order as its other
+// collectives: it gathers the per-rank hook state); StateDict is not (other
+// ranks return at once). Thread-compatible. Lifetimes: the options and the
+// parts outlive the object.
 #ifndef DTRAIN_TRAINER_RUN_OUTPUTS_H_
 #define DTRAIN_TRAINER_RUN_OUTPUTS_H_
 
@@ -27,7 +31,7 @@ class RunOutputs {
   // A checkpoint at `global_step` that continues with `sampler` (its epoch
   // the one to continue at); with `best`, also as best.dtc. With
   // state_dict_with_checkpoints, the weights too. Does nothing without a
-  // checkpoint directory.
+  // checkpoint directory. Every rank confirms its last step; rank 0 writes.
   absl::Status Checkpoint(const data::SamplerState& sampler,
                           int64_t global_step, double best_top1, bool best);
 

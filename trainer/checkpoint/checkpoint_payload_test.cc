@@ -136,6 +136,50 @@ TEST(CheckpointTest, HookSectionIsTheDocumentedFormat) {
   EXPECT_EQ(*bytes, MakeHeader(3, expected.Bytes()) + expected.Bytes());
 }
 
+// Per-rank state: after the shared entries, rank 0's entries then rank 1's,
+// each named rank<r>/<name>, in one count; it reads back as written.
+TEST(CheckpointTest, PerRankHookEntriesAreTheDocumentedFormat) {
+  OneParam model;
+  torch::optim::SGD sgd(model->parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  HookState hook;
+  hook.name = "powersgd";
+  hook.tensors.emplace_back("it", torch::scalar_tensor(7, torch::kLong));
+  for (float v : {0.5f, -0.0f})
+    hook.ranks.push_back({{"e", torch::tensor({v})}});
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*model, sgd, SomeState("one", "sgd"), hook);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  OneParamSections expected;
+  expected.hook = Payload()
+                      .Str("powersgd")
+                      .U32(3)
+                      .Str("it")
+                      .U8(5)
+                      .U8(0)
+                      .I64(7)
+                      .Str("rank0/e")
+                      .U8(1)
+                      .U8(1)
+                      .I64(1)
+                      .Floats({0.5f})
+                      .Str("rank1/e")
+                      .U8(1)
+                      .U8(1)
+                      .I64(1)
+                      .Floats({-0.0f});
+  EXPECT_EQ(*bytes, MakeHeader(3, expected.Bytes()) + expected.Bytes());
+
+  HookState decoded;
+  OneParam restored;
+  torch::optim::SGD restored_sgd(restored->parameters(),
+                                 torch::optim::SGDOptions(0.1).momentum(0.9));
+  ASSERT_TRUE(
+      DecodeCheckpoint(*bytes, *restored, restored_sgd, "one", "sgd", &decoded)
+          .ok());
+  testing::ExpectSameHookState(decoded, hook);
+}
+
 // A version 2 file (written here from the documented layout: three
 // sections, no HOOK) still loads, with an empty hook state.
 TEST(CheckpointTest, Version2ReadsWithoutHookState) {
@@ -423,6 +467,34 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
                     .Raw(steps_tensor.bytes())),
       absl::StrCat("communication hook state entry 1 at offset ",
                    hook_at + 9 + 5 + 10, ": \"s\" is twice"));
+  const Payload one_float = Payload().U8(1).U8(1).I64(1).Floats({1.0f});
+  add("hook entry with a '/' not rank<r>/<name>",
+      with_hook(Payload().Str("h").U32(1).Str("a/b").Raw(one_float.bytes())),
+      absl::StrCat("communication hook state entry 0 at offset ", hook_at + 9,
+                   ": \"a/b\" has a '/' but is not rank<r>/<name> with r "
+                   "below 1 (the entry count)"));
+  add("per-rank entry of a rank past the count",
+      with_hook(
+          Payload().Str("h").U32(1).Str("rank1/e").Raw(one_float.bytes())),
+      "\"rank1/e\" has a '/' but is not rank<r>/<name> with r below 1");
+  add("per-rank entry with a leading zero",
+      with_hook(
+          Payload().Str("h").U32(1).Str("rank00/e").Raw(one_float.bytes())),
+      "\"rank00/e\" has a '/' but is not rank<r>/<name>");
+  add("a rank without rank 0's names",
+      with_hook(Payload()
+                    .Str("h")
+                    .U32(2)
+                    .Str("rank0/e")
+                    .Raw(one_float.bytes())
+                    .Str("rank1/f")
+                    .Raw(one_float.bytes())),
+      "section HOOK: the per-rank entries of rank 1 (1) do not have the "
+      "names of rank 0's (1) in their order");
+  add("a rank missing",
+      with_hook(
+          Payload().Str("h").U32(1).Str("rank1/e").Raw(one_float.bytes())),
+      "with r below 1");
   add("hook entry cut short",
       with_hook(Payload().Str("h").U32(1).Str("s").U8(5).U8(0).U32(3)),
       absl::StrCat("data of communication hook state \"s\" needs 8 bytes at "

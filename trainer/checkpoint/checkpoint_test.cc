@@ -251,20 +251,36 @@ TEST(CheckpointTest, HookStateAReaderWouldRefuseIsNotWritten) {
   };
   const torch::Tensor one = torch::ones({1});
   const std::vector<Case> cases = {
-      {{"", {{"a", one}}},
+      {{"", {{"a", one}}, {}},
        "communication hook state of 1 entries without the hook's name"},
-      {{std::string(1025, 'h'), {}},
+      {{"", {}, {{{"e", one}}}},
+       "communication hook state of 1 entries without the hook's name"},
+      {{std::string(1025, 'h'), {}, {}},
        "the communication hook's name has 1025 bytes, more than 1024"},
-      {{"h", {{"", one}}},
+      {{"h", {{"", one}}, {}},
        "entry 0 of the communication hook's state has no name"},
-      {{"h", {{std::string(1025, 'e'), one}}},
+      {{"h", {{std::string(1025, 'e'), one}}, {}},
        "the name of entry 0 of the communication hook's state has 1025 bytes"},
-      {{"h", {{"a", one}, {"a", one}}},
+      {{"h", {{"a", one}, {"a", one}}, {}},
        "the communication hook's state has \"a\" twice"},
-      {{"h", {{"a", torch::Tensor()}}},
+      {{"h", {{"a", torch::Tensor()}}, {}},
        "the communication hook's state \"a\" is an undefined tensor"},
-      {{"h", {{"c", torch::ones({2}, torch::kComplexFloat)}}},
+      {{"h", {{"c", torch::ones({2}, torch::kComplexFloat)}}, {}},
        "communication hook state \"c\" has dtype ComplexFloat"},
+      {{"h", {{"rank0/e", one}}, {}},
+       "entry 0 of the communication hook's state \"rank0/e\" has a '/'"},
+      {{"h", {}, {{{"e", one}}, {{"f", one}}}},
+       "entry 0 of rank 1's communication hook state is \"f\", rank 0's is "
+       "\"e\""},
+      {{"h", {}, {{{"e", one}}, {}}},
+       "rank 1's per-rank communication hook state has 0 entries, rank 0's 1"},
+      {{"h", {}, {{{"e", one}, {"e", one}}}},
+       "the per-rank communication hook state has \"e\" twice"},
+      {{"h", {}, {{{std::string(1019, 'e'), one}}}},
+       "the name of entry 0 of rank 0's communication hook state has 1025 "
+       "bytes"},
+      {{"h", {}, {{{"e", one}}, {{"e", torch::Tensor()}}}},
+       "rank 1's communication hook state \"e\" is an undefined tensor"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.message);

@@ -160,6 +160,15 @@ void ExpectSameHookState(const HookState& a, const HookState& b) {
     EXPECT_TRUE(BitwiseEqual(a.tensors[i].second, b.tensors[i].second))
         << a.tensors[i].first;
   }
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size()) << "rank " << r;
+    for (size_t i = 0; i < a.ranks[r].size(); ++i) {
+      EXPECT_EQ(a.ranks[r][i].first, b.ranks[r][i].first);
+      EXPECT_TRUE(BitwiseEqual(a.ranks[r][i].second, b.ranks[r][i].second))
+          << "rank " << r << " " << a.ranks[r][i].first;
+    }
+  }
 }
 
 void ExpectSameTensors(const torch::nn::Module& a, const torch::nn::Module& b) {

@@ -6,9 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/torch_compat.h"
+#include "trainer/checkpoint/hook_state.h"
 #include "trainer/checkpoint/tensor_codec.h"
 
 namespace dtrain::trainer::internal {
@@ -121,15 +123,24 @@ absl::Status WriteTrainingState(const TrainingState& state,
   return absl::OkStatus();
 }
 
+// The shared entries, then rank 0's per-rank entries, rank 1's, ...
 absl::Status WriteHook(const HookState& hook, base::ByteWriter& w) {
   DTRAIN_RETURN_IF_ERROR(w.String(hook.name, "the communication hook's name"));
-  DTRAIN_RETURN_IF_ERROR(
-      w.Count(hook.tensors.size(), "communication hook state entries"));
-  for (const auto& [name, tensor] : hook.tensors) {
+  size_t count = hook.tensors.size();
+  for (const auto& entries : hook.ranks) count += entries.size();
+  DTRAIN_RETURN_IF_ERROR(w.Count(count, "communication hook state entries"));
+  auto write = [&](const std::string& name, const at::Tensor& tensor) {
     const std::string what =
         absl::StrCat("communication hook state ", Quoted(name));
     DTRAIN_RETURN_IF_ERROR(w.String(name, what));
-    DTRAIN_RETURN_IF_ERROR(WriteTensor(tensor, what, w));
+    return WriteTensor(tensor, what, w);
+  };
+  for (const auto& [name, tensor] : hook.tensors)
+    DTRAIN_RETURN_IF_ERROR(write(name, tensor));
+  for (size_t r = 0; r < hook.ranks.size(); ++r) {
+    for (const auto& [name, tensor] : hook.ranks[r])
+      DTRAIN_RETURN_IF_ERROR(
+          write(RankEntryName(static_cast<int>(r), name), tensor));
   }
   return absl::OkStatus();
 }
@@ -318,10 +329,40 @@ absl::Status ReadHook(base::ByteReader& r, HookState* hook) {
                                     " at offset ", at, ": ", Quoted(name),
                                     " is twice"));
     }
+    int rank = -1;
+    absl::string_view own;
+    if (absl::StrContains(name, '/') &&
+        (!ParseRankEntryName(name, &rank, &own) ||
+         static_cast<size_t>(rank) >= count)) {
+      return Malformed(absl::StrCat(
+          "communication hook state entry ", i, " at offset ", at, ": ",
+          Quoted(name), " has a '/' but is not rank<r>/<name> with r below ",
+          count, " (the entry count)"));
+    }
     at::Tensor tensor;
     DTRAIN_RETURN_IF_ERROR(ReadTensor(
         r, absl::StrCat("communication hook state ", Quoted(name)), &tensor));
-    hook->tensors.emplace_back(std::move(name), std::move(tensor));
+    if (rank < 0) {
+      hook->tensors.emplace_back(std::move(name), std::move(tensor));
+      continue;
+    }
+    if (hook->ranks.size() <= static_cast<size_t>(rank))
+      hook->ranks.resize(rank + 1);
+    hook->ranks[rank].emplace_back(std::string(own), std::move(tensor));
+  }
+  // Each rank of the writer's run has rank 0's names, in its order.
+  for (size_t k = 1; k < hook->ranks.size(); ++k) {
+    const auto& first = hook->ranks[0];
+    const auto& entries = hook->ranks[k];
+    bool same = entries.size() == first.size();
+    for (size_t i = 0; same && i < entries.size(); ++i)
+      same = entries[i].first == first[i].first;
+    if (!same) {
+      return Malformed(
+          absl::StrCat("section HOOK: the per-rank entries of rank ", k, " (",
+                       entries.size(), ") do not have the names of rank 0's (",
+                       first.size(), ") in their order"));
+    }
   }
   return r.ExpectEnd("section HOOK");
 }
