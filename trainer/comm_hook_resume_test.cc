@@ -260,6 +260,32 @@ TEST(CommHookResumeTest, PowerSgdAtAnotherWorldSizeStartsItsErrorsFresh) {
   ExpectSameParameters(*resumed[2], *resumed[0]);
 }
 
+// Uneven inputs (193 and 192 examples: 13 and 12 batches): inside the
+// epoch's Join the ranks reach checkpoints at different points (rank 1 has no
+// batch left at step 12, so writes none there), so those go without per-rank
+// state, saying so, and nothing waits; the epoch's checkpoint, after the
+// Join, has every rank's.
+TEST(CommHookResumeTest, UnevenEpochCheckpointsGoWithoutPerRankState) {
+  TrainOptions o = PowerSgdRun();
+  o.data.synthetic_train_size = 385;
+  o.data.even_batches = false;
+  o.checkpoint.checkpoint_every_steps = 4;
+  const std::string dir = TempDir("powersgd_uneven");
+  o.checkpoint.checkpoint_dir = dir;
+  std::ostringstream log;
+  auto results = TrainOnRanks(o, 2, &log);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  EXPECT_THAT(log.str(),
+              HasSubstr("the checkpoint at step 12 has no per-rank state of "
+                        "powersgd (ranks step unevenly inside this epoch): a "
+                        "resume from it starts that state fresh"));
+  EXPECT_THAT(ReadFile(dir + "/checkpoint-000000012.dtc"),
+              Not(HasSubstr("rank1/")));
+  EXPECT_THAT(ReadFile(dir + "/checkpoint-000000013.dtc"),
+              HasSubstr("rank1/powersgd.bucket0.error"));
+}
+
 TEST(CommHookResumeTest, AnotherHookOrNoHookStateIsSaid) {
   const TrainOptions o = LocalSgdRun();
 

@@ -12,7 +12,7 @@ namespace dtrain::trainer {
 
 absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
                                     int64_t global_step, double best_top1,
-                                    bool best) {
+                                    bool best, bool together) {
   if (!p_.checkpoints.has_value()) return absl::OkStatus();
   DTRAIN_RETURN_IF_ERROR(ConfirmLastStep(global_step));
   // Every rank's per-rank hook state (read after ConfirmLastStep: that of
@@ -20,11 +20,18 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   // Without gradient sync the ranks do not step in lockstep, and the hook
   // never runs.
   HookState hook;
-  if (o_.parallel.sync_gradients) {
+  if (o_.parallel.sync_gradients && together) {
     DTRAIN_RETURN_IF_ERROR(p_.checkpoints->GatherRankState(
         p_.ddp->comm_hook().RankState(), &hook));
   }
   if (!rank0_) return absl::OkStatus();
+  if (!together && !p_.ddp->comm_hook().RankState().empty()) {
+    p_.recorder->Say(absl::StrCat(
+        "the checkpoint at step ", global_step, " has no per-rank state of ",
+        p_.ddp->comm_hook().name(),
+        " (ranks step unevenly inside this epoch): a resume from it starts "
+        "that state fresh"));
+  }
   TrainingState state;
   state.epoch = sampler.epoch;
   state.sampler = sampler;

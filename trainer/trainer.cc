@@ -77,8 +77,9 @@ class Run {
   // --evaluate: one validation pass of the loaded weights, reported and
   // written to the metrics file as the run's only epoch entry.
   absl::StatusOr<TrainResult> Evaluate();
-  absl::Status Checkpoint(const data::SamplerState& next, bool best) {
-    return outputs_->Checkpoint(next, global_step_, best_top1_, best);
+  absl::Status Checkpoint(const data::SamplerState& next, bool best,
+                          bool together = true) {
+    return outputs_->Checkpoint(next, global_step_, best_top1_, best, together);
   }
   // The ranks' parameters checked identical, the weights and the metrics
   // written.
@@ -169,8 +170,9 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     if (o_.checkpoint.checkpoint_every_steps > 0 &&
         global_step_ % o_.checkpoint.checkpoint_every_steps == 0 &&
         train_loader_->batches_left() > 0) {
-      DTRAIN_RETURN_IF_ERROR(
-          Checkpoint(train_loader_->state(), /*best=*/false));
+      // In a Join epoch the ranks reach this line at different steps.
+      DTRAIN_RETURN_IF_ERROR(Checkpoint(train_loader_->state(), /*best=*/false,
+                                        /*together=*/!Uneven()));
     }
   }
   if (join != nullptr) {
