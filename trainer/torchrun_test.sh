@@ -20,13 +20,15 @@ python=/usr/bin/python3
 torchrun=("$python" "$torchrun_py")
 export OMP_NUM_THREADS=1
 
-small=(--train_limit=512 --batch_size=32 --max_steps=8 --skip_validation --progress=none
+# 64 steps: long enough (about a second) that the kill in part 3 lands between the first checkpoint
+# and the end of training, which 8 steps (0.2 s) did not always leave room for.
+small=(--train_limit=4096 --batch_size=32 --max_steps=64 --skip_validation --progress=none
        --timeout=60)
 
 # The reference: the project's launcher.
 port=$(free_port)
 timeout 300 "$launch" --nproc_per_node=2 --master_port="$port" -- "$train" "${small[@]}" \
-  --checkpoint_dir="$tmp/ref_ck" --checkpoint_every_steps=2 \
+  --checkpoint_dir="$tmp/ref_ck" --checkpoint_every_steps=8 \
   --save_state_dict="$tmp/ref.safetensors" >"$tmp/ref.out" 2>&1 ||
   fail "reference run: $(tail -5 "$tmp/ref.out")"
 
@@ -61,7 +63,7 @@ done
 # 3. --max_restarts=1 and a rank SIGKILLed after the first checkpoint.
 port=$(free_port)
 "${torchrun[@]}" --nproc_per_node=2 --master_port="$port" --max_restarts=1 --no_python "$train" \
-  "${small[@]}" --checkpoint_dir="$tmp/kill_ck" --checkpoint_every_steps=2 \
+  "${small[@]}" --checkpoint_dir="$tmp/kill_ck" --checkpoint_every_steps=8 \
   --save_state_dict="$tmp/kill.safetensors" >"$tmp/kill.out" 2>&1 &
 agent=$!
 pids+=($agent)

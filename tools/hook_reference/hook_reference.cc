@@ -59,9 +59,10 @@ ABSL_FLAG(std::string, output_dir, "", "Where to write (required).");
 namespace dtrain::tools {
 namespace {
 
-// The bucket caps both sides use: each layer's weight and bias close a
-// bucket whichever comes first, so the buckets are {fc4}, {fc3, fc2}, {fc1}.
-constexpr int64_t kFirstBucketBytes = 1040;
+// The bucket caps both sides use, the first bucket's too (PyTorch 2 caps its
+// first bucket with an explicit bucket_cap_mb): the buckets are
+// {fc4, fc3, fc2}, {fc1}.
+constexpr int64_t kFirstBucketBytes = 8400;
 constexpr int64_t kBucketBytes = 8400;
 constexpr double kLearningRate = 0.1;
 

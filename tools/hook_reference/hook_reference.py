@@ -20,9 +20,10 @@ exactly, so no file has to carry them:
   input    rank r, step s (from 0), a 4 x 16 batch, element i: ((13 i + 7 r + 29 s) mod 23 - 11) / 8
   target   4 x 8, element i: ((5 i + 3 r + s) mod 9 - 4) / 4
   loss     ((output - target) ** 2).mean(); after each step p -= 0.1 * p.grad, gradients zeroed
-  buckets  first bucket 1040 bytes, then 8400 (PyTorch: dist._DEFAULT_FIRST_BUCKET_BYTES and
-           bucket_cap_mb): {fc4}, {fc3, fc2}, {fc1} on both sides once PyTorch has rebuilt its
-           buckets after the first step (before that it has one; PowerSGD starts later)
+  buckets  every bucket capped at 8400 bytes, the first too (PyTorch 1.13 caps the first with
+           dist._DEFAULT_FIRST_BUCKET_BYTES, which is set to the same; PyTorch 2 caps it with an
+           explicit bucket_cap_mb): {fc4, fc3, fc2}, {fc1} on both sides once PyTorch has rebuilt
+           its buckets after the first step (before that it has one; PowerSGD starts later)
 
 PyTorch 1.13's Gloo cannot allreduce bfloat16 ("Invalid scalar type"). Where it cannot, the bf16
 reference is bf16_compress_hook's arithmetic with the bfloat16 sum carried as float32 (each rank's
@@ -43,7 +44,7 @@ import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
-FIRST_BUCKET_BYTES = 1040
+FIRST_BUCKET_BYTES = 8400
 BUCKET_BYTES = 8400
 LEARNING_RATE = 0.1
 WORLD_SIZE = 2
