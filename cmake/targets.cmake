@@ -1323,7 +1323,7 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_test
 dtrain_cc_test(dtrain_dist_ddp_join_fault_test
   OUTPUT dist/ddp/join_fault_test
   SRCS dist/ddp/join_fault_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_testing dtrain_dist_tsan_suppressions dtrain_dist_backend_gloo dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_testing dtrain_dist_backend_gloo dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/ddp:sync_batch_norm
