@@ -498,6 +498,16 @@ TEST(SweepTest, KnobsAndTrainFlagsGoToEveryRun) {
                   "--gradient_as_bucket_view=false"));
 }
 
+// Mutations that set a list: functions, since clang-format 14 and 19 lay out
+// a lambda holding a braced list of several elements differently.
+std::function<void(SweepOptions&)> SetHooks(std::vector<std::string> hooks) {
+  return [hooks](SweepOptions& o) { o.comm_hooks = hooks; };
+}
+std::function<void(SweepOptions&)> SetTrainFlags(
+    std::vector<std::string> flags) {
+  return [flags](SweepOptions& o) { o.train_flags = flags; };
+}
+
 TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
   struct Case {
     std::function<void(SweepOptions&)> mutate;
@@ -505,15 +515,10 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
   };
   const Case cases[] = {
       {[](SweepOptions& o) { o.comm_hooks = {}; }, "--comm_hooks: empty"},
-      {[](SweepOptions& o) {
-         o.comm_hooks = {"allreduce", "topk"};
-       },
+      {SetHooks({"allreduce", "topk"}),
        "--comm_hooks: unknown hook 'topk'; known: allreduce, fp16, bf16, "
        "powersgd, local_sgd"},
-      {[](SweepOptions& o) {
-         o.comm_hooks = {"fp16", "fp16"};
-       },
-       "--comm_hooks: 'fp16' given twice"},
+      {SetHooks({"fp16", "fp16"}), "--comm_hooks: 'fp16' given twice"},
       {[](SweepOptions& o) { o.knobs.powersgd_rank = 0; },
        "--powersgd_rank: 0 is not >= 1"},
       {[](SweepOptions& o) { o.knobs.powersgd_start_step = -1; },
@@ -551,10 +556,7 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
        },
        "--train_flags: --static_graph is also given as the runner's own "
        "--static_graph; give it once"},
-      {[](SweepOptions& o) {
-         o.train_flags = {"--lr=1", "--lr=2"};
-       },
-       "--train_flags: --lr given twice"},
+      {SetTrainFlags({"--lr=1", "--lr=2"}), "--train_flags: --lr given twice"},
       {[](SweepOptions& o) { o.train_flags = {"--data_dir=\"a\""}; },
        "--train_flags: '--data_dir=\"a\"' holds a comma, quote or line "
        "break"},
