@@ -1332,7 +1332,7 @@ dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
   PACKAGE dist/ddp
   SRCS dist/ddp/sync_batch_norm.cc
   HDRS dist/ddp/sync_batch_norm.h
-  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_shadowable_layer dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_shadowable_layer dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:join_test
 dtrain_cc_test(dtrain_dist_ddp_join_test

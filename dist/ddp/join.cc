@@ -50,8 +50,8 @@ absl::StatusOr<std::unique_ptr<Join>> Join::Create(
   }
   std::unique_ptr<Join> join(new Join(std::move(joinables), backend, options));
   for (Joinable* j : join->joinables_) {
-    absl::Status s = j->Attach(*join, /*notifies=*/join->attached_ == 0);
-    if (!s.ok()) return s;  // The destructor detaches the others.
+    // On failure the destructor detaches the others.
+    DTRAIN_RETURN_IF_ERROR(j->Attach(*join, /*notifies=*/join->attached_ == 0));
     ++join->attached_;
   }
   return join;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "base/tensor_text.h"
 #include "base/torch_guard.h"
 #include "dist/ddp/collectives.h"
@@ -242,7 +243,7 @@ bool SyncBatchNormImpl::Communicates() const {
 absl::Status SyncBatchNormImpl::Shadow(const char* pass) {
   if (!Communicates()) return absl::OkStatus();
   at::Tensor zeros;
-  const absl::Status made = base::GuardTorch(
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
       absl::StatusCode::kInternal,
       absl::StrCat("sync_batch_norm ", label_, ": LibTorch: "), [&] {
         c10::Device device = device_;
@@ -260,8 +261,7 @@ absl::Status SyncBatchNormImpl::Shadow(const char* pass) {
             at::zeros({2 * options_.num_features + 1},
                       at::TensorOptions().dtype(at::kDouble).device(device));
         return absl::OkStatus();
-      });
-  if (!made.ok()) return made;
+      }));
   return AllReduceSum(*backend_, options_.timeout, label_,
                       absl::StrCat(pass, " (shadowed)"), zeros);
 }
