@@ -32,8 +32,9 @@ not applied with --sync_gradients=false, where PyTorch 2.6 fails on it);
 own default is false), so that default runs compare like with like. The
 metrics JSON's config records comm_hook, fp16_allreduce,
 gradient_as_bucket_view and static_graph, as train's does. PyTorch 1.13's
-Gloo cannot allreduce bfloat16: there --comm_hook=bf16 with Gloo is refused
-(exit 2), and --probe says so ("gloo_bfloat16": false). With Gloo, PowerSGD
+Gloo cannot allreduce bfloat16, and Debian's 2.14 neither bfloat16 nor
+float16: there --comm_hook=bf16 (fp16) with Gloo is refused (exit 2), and
+--probe says so ("gloo_bfloat16" or "gloo_float16": false). With Gloo, PowerSGD
 runs one bucket at a time (_one_bucket_at_a_time): left to itself, PyTorch's
 hook sends two buckets' allreduces to the ranks in different orders there.
 
@@ -41,11 +42,12 @@ hook sends two buckets' allreduces to the ranks in different orders there.
         experiments/pytorch_reference.py --comm_hook=powersgd \\
         --powersgd_rank=2 --powersgd_start_step=10
 
-Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13) and
-python3-torchvision (for --model=resnet18): run it with /usr/bin/python3.
+Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13,
+2.14 on testing) and python3-torchvision (for --model=resnet18): run it with
+/usr/bin/python3.
 
     # what this Python torch can do, as one JSON line (the scaling sweep
-    # asks before planning PyTorch's NCCL and bf16 runs)
+    # asks before planning PyTorch's NCCL, fp16 and bf16 runs)
     experiments/pytorch_reference.py --probe
 
 Exit status: 0 when training finished, 1 when it failed (the message names
@@ -80,6 +82,8 @@ STEP_HISTOGRAM_BOUNDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                          0.5, 1.0, 2.5, 5.0, 10.0]
 # trainer/options/data_parallel_options.h kCommHooks (powersgd: PyTorch's).
 COMM_HOOKS = ("allreduce", "fp16", "bf16", "powersgd", "local_sgd")
+# The compression hooks and the dtype each puts on the wire.
+WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class FlagError(Exception):
@@ -1205,10 +1209,12 @@ def _ddp_timeline(ddp):
     }
 
 
-def _gloo_allreduces_bfloat16():
-    """Whether this torch's Gloo can sum bfloat16 tensors (1.13's cannot:
-    "Invalid scalar type"), tried on a process group of this process alone.
-    True where the trial itself cannot run: the training then tells."""
+def _gloo_allreduces(dtype_name):
+    """Whether this torch's Gloo can sum tensors of torch.<dtype_name>
+    (1.13's cannot sum bfloat16, 2.14's as Debian builds it neither bfloat16
+    nor float16: "Invalid scalar type"), tried on a process group of this
+    process alone. True where the trial itself cannot run: the training then
+    tells."""
     import torch
     import torch.distributed as dist
     try:
@@ -1217,7 +1223,8 @@ def _gloo_allreduces_bfloat16():
     except Exception:  # noqa: BLE001 -- no trial possible here
         return True
     try:
-        group.allreduce([torch.zeros(1, dtype=torch.bfloat16)]).wait()
+        group.allreduce([torch.zeros(1, dtype=getattr(torch, dtype_name))]
+                        ).wait()
     except RuntimeError:
         return False
     except Exception:  # noqa: BLE001 -- another API: no answer
@@ -1226,9 +1233,10 @@ def _gloo_allreduces_bfloat16():
 
 
 def _probe():
-    """Prints {"torch", "cuda", "cuda_devices", "nccl", "gloo_bfloat16"}:
-    whether this torch can run the NCCL comparison (a CPU-only build answers
-    cuda null), and whether its Gloo takes --comm_hook=bf16."""
+    """Prints {"torch", "cuda", "cuda_devices", "nccl", "gloo_float16",
+    "gloo_bfloat16"}: whether this torch can run the NCCL comparison (a
+    CPU-only build answers cuda null), and whether its Gloo takes
+    --comm_hook=fp16 and --comm_hook=bf16."""
     try:
         import torch
         import torch.distributed as dist
@@ -1241,8 +1249,10 @@ def _probe():
         "cuda": torch.version.cuda,
         "cuda_devices": torch.cuda.device_count(),
         "nccl": bool(dist.is_available() and dist.is_nccl_available()),
+        "gloo_float16": bool(dist.is_available()
+                             and _gloo_allreduces("float16")),
         "gloo_bfloat16": bool(dist.is_available()
-                              and _gloo_allreduces_bfloat16()),
+                              and _gloo_allreduces("bfloat16")),
     }), flush=True)
     return 0
 
@@ -1297,12 +1307,13 @@ def main(argv):
                   "is visible); train with --device=cpu --dist_backend=gloo",
                   file=sys.stderr)
             return 2
-    if (args.comm_hook == "bf16" and args.dist_backend == "gloo"
-            and not _gloo_allreduces_bfloat16()):
-        print(f"{PROG}: --comm_hook=bf16: the Gloo of this PyTorch "
-              f"{torch.__version__} cannot allreduce bfloat16 tensors "
-              "(\"Invalid scalar type\"); use --comm_hook=fp16, or bf16 with "
-              "--dist_backend=nccl", file=sys.stderr)
+    wire = WIRE_DTYPES.get(args.comm_hook)
+    if (wire and args.dist_backend == "gloo"
+            and not _gloo_allreduces(wire)):
+        print(f"{PROG}: --comm_hook={args.comm_hook}: the Gloo of this "
+              f"PyTorch {torch.__version__} cannot allreduce {wire} tensors "
+              "(\"Invalid scalar type\"); use --dist_backend=nccl, or "
+              "another hook", file=sys.stderr)
         return 2
     if args.model == "resnet18":
         try:

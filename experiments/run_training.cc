@@ -338,6 +338,7 @@ absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text) {
     t.nccl = m.at("nccl").get<bool>();
     // Older scripts do not say: the runs then tell.
     t.gloo_bfloat16 = m.value("gloo_bfloat16", true);
+    t.gloo_float16 = m.value("gloo_float16", true);
     return t;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(

@@ -86,8 +86,9 @@ int CountCudaDevices(const Programs& programs);
 absl::StatusOr<PythonTorch> ProbePythonTorch(const Programs& programs);
 
 // The probe's output: one JSON line {"torch": "1.13.1", "cuda": null or
-// "12.4", "cuda_devices": 0, "nccl": false, "gloo_bfloat16": false} (the
-// last optional: true when absent). kInvalidArgument otherwise.
+// "12.4", "cuda_devices": 0, "nccl": false, "gloo_float16": true,
+// "gloo_bfloat16": false} (the last two optional: true when absent).
+// kInvalidArgument otherwise.
 absl::StatusOr<PythonTorch> ParsePythonTorchProbe(const std::string& text);
 
 }  // namespace dtrain::experiments

@@ -119,12 +119,21 @@ TEST(RunTrainingTest, ParsesThePythonTorchProbe) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(ParsePythonTorchProbe(R"({"torch": "1.13.1"})").ok());
-  // Whether its Gloo sums bfloat16: true where an older script does not say.
+  // Whether its Gloo sums bfloat16 and float16: true where an older script
+  // does not say.
   EXPECT_TRUE(t->gloo_bfloat16);
+  EXPECT_TRUE(t->gloo_float16);
   t = ParsePythonTorchProbe(
       R"({"torch": "1.13.1", "cuda": null, "cuda_devices": 0, "nccl": false,)"
       R"( "gloo_bfloat16": false})");
   ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->gloo_bfloat16);
+  EXPECT_TRUE(t->gloo_float16);
+  t = ParsePythonTorchProbe(
+      R"({"torch": "2.14.1", "cuda": null, "cuda_devices": 0, "nccl": false,)"
+      R"( "gloo_float16": false, "gloo_bfloat16": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->gloo_float16);
   EXPECT_FALSE(t->gloo_bfloat16);
 }
 

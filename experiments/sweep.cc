@@ -318,9 +318,12 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   // Why a run of `impl` with `hook` on `backend` cannot run; empty if it can.
   auto hook_missing = [&](const std::string& impl, const std::string& hook,
                           const std::string& backend) -> std::string {
-    if (impl == "pytorch" && hook == "bf16" && backend != "nccl" &&
-        !py.gloo_bfloat16) {
+    if (impl != "pytorch" || backend == "nccl") return "";
+    if (hook == "bf16" && !py.gloo_bfloat16) {
       return absl::StrCat(py_name, "'s Gloo cannot allreduce bfloat16");
+    }
+    if (hook == "fp16" && !py.gloo_float16) {
+      return absl::StrCat(py_name, "'s Gloo cannot allreduce float16");
     }
     return "";
   };

@@ -33,6 +33,8 @@ struct PythonTorch {
   // Its Gloo sums bfloat16 tensors (--comm_hook=bf16); 1.13's cannot. True
   // where the probe does not say (the run then tells).
   bool gloo_bfloat16 = true;
+  // Its Gloo sums float16 tensors (--comm_hook=fp16); Debian's 2.14 cannot.
+  bool gloo_float16 = true;
 };
 
 // The hooks --comm_hooks takes: train's --comm_hook values (powersgd where
@@ -171,8 +173,8 @@ struct SweepPlan {
 // the runs after it. Skips, each listed once with the reason: world sizes
 // that do not split evenly over the nodes; our NCCL runs where a node has
 // fewer CUDA devices (cuda_devices) than processes; PyTorch's where its
-// Python torch lacks CUDA, NCCL or devices (python_torch), and its bf16
-// runs on Gloo where that Gloo cannot sum bfloat16.
+// Python torch lacks CUDA, NCCL or devices (python_torch), and its fp16 or
+// bf16 runs on Gloo where that Gloo cannot sum float16 or bfloat16.
 //
 // Within a backend, model and process count: per implementation each hook's
 // runs in comm_hooks' order, then the no-sync run; repeats outermost.

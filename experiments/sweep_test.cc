@@ -449,6 +449,35 @@ TEST(SweepTest, PyTorchBf16OnAGlooWithoutBfloat16IsSkipped) {
   }
 }
 
+// Debian's PyTorch 2.14 sums neither float16 nor bfloat16 over Gloo: both of
+// its compression runs are skipped, each with its own reason, and ours run.
+TEST(SweepTest, PyTorchFp16OnAGlooWithoutFloat16IsSkipped) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {2};
+  o.comm_hooks = {"allreduce", "fp16", "bf16"};
+  o.reference_pytorch = true;
+  o.python_torch = {"2.14.1", false, 0, false, false, false};
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->skipped.size(), 2u);
+  EXPECT_EQ(plan->skipped[0].what, "pytorch fp16");
+  EXPECT_EQ(plan->skipped[0].why,
+            "Python torch 2.14.1's Gloo cannot allreduce float16");
+  EXPECT_EQ(plan->skipped[1].what, "pytorch bf16");
+  ASSERT_EQ(plan->runs.size(), 6u);  // ours: 3 hooks and no-sync; PyTorch: 2
+  int ours_compressed = 0;
+  for (const RunConfig& c : plan->runs) {
+    if (c.implementation == "pytorch") {
+      EXPECT_TRUE(c.comm_hook == "allreduce") << c.Slug();
+    } else if (c.comm_hook == "fp16" || c.comm_hook == "bf16") {
+      ++ours_compressed;
+    }
+  }
+  EXPECT_EQ(ours_compressed, 2);
+}
+
 // The knobs and --train_flags reach every run, ours and PyTorch's, the bound
 // runs too (they train with the same DDP).
 TEST(SweepTest, KnobsAndTrainFlagsGoToEveryRun) {

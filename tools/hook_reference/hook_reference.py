@@ -25,10 +25,11 @@ exactly, so no file has to carry them:
            explicit bucket_cap_mb): {fc4, fc3, fc2}, {fc1} on both sides once PyTorch has rebuilt
            its buckets after the first step (before that it has one; PowerSGD starts later)
 
-PyTorch 1.13's Gloo cannot allreduce bfloat16 ("Invalid scalar type"). Where it cannot, the bf16
-reference is bf16_compress_hook's arithmetic with the bfloat16 sum carried as float32 (each rank's
-bfloat16 values widened, summed, rounded back to bfloat16): for two ranks the very bfloat16 sum a
-bfloat16 allreduce would give, since bfloat16 addition rounds the float32 sum.
+PyTorch 1.13's Gloo cannot allreduce bfloat16, and Debian's 2.14 neither bfloat16 nor float16
+("Invalid scalar type"). Where it cannot, the bf16 (fp16) reference is bf16_compress_hook's
+(fp16_compress_hook's) arithmetic with the sum carried as float32 (each rank's values widened,
+summed, rounded back): for two ranks the very sum a bfloat16 (float16) allreduce would give, since
+Gloo adds those types by rounding the float32 sum.
 """
 
 import argparse
@@ -48,6 +49,11 @@ FIRST_BUCKET_BYTES = 8400
 BUCKET_BYTES = 8400
 LEARNING_RATE = 0.1
 WORLD_SIZE = 2
+# The compression hooks: the dtype each puts on the wire, and PyTorch's hook.
+WIRE = {
+    "fp16": (torch.float16, default_hooks.fp16_compress_hook),
+    "bf16": (torch.bfloat16, default_hooks.bf16_compress_hook),
+}
 
 
 class Net(nn.Module):
@@ -102,25 +108,30 @@ def powersgd_options(config):
     return options
 
 
-def gloo_has_bfloat16():
+def gloo_sums(dtype):
     try:
-        dist.all_reduce(torch.zeros(1, dtype=torch.bfloat16))
+        dist.all_reduce(torch.zeros(1, dtype=dtype))
         return True
     except RuntimeError:
         return False
 
 
-def bf16_through_float32(process_group, bucket):
-    """bf16_compress_hook with the bfloat16 allreduce carried in float32 (see the file comment)."""
-    compressed = bucket.buffer().to(torch.bfloat16).div_(WORLD_SIZE)
-    fut = dist.all_reduce(compressed.float(), async_op=True).get_future()
+def through_float32(dtype):
+    """fp16_compress_hook or bf16_compress_hook (dtype) with the allreduce carried in float32 (see
+    the file comment)."""
 
-    def decompress(fut):
-        buffer = bucket.buffer()
-        buffer.copy_(fut.value()[0].to(torch.bfloat16))
-        return buffer
+    def hook(process_group, bucket):
+        compressed = bucket.buffer().to(dtype).div_(WORLD_SIZE)
+        fut = dist.all_reduce(compressed.float(), async_op=True).get_future()
 
-    return fut.then(decompress)
+        def decompress(fut):
+            buffer = bucket.buffer()
+            buffer.copy_(fut.value()[0].to(dtype))
+            return buffer
+
+        return fut.then(decompress)
+
+    return hook
 
 
 def powersgd_in_order(state, bucket):
@@ -137,14 +148,13 @@ def powersgd_in_order(state, bucket):
     return fut
 
 
-def hook_for(config, bf16_native):
-    """(state, hook) as register_comm_hook takes them."""
+def hook_for(config, native):
+    """(state, hook) as register_comm_hook takes them; native: the wire dtypes Gloo sums."""
     if config == "allreduce":
         return None, default_hooks.allreduce_hook
-    if config == "fp16":
-        return None, default_hooks.fp16_compress_hook
-    if config == "bf16":
-        return None, default_hooks.bf16_compress_hook if bf16_native else bf16_through_float32
+    if config in ("fp16", "bf16"):
+        dtype, hook = WIRE[config]
+        return None, hook if dtype in native else through_float32(dtype)
     if config.split(":")[0] == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, **powersgd_options(config))
         return state, powersgd_in_order
@@ -157,14 +167,15 @@ def worker(rank, init_method, configs, steps, output_dir):
                             timeout=datetime.timedelta(seconds=60))
     # Read by DDP's constructor: the cap of the first bucket when it rebuilds its buckets.
     dist._DEFAULT_FIRST_BUCKET_BYTES = FIRST_BUCKET_BYTES
-    bf16_native = gloo_has_bfloat16()
-    if rank == 0 and not bf16_native:
-        print("NOTE: this PyTorch's Gloo cannot allreduce bfloat16: the bf16 reference carries "
-              "the sum as float32 (see hook_reference.py)")
+    native = {dtype for dtype, _ in WIRE.values() if gloo_sums(dtype)}
+    for config, (dtype, _) in WIRE.items():
+        if rank == 0 and dtype not in native:
+            print("NOTE: this PyTorch's Gloo cannot allreduce %s: the %s reference carries the sum "
+                  "as float32 (see hook_reference.py)" % (dtype, config))
     for index, config in enumerate(configs):
         net = make_net()
         ddp = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=BUCKET_BYTES / 2**20)
-        state, hook = hook_for(config, bf16_native)
+        state, hook = hook_for(config, native)
         # Each bucket's parameter names as the hook last saw them (after the rebuild).
         names = {p.data_ptr(): n for n, p in net.named_parameters()}
         layout = {}
