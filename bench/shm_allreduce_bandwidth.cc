@@ -1,51 +1,55 @@
-// shm_allreduce_bandwidth: allreduce of the shared-memory backend against
-// Gloo over loopback TCP, between real processes of this host, as nccl-tests'
-// all_reduce_perf measures it (issue #15). The driver forks one process per
-// rank before it touches LibTorch, serves a TCP store on port 0 and hands the
-// port to the ranks through pipes; each rank computes on one intra-op thread
-// (so 4 ranks on 2 cores are not oversubscribed by LibTorch) and connects every
-// backend named by --backends. For each message size, each backend's result
-// is checked once (rank r contributes r + 1, every element must be
-// n(n+1)/2), untimed batches of allreduces warm up and pick the iteration
-// count (about --target_ms per repeat, at least --min_iters), then the repeats
-// run interleaved across backends, so that the ratio between them is measured
-// under the same load. A repeat's time is the slowest rank's; the table shows
-// the median repeat. Before the sizes, Barrier() is timed the same way: the
-// latency floor of each backend (handing a collective to its worker thread
-// and back, and one synchronisation). Rank 0 prints. The backend
-// "shm_buffers" is the shm backend on tensors from AllocateBuffer (one per
-// size), which take the zero-copy allreduce.
+// shm_allreduce_bandwidth: allreduce, reduce_scatter and allgather of the
+// shared-memory backend against Gloo over loopback TCP, between real
+// processes of this host, as nccl-tests' all_reduce_perf, reduce_scatter_perf
+// and all_gather_perf measure them (issues #15 and #34). The ranks are forked
+// before the driver touches LibTorch (forked_ranks.h); each computes on one
+// intra-op thread (so 4 ranks on 2 cores are not oversubscribed by LibTorch)
+// and connects a backend for each column: each backend of --backends with
+// each collective of --collectives (two columns at most). For each message
+// size, each column's result is checked once (rank r contributes r + 1: a
+// reduced element must be n(n+1)/2, rank r's gathered share r + 1), untimed
+// batches warm up and pick the iteration count (about --target_ms per
+// repeat, at least --min_iters), then the repeats run interleaved across
+// columns, so that the ratio between them is measured under the same load. A
+// repeat's time is the slowest rank's; the table shows the median repeat.
+// Before the sizes, Barrier() is timed the same way: the latency floor of
+// each backend (handing a collective to its worker thread and back, and one
+// synchronisation). Rank 0 prints. The backend "shm_buffers" is the shm
+// backend on tensors from AllocateBuffer (one per size and column), which
+// take the zero-copy paths; there reduce_scatter's output and allgather's
+// input are the rank's own share of the buffer, as a sharded optimizer has
+// them. A size is the bytes of allreduce's tensor, reduce_scatter's input
+// and allgather's output alike.
 //
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=2
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=4 --max_bytes=1M
 //   bazel run //bench:shm_allreduce_bandwidth -- --backends=shm,shm_buffers
+//   bazel run //bench:shm_allreduce_bandwidth -- --backends=shm_buffers
+//       --collectives=allreduce,reduce_scatter
 //
-// Prints a table (algbw = bytes / time; busbw = algbw * 2(n-1)/n; the last
-// column is the second backend's time over the first's, "gloo/shm" by
-// default; cpu/wall is the CPU time all ranks spent per allreduce over its
-// time, so at most the host's cores: near that, the ranks' waiting spins),
-// then one JSON line, the last line of stdout:
+// Prints a table (algbw = bytes / time; busbw = algbw * 2(n-1)/n for
+// allreduce, (n-1)/n for the others; the last column is the second column's
+// time over the first's, "gloo/shm" by default; cpu/wall is the CPU time all
+// ranks spent per collective over its time, so at most the host's cores:
+// near that, the ranks' waiting spins), then one JSON line, the last line of
+// stdout (the columns are named by backend, or "backend:collective" when
+// --collectives names two):
 //   {"format": "dtrain.shm_allreduce_bandwidth.v1", "processes": 2,
-//    "backends": ["shm", "gloo"], "ratio": "gloo/shm",
-//    "barrier_us": {"shm": 8.3, "gloo": 190.2},
+//    "collectives": ["allreduce"], "backends": ["shm", "gloo"],
+//    "ratio": "gloo/shm", "barrier_us": {"shm": 8.3, "gloo": 190.2},
 //    "results": [{"bytes": 4, "correct": true, "ratio": 6.1,
 //                 "shm": {"iters": 9000, "time_us": 4.1, "algbw_GBps": ...,
 //                         "busbw_GBps": ..., "cpu_us": 7.9,
 //                         "correct": true, "repeats_us": [...]},
 //                 "gloo": {...}}, ...]}
-// Exits 0 when every size was correct for every backend; 1 with the reason on
+// Exits 0 when every size was correct in every column; 1 with the reason on
 // stderr when a rank failed or a result was wrong; 2 for bad flags.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -70,6 +74,7 @@
 #include "base/machine_limits.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
+#include "bench/forked_ranks.h"
 #include "bench/sweep.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/gloo/gloo_backend.h"
@@ -82,6 +87,12 @@ ABSL_FLAG(std::vector<std::string>, backends,
           "Backends to measure side by side (shm, shm_buffers: shm on its "
           "own buffers, gloo); with two, the last column is the second's "
           "time over the first's.");
+ABSL_FLAG(std::vector<std::string>, collectives,
+          std::vector<std::string>({"allreduce"}),
+          "Collectives to measure (allreduce, reduce_scatter, allgather); "
+          "with two, on one backend, the last column is the second's time "
+          "over the first's at the same bytes (reduce_scatter's input, "
+          "allgather's output).");
 ABSL_FLAG(std::string, min_bytes, "4",
           "Smallest message, in bytes (suffix K, M or G: binary units).");
 ABSL_FLAG(std::string, max_bytes, "64M", "Largest message, in bytes.");
@@ -105,9 +116,18 @@ namespace {
 
 constexpr char kName[] = "shm_allreduce_bandwidth";
 
+// One column of the table: a collective on a backend.
+struct Column {
+  std::string backend;     // shm, shm_buffers, gloo
+  std::string collective;  // allreduce, reduce_scatter, allgather
+  std::string label;       // the backend, or "backend:collective"
+};
+
 struct Config {
   int processes = 0;
   std::vector<std::string> backends;
+  std::vector<std::string> collectives;
+  std::vector<Column> columns;
   std::vector<int64_t> sizes;
   int repeats = 0;
   double target_seconds = 0;
@@ -140,11 +160,32 @@ absl::StatusOr<Config> ConfigFromFlags() {
         absl::StrCat("--processes=", c.processes, ": want 1 to 64"));
   }
   c.backends = absl::GetFlag(FLAGS_backends);
+  c.collectives = absl::GetFlag(FLAGS_collectives);
   if (c.backends.empty() || c.backends.size() > 2 ||
       (c.backends.size() == 2 && c.backends[0] == c.backends[1])) {
     return absl::InvalidArgumentError(
         absl::StrCat("--backends=", absl::StrJoin(c.backends, ","),
                      ": want one or two different backends"));
+  }
+  if (c.collectives.empty() || c.collectives.size() > 2 ||
+      (c.collectives.size() == 2 &&
+       (c.collectives[0] == c.collectives[1] || c.backends.size() == 2))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--collectives=", absl::StrJoin(c.collectives, ","),
+        ": want one collective, or two different ones on one backend"));
+  }
+  for (const std::string& op : c.collectives) {
+    if (op != "allreduce" && op != "reduce_scatter" && op != "allgather") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--collectives: unknown collective '", op,
+                       "' (want allreduce, reduce_scatter or allgather)"));
+    }
+  }
+  for (const std::string& b : c.backends) {
+    for (const std::string& op : c.collectives) {
+      c.columns.push_back(
+          {b, op, c.collectives.size() == 1 ? b : absl::StrCat(b, ":", op)});
+    }
   }
   for (const std::string& b : c.backends) {
     if (b != "shm" && b != "shm_buffers" && b != "gloo") {
@@ -160,8 +201,24 @@ absl::StatusOr<Config> ConfigFromFlags() {
       const int64_t max_bytes,
       ParseBytes("max_bytes", absl::GetFlag(FLAGS_max_bytes)));
   DTRAIN_ASSIGN_OR_RETURN(
-      c.sizes,
+      std::vector<int64_t> sizes,
       SweepSizes(min_bytes, max_bytes, absl::GetFlag(FLAGS_step_factor)));
+  // reduce_scatter and allgather split the bytes into a share per rank of
+  // whole float32 elements: sizes round down to a multiple of 4 x processes.
+  const int64_t unit = c.collectives == std::vector<std::string>{"allreduce"}
+                           ? 4
+                           : 4 * c.processes;
+  for (const int64_t bytes : sizes) {
+    const int64_t rounded = bytes / unit * unit;
+    if (rounded > 0 && (c.sizes.empty() || c.sizes.back() != rounded)) {
+      c.sizes.push_back(rounded);
+    }
+  }
+  if (c.sizes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_bytes=", absl::GetFlag(FLAGS_max_bytes), ": no size holds ",
+        unit, " bytes (a float32 element per rank)"));
+  }
   DTRAIN_ASSIGN_OR_RETURN(
       c.slot_bytes, ParseBytes("slot_bytes", absl::GetFlag(FLAGS_slot_bytes)));
   // Every process holds its largest message and its slot in host memory
@@ -192,11 +249,6 @@ absl::StatusOr<Config> ConfigFromFlags() {
   return c;
 }
 
-absl::Status AllReduce(backend::Backend& b, const at::Tensor& t,
-                       backend::ReduceOp op, absl::Duration timeout) {
-  return b.AllReduce(t, op)->Wait(timeout);
-}
-
 // Each element of `values` reduced by `op` over the ranks, through `b`.
 absl::StatusOr<std::vector<double>> Agree(backend::Backend& b,
                                           std::vector<double> values,
@@ -224,30 +276,76 @@ double Seconds(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Checks one allreduce of `bytes` on every rank, in a new buffer of the
-// backend's when `in_buffer`. Leaves `t` zeroed: sums of zeros stay finite
-// however many iterations run.
-absl::StatusOr<bool> Check(backend::Backend& b, const Config& c, int rank,
-                           int64_t bytes, bool in_buffer, at::Tensor& t) {
-  if (in_buffer) {
-    DTRAIN_ASSIGN_OR_RETURN(t, b.AllocateBuffer(bytes / 4, at::kFloat));
-    t.fill_(static_cast<float>(rank + 1));
+// The collective being timed, issued and waited for.
+using Op = std::function<absl::Status()>;
+
+// A column's collective of `bytes`, ready to time: its tensors in a new
+// buffer of the backend's for shm_buffers (reduce_scatter's output and
+// allgather's input are then the rank's own share, in place, as a sharded
+// optimizer has them), and whether every rank's first result was right.
+// The tensors are left zeroed: sums of zeros stay finite however many
+// iterations run.
+struct Prepared {
+  Op op;
+  bool correct = false;
+};
+
+absl::StatusOr<Prepared> Prepare(backend::Backend& b, const Config& c,
+                                 const Column& column, int rank,
+                                 int64_t bytes) {
+  const int64_t numel = bytes / 4;
+  at::Tensor t;
+  if (column.backend == "shm_buffers") {
+    DTRAIN_ASSIGN_OR_RETURN(t, b.AllocateBuffer(numel, at::kFloat));
   } else {
-    t = at::full({bytes / 4}, static_cast<float>(rank + 1), at::kFloat);
+    t = at::empty({numel}, at::kFloat);
   }
-  const double n = c.processes;
-  DTRAIN_RETURN_IF_ERROR(AllReduce(b, t, backend::ReduceOp::kSum, c.timeout));
-  const bool right =
-      t.eq(static_cast<float>(n * (n + 1) / 2)).all().item<bool>();
-  t.zero_();
+  const int p = c.processes;
+  const float sum = p * (p + 1) / 2.0f;
+  const bool in_place = column.backend == "shm_buffers";
+  std::vector<at::Tensor> shares;
+  for (int r = 0; r < p && column.collective != "allreduce"; ++r) {
+    shares.push_back(t.narrow(0, r * (numel / p), numel / p));
+  }
+  Prepared out;
+  bool right = false;
+  if (column.collective == "allreduce") {
+    t.fill_(static_cast<float>(rank + 1));
+    out.op = [&b, &c, t] { return b.AllReduce(t)->Wait(c.timeout); };
+    DTRAIN_RETURN_IF_ERROR(out.op());
+    right = t.eq(sum).all().item<bool>();
+    t.zero_();
+  } else if (column.collective == "reduce_scatter") {
+    t.fill_(static_cast<float>(rank + 1));
+    at::Tensor mine = in_place ? shares[rank] : at::empty_like(shares[rank]);
+    out.op = [&b, &c, mine, shares] {
+      return b.ReduceScatter(mine, shares)->Wait(c.timeout);
+    };
+    DTRAIN_RETURN_IF_ERROR(out.op());
+    right = mine.eq(sum).all().item<bool>();
+    t.zero_();
+    mine.zero_();
+  } else {
+    at::Tensor mine = in_place ? shares[rank] : at::empty_like(shares[rank]);
+    mine.fill_(static_cast<float>(rank + 1));
+    out.op = [&b, &c, mine, shares] {
+      return b.AllGather(shares, mine)->Wait(c.timeout);
+    };
+    DTRAIN_RETURN_IF_ERROR(out.op());
+    right = true;
+    for (int r = 0; r < p; ++r) {
+      right =
+          right && shares[r].eq(static_cast<float>(r + 1)).all().item<bool>();
+    }
+    t.zero_();
+    mine.zero_();
+  }
   DTRAIN_ASSIGN_OR_RETURN(
       std::vector<double> wrong,
       Agree(b, {right ? 0.0 : 1.0}, backend::ReduceOp::kMax, c.timeout));
-  return wrong[0] == 0;
+  out.correct = wrong[0] == 0;
+  return out;
 }
-
-// The collective being timed, issued and waited for.
-using Op = std::function<absl::Status()>;
 
 // Warms up and picks the iteration count: batches of --warmup_iters, 4x,
 // 16x, ... ops until a batch takes a fifth of --target_ms (a few cold ops
@@ -336,29 +434,43 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
   return backend::CreateGlooBackend(group, o);
 }
 
+// busbw = algbw * this: what each rank's link carries in a ring, as
+// nccl-tests define it (reduce_scatter and allgather move (n-1)/n of the
+// bytes, allreduce twice that).
+double BusFactor(const std::string& collective, int processes) {
+  return collective == "allreduce" ? AllReduceBusFactor(processes)
+                                   : AllReduceBusFactor(processes) / 2;
+}
+
+std::string Ratio(const Config& c) {
+  return c.columns.size() == 2
+             ? absl::StrCat(c.columns[1].label, "/", c.columns[0].label)
+             : "";
+}
+
 void PrintHeader(const Config& c, int blas_threads) {
   std::printf(
-      "# %s: allreduce (sum, float32) between %d processes of this host, "
+      "# %s: %s (sum, float32) between %d processes of this host, "
       "%d intra-op thread(s) each (BLAS: %s); shm slot %lld B; gloo over "
       "loopback TCP (default algorithm); shm_buffers: shm on tensors from "
       "AllocateBuffer (zero-copy); per size the median of %d "
       "repeats of about %g ms, interleaved across backends\n",
-      kName, c.processes, at::get_num_threads(),
+      kName, absl::StrJoin(c.collectives, " and ").c_str(), c.processes,
+      at::get_num_threads(),
       blas_threads < 0 ? "not OpenBLAS"
                        : absl::StrCat(blas_threads, " thread(s)").c_str(),
       static_cast<long long>(c.slot_bytes), c.repeats, c.target_seconds * 1e3);
   std::string groups = absl::StrFormat("#%13s", "");
   std::string columns = absl::StrFormat("#%13s", "bytes");
-  for (const std::string& b : c.backends) {
-    absl::StrAppend(&groups, absl::StrFormat(" %-53s", absl::StrCat("-- ", b)));
+  for (const Column& column : c.columns) {
+    absl::StrAppend(
+        &groups, absl::StrFormat(" %-53s", absl::StrCat("-- ", column.label)));
     absl::StrAppend(
         &columns, absl::StrFormat(" %8s %11s %11s %11s %8s", "iters", "time_us",
                                   "algbw_GBps", "busbw_GBps", "cpu/wall"));
   }
-  if (c.backends.size() == 2) {
-    absl::StrAppend(
-        &columns, absl::StrFormat(
-                      " %9s", absl::StrCat(c.backends[1], "/", c.backends[0])));
+  if (c.columns.size() == 2) {
+    absl::StrAppend(&columns, absl::StrFormat(" %9s", Ratio(c)));
   }
   absl::StrAppend(&columns, absl::StrFormat(" %7s", "correct"));
   std::printf("%s\n%s\n", groups.c_str(), columns.c_str());
@@ -369,7 +481,7 @@ void PrintBarrier(const Config& c, const std::vector<Measured>& m) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < m.size(); ++i) {
     parts.push_back(absl::StrFormat(
-        "%s %.2f us (%d iters, cpu/wall %.2f)", c.backends[i],
+        "%s %.2f us (%d iters, cpu/wall %.2f)", c.columns[i].label,
         m[i].seconds * 1e6, m[i].iters, m[i].cpu_seconds / m[i].seconds));
   }
   std::printf("# Barrier(), the latency floor: %s\n",
@@ -385,7 +497,8 @@ std::string PrintRow(const Config& c, int64_t bytes,
   bool correct = true;
   for (size_t i = 0; i < m.size(); ++i) {
     const double algbw = bytes / m[i].seconds * 1e-9;
-    const double busbw = algbw * AllReduceBusFactor(c.processes);
+    const double busbw =
+        algbw * BusFactor(c.columns[i].collective, c.processes);
     absl::StrAppend(
         &row, absl::StrFormat(" %8d %11.2f %11.4f %11.4f %8.2f", m[i].iters,
                               m[i].seconds * 1e6, algbw, busbw,
@@ -395,7 +508,7 @@ std::string PrintRow(const Config& c, int64_t bytes,
       repeats_us.push_back(absl::StrCat(s * 1e6));
     }
     json.push_back(absl::StrCat(
-        "\"", c.backends[i], "\": {\"iters\": ", m[i].iters,
+        "\"", c.columns[i].label, "\": {\"iters\": ", m[i].iters,
         ", \"time_us\": ", m[i].seconds * 1e6, ", \"algbw_GBps\": ", algbw,
         ", \"busbw_GBps\": ", busbw, ", \"cpu_us\": ", m[i].cpu_seconds * 1e6,
         ", \"correct\": ", m[i].correct ? "true" : "false",
@@ -424,9 +537,9 @@ absl::Status RunRank(int rank, int port, const Config& c) {
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<store::TcpStore> store,
                           store::TcpStore::Create(so));
   std::vector<std::unique_ptr<backend::Backend>> backends;
-  for (const std::string& name : c.backends) {
+  for (const Column& column : c.columns) {
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b,
-                            Connect(name, rank, c, store));
+                            Connect(column.backend, rank, c, store));
     backends.push_back(std::move(b));
   }
   if (rank == 0) PrintHeader(c, blas_threads);
@@ -445,16 +558,14 @@ absl::Status RunRank(int rank, int port, const Config& c) {
         DTRAIN_ASSIGN_OR_RETURN(barrier, MeasureSideBySide(backends, c, ops));
         if (rank == 0) PrintBarrier(c, barrier);
         for (int64_t bytes : c.sizes) {
-          std::vector<at::Tensor> tensors(backends.size());
           std::vector<bool> correct(backends.size());
           ops.clear();
           for (size_t i = 0; i < backends.size(); ++i) {
             DTRAIN_ASSIGN_OR_RETURN(
-                correct[i], Check(*backends[i], c, rank, bytes,
-                                  c.backends[i] == "shm_buffers", tensors[i]));
-            ops.push_back([&c, b = backends[i].get(), t = tensors[i]] {
-              return AllReduce(*b, t, backend::ReduceOp::kSum, c.timeout);
-            });
+                Prepared p,
+                Prepare(*backends[i], c, c.columns[i], rank, bytes));
+            correct[i] = p.correct;
+            ops.push_back(std::move(p.op));
           }
           DTRAIN_ASSIGN_OR_RETURN(std::vector<Measured> m,
                                   MeasureSideBySide(backends, c, ops));
@@ -469,110 +580,34 @@ absl::Status RunRank(int rank, int port, const Config& c) {
   if (rank == 0) {
     std::vector<std::string> quoted;
     std::vector<std::string> barrier_json;
-    for (size_t i = 0; i < c.backends.size(); ++i) {
-      quoted.push_back(absl::StrCat("\"", c.backends[i], "\""));
-      barrier_json.push_back(
-          absl::StrCat("\"", c.backends[i], "\": ", barrier[i].seconds * 1e6));
+    std::vector<std::string> collectives;
+    for (const std::string& op : c.collectives) {
+      collectives.push_back(absl::StrCat("\"", op, "\""));
+    }
+    for (size_t i = 0; i < c.columns.size(); ++i) {
+      quoted.push_back(absl::StrCat("\"", c.columns[i].label, "\""));
+      barrier_json.push_back(absl::StrCat("\"", c.columns[i].label,
+                                          "\": ", barrier[i].seconds * 1e6));
     }
     std::printf(
         "{\"format\": \"dtrain.shm_allreduce_bandwidth.v1\", \"processes\": "
-        "%d, \"backends\": [%s], \"ratio\": \"%s\", \"barrier_us\": {%s}, "
-        "\"results\": [%s]}\n",
-        c.processes, absl::StrJoin(quoted, ", ").c_str(),
-        c.backends.size() == 2
-            ? absl::StrCat(c.backends[1], "/", c.backends[0]).c_str()
-            : "",
+        "%d, \"collectives\": [%s], \"backends\": [%s], \"ratio\": \"%s\", "
+        "\"barrier_us\": {%s}, \"results\": [%s]}\n",
+        c.processes, absl::StrJoin(collectives, ", ").c_str(),
+        absl::StrJoin(quoted, ", ").c_str(), Ratio(c).c_str(),
         absl::StrJoin(barrier_json, ", ").c_str(),
         absl::StrJoin(json, ", ").c_str());
     std::fflush(stdout);
   }
   if (!wrong_sizes.empty()) {
-    return absl::DataLossError(
-        absl::StrCat("allreduce gave a wrong sum (want ", c.processes, " x (",
-                     c.processes, " + 1) / 2 in every element) at ",
-                     absl::StrJoin(wrong_sizes, ", "), " bytes"));
+    return absl::DataLossError(absl::StrCat(
+        absl::StrJoin(c.collectives, " or "), " gave a wrong result (want ",
+        c.processes, " x (", c.processes,
+        " + 1) / 2 in every reduced element, rank r's r + 1 in its gathered "
+        "share) at ",
+        absl::StrJoin(wrong_sizes, ", "), " bytes"));
   }
   return absl::OkStatus();
-}
-
-// A forked rank: waits for the store's port on `port_fd`, runs, and exits
-// without returning (0: done and correct, 1: failed, 4: no port).
-[[noreturn]] void RankProcess(int rank, int port_fd, const Config& c) {
-  // Die with the driver: a killed driver must not leave ranks behind.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  int port = 0;
-  ssize_t got;
-  do {
-    got = read(port_fd, &port, sizeof(port));
-  } while (got < 0 && errno == EINTR);
-  close(port_fd);
-  // A short read: the driver closed the pipe without a port (its server
-  // failed, and it says so).
-  if (got != static_cast<ssize_t>(sizeof(port))) _exit(4);
-  int code = 0;
-  {
-    absl::Status s = RunRank(rank, port, c);
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s: [rank %d] %s\n", kName, rank,
-                   s.ToString().c_str());
-      code = 1;
-    }
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  // _exit: the static state forked from the driver is the driver's to
-  // destroy.
-  _exit(code);
-}
-
-// After one rank fails, how long the others get to notice (a backend fails
-// its collectives within a second once a peer has exited) and say why
-// themselves, before they are killed.
-constexpr absl::Duration kGrace = absl::Seconds(5);
-
-// Waits for every rank (pids[r] is rank r); once one fails, kills those still
-// running after kGrace (they might otherwise wait for it until the timeout).
-// Returns how many failed.
-int WaitForRanks(const std::vector<pid_t>& pids) {
-  std::vector<bool> running(pids.size(), true);
-  size_t left = pids.size();
-  int failed = 0;
-  absl::Time kill_at = absl::InfiniteFuture();
-  bool killed = false;
-  while (left > 0) {
-    int status = 0;
-    // Blocks until the first failure (no wakeups to disturb the timing),
-    // then polls for the grace period.
-    const pid_t pid =
-        waitpid(-1, &status, kill_at == absl::InfiniteFuture() ? 0 : WNOHANG);
-    if (pid < 0 && errno != EINTR) break;
-    if (pid <= 0) {
-      if (!killed && absl::Now() >= kill_at) {
-        for (size_t r = 0; r < pids.size(); ++r) {
-          if (running[r]) kill(pids[r], SIGKILL);
-        }
-        std::fprintf(stderr,
-                     "%s: killed the ranks still running %s after "
-                     "the first failure\n",
-                     kName, absl::FormatDuration(kGrace).c_str());
-        killed = true;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-      continue;
-    }
-    const size_t rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
-    if (rank == pids.size()) continue;
-    running[rank] = false;
-    --left;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    ++failed;
-    kill_at = std::min(kill_at, absl::Now() + kGrace);
-    if (WIFSIGNALED(status) && !killed) {
-      std::fprintf(stderr, "%s: rank %zu (pid %d) was killed by signal %d\n",
-                   kName, rank, pid, WTERMSIG(status));
-    }
-  }
-  return failed;
 }
 
 int Main(int argc, char** argv) {
@@ -592,60 +627,10 @@ int Main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return 2;
   }
-  // Fork the ranks while this process is single-threaded (no LibTorch work,
-  // no store server yet): a child of a multi-threaded process may find a lock
-  // held forever by a thread that did not come along.
-  std::fflush(stdout);
-  std::vector<pid_t> pids;
-  std::vector<int> port_fds;
-  for (int rank = 0; rank < config->processes; ++rank) {
-    int fds[2];
-    if (pipe(fds) != 0) {
-      std::perror("shm_allreduce_bandwidth: pipe");
-      for (const int fd : port_fds) close(fd);
-      WaitForRanks(pids);
-      return 1;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[1]);
-      for (const int fd : port_fds) close(fd);
-      RankProcess(rank, fds[0], *config);
-    }
-    close(fds[0]);
-    if (pid < 0) {
-      std::perror("shm_allreduce_bandwidth: fork");
-      close(fds[1]);
-      for (const int fd : port_fds) close(fd);
-      WaitForRanks(pids);
-      return 1;
-    }
-    pids.push_back(pid);
-    port_fds.push_back(fds[1]);
-  }
-  store::TcpStoreOptions so;
-  so.host = so.bind_host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout = config->timeout;
-  absl::StatusOr<std::shared_ptr<store::TcpStore>> server =
-      store::TcpStore::Create(so);
-  if (server.ok()) {
-    const int port = (*server)->port();
-    for (const int fd : port_fds) {
-      if (write(fd, &port, sizeof(port)) !=
-          static_cast<ssize_t>(sizeof(port))) {
-        std::perror("shm_allreduce_bandwidth: write");
-      }
-    }
-  } else {
-    std::fprintf(stderr, "%s: cannot serve the store: %s\n", kName,
-                 server.status().ToString().c_str());
-  }
-  // Without a port, the ranks read end of file and exit.
-  for (const int fd : port_fds) close(fd);
-  const int failed = WaitForRanks(pids);
-  return server.ok() && failed == 0 ? 0 : 1;
+  const Config c = *config;
+  return RunForkedRanks(
+      kName, c.processes, c.timeout,
+      [&c](int rank, int port) { return RunRank(rank, port, c); });
 }
 
 }  // namespace

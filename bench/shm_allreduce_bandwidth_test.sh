@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shm_allreduce_bandwidth as a person runs it, briefly: bad flags exit 2 naming the flag; a sweep of
 # tiny sizes with 2 and then 4 processes must be correct at every size for both backends, and end with
-# the JSON line; a rank killed mid-run makes the driver exit 1 within seconds, with the dead rank named
+# the JSON line, as must reduce_scatter and allgather beside allreduce; a rank killed mid-run makes the driver exit 1 within seconds, with the dead rank named
 # by the driver and by the ranks that saw it go. Timings from these runs mean nothing.
 set -uo pipefail
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
@@ -57,6 +57,30 @@ tail -1 "$tmp/buffers.out" >"$tmp/buffers.json"
   'm["ratio"], len(m["results"]), all(r["correct"] for r in m["results"])') \
   == "shm_buffers/shm 4 True" ]] || fail "shm_buffers: $(cat "$tmp/buffers.json")"
 cat "$tmp/buffers.out"
+
+# The collectives of a sharded optimizer against allreduce of the same bytes: reduce_scatter and
+# allgather on each backend, zero-copy and not, every size correct (sizes round down to whole
+# float32 elements per rank: 4 bytes per process); two collectives on two backends are refused.
+for spec in "shm_buffers allreduce,reduce_scatter" "shm reduce_scatter,allgather" \
+    "gloo allgather,reduce_scatter" "shm_buffers allgather"; do
+  read -r backend collectives <<<"$spec"
+  name=${backend}_${collectives/,/_}
+  "$driver" --processes=3 --backends="$backend" --collectives="$collectives" --min_bytes=4 \
+    --max_bytes=64K --step_factor=16 --repeats=1 --target_ms=1 --warmup_iters=1 --timeout=30s \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "$spec: exit $rc: $(tail -3 "$tmp/$name.err")"
+  tail -1 "$tmp/$name.out" >"$tmp/$name.json"
+  [[ $(json "$tmp/$name.json" '",".join(m["collectives"]), [r["bytes"] for r in m["results"]],
+      all(r["correct"] for r in m["results"])') == "$collectives [60, 1020, 16380] True" ]] \
+    || fail "$spec: $(cat "$tmp/$name.json")"
+  cat "$tmp/$name.out"
+done
+"$driver" --backends=shm,gloo --collectives=allreduce,allgather >/dev/null 2>"$tmp/flag.err"
+rc=$?
+[[ $rc -eq 2 ]] || fail "two collectives on two backends: exit $rc, want 2"
+grep -q -- '--collectives=allreduce,allgather: want one collective, or two different ones on one' \
+  "$tmp/flag.err" || fail "two collectives on two backends: $(cat "$tmp/flag.err")"
 
 # Long enough to be killed while timing (1000 repeats of 100 ms); the header comes once connected.
 "$driver" --processes=3 --backends=shm --max_bytes=4 --repeats=1000 --target_ms=100 --timeout=30s \

@@ -341,6 +341,14 @@ dtrain_cc_library(dtrain_dist_backend_gloo_options
   HDRS dist/backend/gloo/gloo_options.h
   DEPS dtrain_tp_absl)
 
+# //dist/backend/gloo:ring_reduce_scatter
+dtrain_cc_library(dtrain_dist_backend_gloo_ring_reduce_scatter
+  EXPORT_NAME backend_gloo_ring_reduce_scatter
+  PACKAGE dist/backend/gloo
+  SRCS dist/backend/gloo/ring_reduce_scatter.cc
+  HDRS dist/backend/gloo/ring_reduce_scatter.h
+  DEPS dtrain_tp_gloo)
+
 # //dist/backend:backend
 dtrain_cc_library(dtrain_dist_backend
   EXPORT_NAME backend
@@ -396,7 +404,7 @@ dtrain_cc_library(dtrain_dist_backend_gloo
   PACKAGE dist/backend/gloo
   SRCS dist/backend/gloo/gloo_backend.cc
   HDRS dist/backend/gloo/gloo_backend.h
-  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_backend_gloo_options dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch
+  DEPS dtrain_dist_backend_gloo_gloo_store dtrain_dist_backend_gloo_options dtrain_dist_backend_gloo_ring_reduce_scatter dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_gloo dtrain_tp_gloo dtrain_tp_torch
   STAND_IN dtrain_dist_backend_gloo_unavailable)
 
 # //bench:allreduce_benchmark
@@ -779,6 +787,14 @@ dtrain_sh_test(dtrain_bench_ddp_benchmark_run_test
   TIMEOUT 60
   ARGS bench/ddp_benchmark)
 
+# //bench:forked_ranks
+dtrain_cc_library(dtrain_bench_forked_ranks
+  EXPORT_NAME bench_forked_ranks
+  PACKAGE bench
+  SRCS bench/forked_ranks.cc
+  HDRS bench/forked_ranks.h
+  DEPS dtrain_dist_store_tcp_store dtrain_tp_absl)
+
 # //optim:adadelta
 dtrain_cc_library(dtrain_optim_adadelta
   EXPORT_NAME optim_adadelta
@@ -906,7 +922,7 @@ dtrain_cc_library(dtrain_dist_backend_shm
 dtrain_cc_binary(dtrain_bench_shm_allreduce_bandwidth
   OUTPUT bench/shm_allreduce_bandwidth
   SRCS bench/shm_allreduce_bandwidth.cc
-  DEPS dtrain_bench_sweep dtrain_base_compute_threads dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_bench_forked_ranks dtrain_bench_sweep dtrain_base_compute_threads dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:shm_allreduce_bandwidth_test
 dtrain_sh_test(dtrain_bench_shm_allreduce_bandwidth_test
@@ -1252,6 +1268,13 @@ dtrain_cc_test(dtrain_dist_backend_shm_shm_fault_test
   OUTPUT dist/backend/shm/shm_fault_test
   SRCS dist/backend/shm/shm_fault_test.cc
   DEPS dtrain_dist_backend_shm dtrain_dist_backend dtrain_dist_store_file_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 300)
+
+# //dist/backend/shm:shm_scatter_gather_test
+dtrain_cc_test(dtrain_dist_backend_shm_shm_scatter_gather_test
+  OUTPUT dist/backend/shm/shm_scatter_gather_test
+  SRCS dist/backend/shm/shm_scatter_gather_test.cc
+  DEPS dtrain_dist_backend_shm dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //dist/backend/stall:stall_inspector_test

@@ -136,7 +136,7 @@ TEST_P(EquivalenceTest, RanksMatchOneProcessWithTheWholeBatch) {
           sgd.step();
         }
         EXPECT_EQ((*ddp)->steps(), kSteps);
-        const int64_t zero_copy = backend::ShmZeroCopyAllReducesForTesting(b);
+        const int64_t zero_copy = backend::ShmZeroCopyCollectivesForTesting(b);
         // Two "hosts" of one rank are plain Gloo; one rank is plain shm; the
         // hierarchical backend's host steps are not counted here (see
         // hierarchical_backend_test).

@@ -426,7 +426,7 @@ TEST(DdpTest, Fp16CompressionIsCloseToFloat32) {
       const at::Tensor exact = want[0];
       EXPECT_FALSE(model->fc1->weight.grad().equal(exact))
           << "suspiciously exact for float16";
-      EXPECT_EQ(backend::ShmZeroCopyAllReducesForTesting(b),
+      EXPECT_EQ(backend::ShmZeroCopyCollectivesForTesting(b),
                 shm ? static_cast<int64_t>((*ddp)->buckets().size()) : -1);
     });
   }

@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/gloo/gloo_store.h"
+#include "dist/backend/gloo/ring_reduce_scatter.h"
 #include "dist/backend/ordered_worker.h"
 #include "dist/backend/work.h"
 #include "dist/store/prefix_store.h"
@@ -341,19 +342,13 @@ class GlooBackend : public Backend {
       std::vector<at::Tensor> flat_inputs;
       for (const at::Tensor& t : inputs)
         flat_inputs.push_back(Staged(t).view({-1}));
+      // The ring reduces in place: a copy, so that the inputs stay as given.
       at::Tensor flat = at::cat(flat_inputs);
-      // An allreduce of the concatenation (twice the bytes of a true
-      // reduce-scatter): Gloo's reduce-scatter class, like its other
-      // pair-bound algorithm classes, leaves later unbound-buffer collectives
-      // on the same context slow (docs/PERFORMANCE.md).
-      if (size_ > 1) {
-        DispatchGlooType(flat.scalar_type(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          RunAllReduce<T>(context_, static_cast<T*>(flat.data_ptr()),
-                          static_cast<int>(flat.numel()), op,
-                          GlooAlgorithm::kRing);
-        });
-      }
+      DispatchGlooType(flat.scalar_type(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        RingReduceScatter(context_, flat.data_ptr(), static_cast<size_t>(n),
+                          sizeof(T), NewApiReduction<T>(op));
+      });
       at::Tensor mine = flat.narrow(0, rank_ * n, n);
       if (op == ReduceOp::kAverage) mine.div_(size_);
       output.view({-1}).copy_(mine);

@@ -155,6 +155,15 @@ TEST_P(GlooCollectivesTest, BroadcastAllGatherReduceScatterBarrier) {
         ASSERT_TRUE(b.ReduceScatter(out, inputs)->Wait().ok()) << what;
         ExpectEqual(out, Expected(ReduceOp::kSum, w, n) + w * r,
                     "reduce_scatter " + what);
+        // The other reductions: each slot's offset p passes through.
+        for (ReduceOp op :
+             {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAverage}) {
+          if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+          ASSERT_TRUE(b.ReduceScatter(out, inputs, op)->Wait().ok()) << what;
+          ExpectEqual(
+              out, Expected(op, w, n) + r,
+              absl::StrCat("reduce_scatter ", ReduceOpName(op), " ", what));
+        }
       }
     }
     ASSERT_TRUE(b.Barrier()->Wait().ok());

@@ -110,15 +110,7 @@ class HierarchicalBackend : public Backend {
         kName, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op] {
-      // Not on DDP's path: an allreduce of all the inputs, keeping this
-      // rank's share, is simple and gives every rank bit-identical sums.
-      std::vector<at::Tensor> flat;
-      for (const at::Tensor& t : inputs) flat.push_back(t.reshape({-1}));
-      at::Tensor all = at::cat(flat);
-      DTRAIN_RETURN_IF_ERROR(Reduce(all, op, ""));
-      const int64_t n = output.numel();
-      output.view({-1}).copy_(all.narrow(0, rank_ * n, n));
-      return absl::OkStatus();
+      return Scatter(output, inputs, op);
     });
   }
 
@@ -187,6 +179,44 @@ class HierarchicalBackend : public Backend {
     if (op == ReduceOp::kAverage && layout_.leader()) t.div_(size_);
     if (local_ != nullptr)
       DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(t, 0)));
+    return absl::OkStatus();
+  }
+
+  // Each host's ranks' shares side by side in a block (padded to the widest
+  // host): summed within the host, reduce-scattered among the leaders by
+  // block, so that the network carries (hosts - 1) / hosts of the data once
+  // where an allreduce carries it twice, then each leader hands its ranks
+  // the host's block and each keeps its share.
+  absl::Status Scatter(const at::Tensor& output,
+                       const std::vector<at::Tensor>& inputs, ReduceOp op) {
+    const int64_t n = output.numel();
+    const std::vector<std::vector<int>>& hosts = layout_.hosts;
+    int64_t widest = 0;
+    for (const std::vector<int>& h : hosts)
+      widest = std::max<int64_t>(widest, h.size());
+    const int64_t block = widest * n;
+    at::Tensor all = at::zeros({static_cast<int64_t>(hosts.size()) * block},
+                               output.options());
+    for (size_t g = 0; g < hosts.size(); ++g) {
+      for (size_t j = 0; j < hosts[g].size(); ++j) {
+        all.narrow(0, g * block + j * n, n)
+            .copy_(inputs[hosts[g][j]].reshape({-1}));
+      }
+    }
+    if (local_ != nullptr)
+      DTRAIN_RETURN_IF_ERROR(Local(local_->AllReduce(all, Partial(op))));
+    at::Tensor mine = all.narrow(0, layout_.host * block, block);
+    if (leaders_ != nullptr) {
+      std::vector<at::Tensor> blocks;
+      for (size_t g = 0; g < hosts.size(); ++g)
+        blocks.push_back(all.narrow(0, g * block, block));
+      DTRAIN_RETURN_IF_ERROR(
+          Leaders(leaders_->ReduceScatter(mine, blocks, Partial(op))));
+      if (op == ReduceOp::kAverage) mine.div_(size_);
+    }
+    if (local_ != nullptr)
+      DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(mine, 0)));
+    output.view({-1}).copy_(mine.narrow(0, layout_.local_rank * n, n));
     return absl::OkStatus();
   }
 

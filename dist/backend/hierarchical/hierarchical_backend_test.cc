@@ -101,6 +101,18 @@ TEST(HierarchicalBackendTest, CollectivesOnEveryLayoutAndDtype) {
           EXPECT_TRUE(at::equal(
               out, at::full({n}, b.rank() * 10 * w + w * (w - 1) / 2, dtype)))
               << where;
+          ASSERT_TRUE(b.ReduceScatter(out, ins, ReduceOp::kMax)->Wait().ok());
+          EXPECT_TRUE(
+              at::equal(out, at::full({n}, b.rank() * 10 + w - 1, dtype)))
+              << where;
+          if (at::isFloatingType(dtype)) {
+            ASSERT_TRUE(
+                b.ReduceScatter(out, ins, ReduceOp::kAverage)->Wait().ok());
+            EXPECT_TRUE(at::allclose(
+                out.to(at::kDouble),
+                at::full({n}, b.rank() * 10 + (w - 1) / 2.0, at::kDouble)))
+                << where;
+          }
         }
         if (at::isFloatingType(dtype)) {
           at::Tensor a = at::full({100}, b.rank() + 1, dtype);
@@ -145,7 +157,7 @@ TEST(HierarchicalBackendTest, TakesTheSimplerBackendWhereTheLayoutAllows) {
   testing::RunRanks(3, OnHosts({"a", "a", "a"}), [&](Backend& b) {
     EXPECT_EQ(b.name(), "gloo+shm");
     EXPECT_EQ(b.layout(), "1 host: ranks 0, 1, 2");
-    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 0) << "not the shm backend";
+    EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b), 0) << "not the shm backend";
     at::Tensor t = at::ones({10});
     ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
     EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));
@@ -156,7 +168,7 @@ TEST(HierarchicalBackendTest, TakesTheSimplerBackendWhereTheLayoutAllows) {
   testing::RunRanks(3, OnHosts({"a", "b", "c"}), [&](Backend& b) {
     EXPECT_EQ(b.name(), "gloo+shm");
     EXPECT_EQ(b.layout(), "3 hosts: rank 0 | rank 1 | rank 2");
-    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), -1);
+    EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b), -1);
     at::Tensor t = at::ones({10});
     ASSERT_TRUE(b.AllReduce(t)->Wait().ok());
     EXPECT_TRUE(at::equal(t, at::full({10}, 3.0)));

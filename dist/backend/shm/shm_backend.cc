@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "base/process_liveness.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
@@ -60,10 +61,32 @@ constexpr int64_t kBufferRecordBytes = 128;
 // copied to the other ranks' buffers while still in cache.
 constexpr int64_t kInPlaceBlockBytes = int64_t{64} << 10;
 
-// What a zero-copy allreduce works on, written into each rank's slot so that
-// every rank checks the others agree before touching their buffers.
+// The zero-copy collectives, each with its own mark in a request, so that
+// ranks that issue different ones disagree.
+enum class InPlaceKind : uint64_t {
+  kAllReduce = 0x7a65726f636f7079,      // "zerocopy"
+  kReduceScatter = 0x7a63736361747472,  // "zcscattr"
+  kAllGather = 0x7a63676174686572,      // "zcgather"
+};
+
+const char* InPlaceName(InPlaceKind kind) {
+  switch (kind) {
+    case InPlaceKind::kAllReduce:
+      return "allreduce";
+    case InPlaceKind::kReduceScatter:
+      return "reduce_scatter";
+    case InPlaceKind::kAllGather:
+      return "allgather";
+  }
+  return "?";
+}
+
+// What a zero-copy collective works on, written into each rank's slot so that
+// every rank checks the others agree before touching their buffers. For
+// reduce_scatter and allgather, numel is per rank: the collective covers
+// size() * numel elements from offset, rank r's share at r * numel.
 struct InPlaceRequest {
-  uint64_t magic;
+  InPlaceKind kind;
   int64_t buffer;
   int64_t offset;  // Bytes into the buffer.
   int64_t numel;
@@ -72,7 +95,6 @@ struct InPlaceRequest {
 };
 static_assert(std::has_unique_object_representations_v<InPlaceRequest>,
               "compared with memcmp");
-constexpr uint64_t kInPlaceMagic = 0x7a65726f636f7079;  // "zerocopy"
 
 // Every rank's mapping of one buffer from AllocateBuffer.
 struct SharedBuffer {
@@ -123,7 +145,8 @@ class ShmBackend : public Backend {
         internal::PrepareAllReduce(name_, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(tensor, op)) {
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(InPlaceKind::kAllReduce, {tensor}, op)) {
         return ReduceInBuffers(*in_buffer, deadline);
       }
       return Reduce(tensor, op, deadline, /*destination=*/-1, tensor);
@@ -151,8 +174,8 @@ class ShmBackend : public Backend {
     return *tensor;
   }
 
-  int64_t zero_copy_allreduces() const {
-    return zero_copy_allreduces_.load(std::memory_order_relaxed);
+  int64_t zero_copy_collectives() const {
+    return zero_copy_collectives_.load(std::memory_order_relaxed);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root) override {
@@ -180,6 +203,10 @@ class ShmBackend : public Backend {
         internal::PrepareAllGather(name_, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input](absl::Time deadline) {
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(InPlaceKind::kAllGather, outputs, ReduceOp::kSum)) {
+        return GatherInBuffers(*in_buffer, input, deadline);
+      }
       std::vector<char*> out;
       for (const at::Tensor& t : outputs) {
         out.push_back(static_cast<char*>(t.data_ptr()));
@@ -196,11 +223,11 @@ class ShmBackend : public Backend {
         name_, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op](absl::Time deadline) {
-      // Rank j's share is reduced like an allreduce that only j keeps.
-      for (int j = 0; j < size_; ++j) {
-        DTRAIN_RETURN_IF_ERROR(Reduce(inputs[j], op, deadline, j, output));
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(InPlaceKind::kReduceScatter, inputs, op)) {
+        return ReduceScatterInBuffers(*in_buffer, output, deadline);
       }
-      return absl::OkStatus();
+      return ReduceScatterThroughSlots(output, inputs, op, deadline);
     });
   }
 
@@ -345,25 +372,58 @@ class ShmBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // The zero-copy request for `t` when it lies entirely inside one of this
-  // rank's buffers; otherwise (not there, or only partly) the copying path.
-  std::optional<InPlaceRequest> FindInBuffer(const at::Tensor& t,
+  // The zero-copy request for `parts` when they lie back to back, in order,
+  // entirely inside one of this rank's buffers (an allreduce passes one
+  // part; reduce_scatter and allgather one per rank); otherwise the copying
+  // path.
+  std::optional<InPlaceRequest> FindInBuffer(InPlaceKind kind,
+                                             absl::Span<const at::Tensor> parts,
                                              ReduceOp op) const {
-    if (t.numel() == 0) return std::nullopt;
-    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
-    const auto end = begin + t.numel() * t.element_size();
+    const int64_t numel = parts[0].numel();
+    if (numel == 0) return std::nullopt;
+    const int64_t part_bytes = numel * parts[0].element_size();
+    const auto begin = reinterpret_cast<uintptr_t>(parts[0].data_ptr());
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (!parts[j].is_contiguous() ||
+          reinterpret_cast<uintptr_t>(parts[j].data_ptr()) !=
+              begin + j * part_bytes) {
+        return std::nullopt;
+      }
+    }
+    const auto end = begin + parts.size() * part_bytes;
     for (size_t i = 0; i < buffers_.size(); ++i) {
       const auto base = reinterpret_cast<uintptr_t>(buffers_[i].data[rank_]);
       if (begin >= base && end <= base + buffers_[i].bytes) {
-        return InPlaceRequest{kInPlaceMagic,
+        return InPlaceRequest{kind,
                               static_cast<int64_t>(i),
                               static_cast<int64_t>(begin - base),
-                              t.numel(),
-                              static_cast<int32_t>(t.scalar_type()),
+                              numel,
+                              static_cast<int32_t>(parts[0].scalar_type()),
                               static_cast<int32_t>(op)};
       }
     }
     return std::nullopt;
+  }
+
+  // The zero-copy collectives' first step: each rank publishes its request
+  // and, once all have, checks that every rank asked for the same.
+  absl::Status AgreeOn(const InPlaceRequest& request, absl::Time deadline) {
+    std::memcpy(slot(rank_), &request, sizeof(request));
+    DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+    std::vector<int> differ;
+    for (int r = 0; r < size_; ++r) {
+      if (std::memcmp(slot(r), &request, sizeof(request)) != 0) {
+        differ.push_back(r);
+      }
+    }
+    if (differ.empty()) return absl::OkStatus();
+    const int64_t parts =
+        request.kind == InPlaceKind::kAllReduce ? 1 : int64_t{size_};
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank(s) ", absl::StrJoin(differ, ", "), " did not ",
+        InPlaceName(request.kind), " the same part of shared buffer #",
+        request.buffer, " (", parts * request.numel, " elements at byte ",
+        request.offset, "): every rank must pass the same part of its buffer"));
   }
 
   // The zero-copy allreduce: every rank reduces its own share of the tensor
@@ -379,21 +439,7 @@ class ShmBackend : public Backend {
   // rank has finished reading and writing it.
   absl::Status ReduceInBuffers(const InPlaceRequest& request,
                                absl::Time deadline) {
-    std::memcpy(slot(rank_), &request, sizeof(request));
-    DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
-    std::vector<int> differ;
-    for (int r = 0; r < size_; ++r) {
-      if (std::memcmp(slot(r), &request, sizeof(request)) != 0) {
-        differ.push_back(r);
-      }
-    }
-    if (!differ.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank(s) ", absl::StrJoin(differ, ", "),
-          " did not allreduce the same part of shared buffer #", request.buffer,
-          " (", request.numel, " elements at byte ", request.offset,
-          "): every rank must pass the same part of its buffer"));
-    }
+    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
     const SharedBuffer& b = buffers_[request.buffer];
     const auto dtype = static_cast<at::ScalarType>(request.dtype);
     const auto op = static_cast<ReduceOp>(request.op);
@@ -419,8 +465,106 @@ class ShmBackend : public Backend {
                     first + lo * element, (hi - lo) * element);
       }
     }
-    zero_copy_allreduces_.fetch_add(1, std::memory_order_relaxed);
+    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
     return barrier_.Arrive(deadline);
+  }
+
+  // The zero-copy reduce_scatter: between two barriers each rank reduces its
+  // own share straight from all ranks' buffers, in rank order (the bits of
+  // an allreduce), into `output`. Nothing else is written: a share is read
+  // by its rank only, so `output` may be that share in this rank's buffer.
+  absl::Status ReduceScatterInBuffers(const InPlaceRequest& request,
+                                      const at::Tensor& output,
+                                      absl::Time deadline) {
+    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
+    const SharedBuffer& b = buffers_[request.buffer];
+    const auto dtype = static_cast<at::ScalarType>(request.dtype);
+    const auto op = static_cast<ReduceOp>(request.op);
+    const int64_t element = c10::elementSize(dtype);
+    const int64_t share = request.offset + rank_ * request.numel * element;
+    std::vector<const void*> inputs;
+    for (int r = 0; r < size_; ++r) inputs.push_back(b.data[r] + share);
+    char* out = static_cast<char*>(output.data_ptr());
+    // ReduceInOrder may write over its first input only: an output that is
+    // this rank's own share (rank 1 or later) takes each block through a
+    // scratch block, still in cache when copied.
+    const bool own_share = out == b.data[rank_] + share && rank_ != 0;
+    const int64_t block = kInPlaceBlockBytes / element;
+    for (int64_t lo = 0; lo < request.numel; lo += block) {
+      const int64_t hi = std::min(request.numel, lo + block);
+      if (!own_share) {
+        DTRAIN_RETURN_IF_ERROR(
+            shm::ReduceInOrder(dtype, op, inputs, lo, hi, out));
+        continue;
+      }
+      scratch_.resize(kInPlaceBlockBytes);
+      std::vector<const void*> shifted;
+      for (const void* in : inputs) {
+        shifted.push_back(static_cast<const char*>(in) + lo * element);
+      }
+      DTRAIN_RETURN_IF_ERROR(
+          shm::ReduceInOrder(dtype, op, shifted, 0, hi - lo, scratch_.data()));
+      std::memcpy(out + lo * element, scratch_.data(), (hi - lo) * element);
+    }
+    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
+    return barrier_.Arrive(deadline);
+  }
+
+  // The zero-copy allgather: between two barriers each rank copies its input
+  // into its own share of every rank's buffer (the input may already be its
+  // share of its own buffer, which stays as it is).
+  absl::Status GatherInBuffers(const InPlaceRequest& request,
+                               const at::Tensor& input, absl::Time deadline) {
+    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
+    const SharedBuffer& b = buffers_[request.buffer];
+    const int64_t bytes = request.numel * input.element_size();
+    const char* in = static_cast<const char*>(input.data_ptr());
+    for (int r = 0; r < size_; ++r) {
+      char* share = b.data[r] + request.offset + rank_ * bytes;
+      if (share != in) std::memcpy(share, in, bytes);
+    }
+    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
+    return barrier_.Arrive(deadline);
+  }
+
+  // The copying reduce_scatter: rounds of a piece of every rank's share,
+  // copied side by side into each rank's slot; between two barriers each
+  // rank reduces its own share's piece across the slots in rank order (the
+  // bits of an allreduce) straight into `output`. Each rank copies its whole
+  // input once and reduces only its share: half an allreduce's work.
+  absl::Status ReduceScatterThroughSlots(const at::Tensor& output,
+                                         const std::vector<at::Tensor>& inputs,
+                                         ReduceOp op, absl::Time deadline) {
+    const int64_t element = output.element_size();
+    const int64_t piece = slot_bytes_ / (size_ * element);
+    if (piece == 0) {
+      // Slots too small to hold an element of every share: rank j's share
+      // is reduced like an allreduce that only j keeps.
+      for (int j = 0; j < size_; ++j) {
+        DTRAIN_RETURN_IF_ERROR(Reduce(inputs[j], op, deadline, j, output));
+      }
+      return absl::OkStatus();
+    }
+    const int64_t total = output.numel();
+    char* out = static_cast<char*>(output.data_ptr());
+    std::vector<const void*> mine;
+    for (int r = 0; r < size_; ++r) {
+      mine.push_back(slot(r) + rank_ * piece * element);
+    }
+    for (int64_t first = 0; first < total; first += piece) {
+      const int64_t n = std::min(piece, total - first);
+      for (int j = 0; j < size_; ++j) {
+        std::memcpy(
+            slot(rank_) + j * piece * element,
+            static_cast<const char*>(inputs[j].data_ptr()) + first * element,
+            n * element);
+      }
+      DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+      DTRAIN_RETURN_IF_ERROR(shm::ReduceInOrder(output.scalar_type(), op, mine,
+                                                0, n, out + first * element));
+      DTRAIN_RETURN_IF_ERROR(barrier_.Arrive(deadline));
+    }
+    return absl::OkStatus();
   }
 
   // Reduces `input` over the ranks, chunk by chunk, into `output` on rank
@@ -470,15 +614,16 @@ class ShmBackend : public Backend {
   GroupBarrier barrier_;  // Used on the worker thread only, after Join.
   const std::vector<const void*> slots_;  // slot(r) for every rank
   std::vector<SharedBuffer> buffers_;     // Worker thread only.
-  std::atomic<int64_t> zero_copy_allreduces_{0};
+  std::vector<char> scratch_;             // Worker thread only.
+  std::atomic<int64_t> zero_copy_collectives_{0};
   internal::OrderedWorker worker_;  // Last: drains before the rest goes.
 };
 
 }  // namespace
 
-int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend) {
+int64_t ShmZeroCopyCollectivesForTesting(const Backend& backend) {
   const auto* shm = dynamic_cast<const ShmBackend*>(&backend);
-  return shm == nullptr ? -1 : shm->zero_copy_allreduces();
+  return shm == nullptr ? -1 : shm->zero_copy_collectives();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(

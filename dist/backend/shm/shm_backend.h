@@ -16,6 +16,15 @@
 // the copying path. Other tensors, including ones only partly inside a
 // buffer, take the copying path.
 //
+// ReduceScatter and AllGather, the collectives of a sharded optimizer, copy
+// nothing either when their per-rank tensors lie back to back, in rank order,
+// inside one buffer (at the same offset on every rank): a reduce_scatter
+// reduces each rank's share straight from all ranks' buffers into its output
+// (which may be that share itself), an allgather copies each rank's input
+// into its share of every rank's buffer. Otherwise a reduce_scatter copies
+// its inputs once through the slots and each rank reduces only its own share:
+// half an allreduce's work. Either way, each share has an allreduce's bits.
+//
 // Creation is the proof that the ranks share memory: rank 0 creates the
 // segment and publishes its locator through the store; every other rank maps
 // it and checks its token; all ranks then learn who could not (through the
@@ -60,9 +69,10 @@ struct ShmBackendOptions {
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     const Membership& group, const ShmBackendOptions& options = {});
 
-// For tests only: how many of `backend`'s allreduces took the zero-copy path
-// so far, or -1 when it is not an shm backend. Any thread.
-int64_t ShmZeroCopyAllReducesForTesting(const Backend& backend);
+// For tests only: how many of `backend`'s collectives (allreduce,
+// reduce_scatter, allgather) took a zero-copy path so far, or -1 when it is
+// not an shm backend. Any thread.
+int64_t ShmZeroCopyCollectivesForTesting(const Backend& backend);
 
 }  // namespace dtrain::backend
 

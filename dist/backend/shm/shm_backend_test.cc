@@ -190,7 +190,7 @@ TEST(ShmBackendTest, BufferAllReduceHasTheCopyingPathsBits) {
   for (int w : {1, 2, 3, 4}) {
     // 256-byte slots: the copying path goes in many chunks.
     testing::RunRanks(w, Shm(256), [&](Backend& b) {
-      const int64_t before = ShmZeroCopyAllReducesForTesting(b);
+      const int64_t before = ShmZeroCopyCollectivesForTesting(b);
       int64_t expected_zero_copy = 0;
       for (at::ScalarType dtype : dtypes) {
         absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(5000, dtype);
@@ -215,7 +215,7 @@ TEST(ShmBackendTest, BufferAllReduceHasTheCopyingPathsBits) {
           }
         }
       }
-      EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b) - before,
+      EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b) - before,
                 expected_zero_copy);
     });
   }
@@ -236,12 +236,12 @@ TEST(ShmBackendTest, TensorsOnlyPartlyInABufferTakeTheCopyingPath) {
     ASSERT_TRUE(b.AllReduce(elsewhere)->Wait().ok());
     EXPECT_TRUE(at::equal(elsewhere, at::full({8}, 2.0f)));
     ASSERT_TRUE(b.AllReduce(buffer->narrow(0, 10, 0))->Wait().ok());
-    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 0);
+    EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b), 0);
     // The whole buffer does take the zero-copy path.
     buffer->fill_(1);
     ASSERT_TRUE(b.AllReduce(*buffer)->Wait().ok());
     EXPECT_TRUE(at::equal(*buffer, at::full({960}, 2.0f)));
-    EXPECT_EQ(ShmZeroCopyAllReducesForTesting(b), 1);
+    EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b), 1);
   });
 }
 
