@@ -151,4 +151,14 @@ absl::StatusOr<Description> PrepareReduceScatter(
                                   DescribeTensor(output), " per rank")};
 }
 
+bool BackToBack(absl::Span<const at::Tensor> parts) {
+  if (parts.empty() || parts[0].numel() == 0) return false;
+  const char* next = static_cast<const char*>(parts[0].data_ptr());
+  for (const at::Tensor& t : parts) {
+    if (!t.is_contiguous() || t.data_ptr() != next) return false;
+    next += t.numel() * t.element_size();
+  }
+  return true;
+}
+
 }  // namespace dtrain::backend::internal

@@ -90,6 +90,12 @@ absl::StatusOr<Description> PrepareReduceScatter(
     absl::string_view backend, const TensorCheck& check, int size,
     const at::Tensor& output, absl::Span<const at::Tensor> inputs, ReduceOp op);
 
+// Whether `parts` (a reduce-scatter's inputs, an allgather's outputs) are
+// contiguous, non-empty and back to back in order: part j starts where part
+// j - 1 ends. A backend then works on them as one message, without staging
+// them in a scratch buffer of its own.
+bool BackToBack(absl::Span<const at::Tensor> parts);
+
 }  // namespace dtrain::backend::internal
 
 #endif  // DTRAIN_DIST_BACKEND_COLLECTIVE_H_

@@ -305,6 +305,15 @@ class NcclBackend : public Backend {
         *what, WorkKind::kCollective, std::move(keep), [=, this](Enqueuer& q) {
           const size_t bytes = input.numel() * input.element_size();
           if (bytes == 0) return absl::OkStatus();
+          if (internal::BackToBack(outputs)) {
+            // Straight into the outputs; in place when the input is this
+            // rank's own (NCCL's in-place form).
+            return Call(q, [&] {
+              return ncclAllGather(input.data_ptr(), outputs[0].data_ptr(),
+                                   input.numel(), NcclType(input.scalar_type()),
+                                   comm_, stream_);
+            });
+          }
           // Scratch from the caching allocator, kept alive (with the outputs)
           // until the stream is done with it, also after an abort.
           at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
@@ -340,6 +349,15 @@ class NcclBackend : public Backend {
         *what, WorkKind::kCollective, std::move(keep), [=, this](Enqueuer& q) {
           const size_t bytes = output.numel() * output.element_size();
           if (bytes == 0) return absl::OkStatus();
+          if (internal::BackToBack(inputs)) {
+            // Straight from the inputs (in place when the output is this
+            // rank's own input).
+            return Call(q, [&] {
+              return ncclReduceScatter(
+                  inputs[0].data_ptr(), output.data_ptr(), output.numel(),
+                  NcclType(output.scalar_type()), NcclOp(op), comm_, stream_);
+            });
+          }
           at::Tensor flat =
               at::empty({size_ * output.numel()}, output.options());
           q.Keep(flat);

@@ -204,6 +204,33 @@ TEST(NcclBackendTest, AverageMinMaxAndReduceScatter) {
   });
 }
 
+// A sharded optimizer's collectives on one flat tensor, each rank's share
+// back to back: reduce-scatter into the rank's own share and allgather from
+// it, both in place (NCCL's in-place forms, no staging copy), and out of
+// place from back-to-back inputs.
+TEST(NcclBackendTest, ReduceScatterAndAllGatherInPlace) {
+  if (const std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
+  const int w = static_cast<int>(torch::cuda::device_count());
+  testing::RunRanks(w, Factory(), [&](Backend& b) {
+    const int me = b.rank();
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{(1 << 16) + 3}}) {
+      at::Tensor flat = at::arange(w * n, On(b, at::kFloat)) + me;
+      std::vector<at::Tensor> shares;
+      for (int r = 0; r < w; ++r) shares.push_back(flat.narrow(0, r * n, n));
+      const at::Tensor sums =
+          (at::arange(w * n, at::kFloat) * w + w * (w - 1) / 2.0f);
+      at::Tensor out = at::empty({n}, On(b, at::kFloat));
+      ASSERT_TRUE(b.ReduceScatter(out, shares)->Wait().ok());
+      EXPECT_TRUE(at::equal(out.cpu(), sums.narrow(0, me * n, n)));
+      ASSERT_TRUE(b.ReduceScatter(shares[me], shares)->Wait().ok());
+      EXPECT_TRUE(at::equal(shares[me].cpu(), sums.narrow(0, me * n, n)));
+      // Every rank's reduced share gathered back in place: the full sums.
+      ASSERT_TRUE(b.AllGather(shares, shares[me])->Wait().ok());
+      EXPECT_TRUE(at::equal(flat.cpu(), sums)) << "n=" << n;
+    }
+  });
+}
+
 TEST(NcclBackendTest, WaitLeavesTheHostFreeAndBarrierBlocksIt) {
   if (const std::string why = WhyNoGpu(); !why.empty()) GTEST_SKIP() << why;
   const int w = static_cast<int>(torch::cuda::device_count());

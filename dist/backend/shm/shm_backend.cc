@@ -379,18 +379,10 @@ class ShmBackend : public Backend {
   std::optional<InPlaceRequest> FindInBuffer(InPlaceKind kind,
                                              absl::Span<const at::Tensor> parts,
                                              ReduceOp op) const {
+    if (!internal::BackToBack(parts)) return std::nullopt;
     const int64_t numel = parts[0].numel();
-    if (numel == 0) return std::nullopt;
-    const int64_t part_bytes = numel * parts[0].element_size();
     const auto begin = reinterpret_cast<uintptr_t>(parts[0].data_ptr());
-    for (size_t j = 0; j < parts.size(); ++j) {
-      if (!parts[j].is_contiguous() ||
-          reinterpret_cast<uintptr_t>(parts[j].data_ptr()) !=
-              begin + j * part_bytes) {
-        return std::nullopt;
-      }
-    }
-    const auto end = begin + parts.size() * part_bytes;
+    const auto end = begin + parts.size() * numel * parts[0].element_size();
     for (size_t i = 0; i < buffers_.size(); ++i) {
       const auto base = reinterpret_cast<uintptr_t>(buffers_[i].data[rank_]);
       if (begin >= base && end <= base + buffers_[i].bytes) {
