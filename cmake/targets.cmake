@@ -1526,6 +1526,43 @@ dtrain_cc_test(dtrain_dist_store_tcp_store_test
   DEPS dtrain_dist_store_store_conformance dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_protocol dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/zero:shard_layout
+dtrain_cc_library(dtrain_dist_zero_shard_layout
+  EXPORT_NAME zero_shard_layout
+  PACKAGE dist/zero
+  SRCS dist/zero/shard_layout.cc
+  HDRS dist/zero/shard_layout.h)
+
+# //dist/zero:reduce_scatter_hook
+dtrain_cc_library(dtrain_dist_zero_reduce_scatter_hook
+  EXPORT_NAME zero_reduce_scatter_hook
+  PACKAGE dist/zero
+  SRCS dist/zero/reduce_scatter_hook.cc
+  HDRS dist/zero/reduce_scatter_hook.h
+  DEPS dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/zero:shard_layout_test
+dtrain_cc_test(dtrain_dist_zero_shard_layout_test
+  OUTPUT dist/zero/shard_layout_test
+  SRCS dist/zero/shard_layout_test.cc
+  DEPS dtrain_dist_zero_shard_layout dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //dist/zero:sharded_optimizer
+dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
+  EXPORT_NAME zero_sharded_optimizer
+  PACKAGE dist/zero
+  SRCS dist/zero/sharded_optimizer.cc
+  HDRS dist/zero/sharded_optimizer.h
+  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/zero:sharded_optimizer_test
+dtrain_cc_test(dtrain_dist_zero_sharded_optimizer_test
+  OUTPUT dist/zero/sharded_optimizer_test
+  SRCS dist/zero/sharded_optimizer_test.cc
+  DEPS dtrain_dist_zero_sharded_optimizer dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 300)
+
 # //examples/comm_hook:line_count_test
 dtrain_sh_test(dtrain_examples_comm_hook_line_count_test
   OUTPUT examples/comm_hook/line_count_test

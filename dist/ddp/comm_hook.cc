@@ -20,6 +20,18 @@ std::shared_ptr<backend::Work> BucketComm::AllReduce(at::Tensor tensor,
   return l.work;
 }
 
+std::shared_ptr<backend::Work> BucketComm::ReduceScatter(
+    at::Tensor output, std::vector<at::Tensor> inputs, backend::ReduceOp op,
+    absl::string_view stage) {
+  Launched l;
+  l.what = absl::StrCat(what_, " ", stage);
+  l.launched_at = absl::Now();
+  l.work =
+      comm_->backend().ReduceScatter(std::move(output), std::move(inputs), op);
+  launched_.push_back(l);
+  return l.work;
+}
+
 const BucketComm::Launched* BucketComm::Find(const backend::Work& work) const {
   for (const Launched& l : launched_) {
     if (l.work.get() == &work) return &l;

@@ -111,6 +111,12 @@ class BucketComm {
   std::shared_ptr<backend::Work> AllReduce(at::Tensor tensor,
                                            backend::ReduceOp op,
                                            absl::string_view stage);
+  // Launches a reduce-scatter (Backend::ReduceScatter), recorded the same
+  // way: a sharded optimizer's hook averages only this rank's share.
+  std::shared_ptr<backend::Work> ReduceScatter(at::Tensor output,
+                                               std::vector<at::Tensor> inputs,
+                                               backend::ReduceOp op,
+                                               absl::string_view stage);
 
   // Waits for `work` (launched through this object) within
   // DdpOptions::timeout. Errors read "[rank 1] ddp: step 12, bucket 3 (...)

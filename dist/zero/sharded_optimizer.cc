@@ -1,0 +1,188 @@
+#include "dist/zero/sharded_optimizer.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/torch_guard.h"
+
+namespace dtrain::zero {
+namespace {
+
+std::string Who(ddp::DistributedDataParallel& ddp) {
+  return absl::StrCat("[rank ", ddp.backend().rank(), "] zero");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
+    ddp::DistributedDataParallel& ddp, const ShardedOptimizerOptions& options,
+    const ShardOptimizerFactory& make_optimizer) {
+  const std::string who = Who(ddp);
+  if (options.stage != 1 && options.stage != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": stage ", options.stage,
+        " is not 1 (optimizer state sharded) or 2 (gradients too)"));
+  }
+  if (options.stage == 2 && ddp.comm_hook().name() != "allreduce") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who,
+        ": stage 2 averages gradients with a reduce-scatter hook, but DDP "
+        "already has the '",
+        ddp.comm_hook().name(),
+        "' hook: use stage 1 with it, or no hook with stage 2"));
+  }
+  backend::Backend& backend = ddp.backend();
+  const int rank = backend.rank();
+  const int world = backend.size();
+  std::unique_ptr<ShardedOptimizer> z(new ShardedOptimizer(ddp, options));
+
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& item : ddp.module().named_parameters(/*recurse=*/true)) {
+    by_name[item.key()] = item.value();
+  }
+  std::vector<std::vector<int64_t>> numels;
+  for (const ddp::BucketInfo& info : ddp.buckets()) {
+    std::vector<at::Tensor> params;
+    std::vector<int64_t> n;
+    for (const std::string& name : info.parameters) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        return absl::InternalError(absl::StrCat(
+            who, ": DDP's bucket ", info.index, " names parameter '", name,
+            "', which the module does not have"));
+      }
+      params.push_back(it->second);
+      n.push_back(it->second.numel());
+    }
+    z->params_.push_back(std::move(params));
+    numels.push_back(std::move(n));
+  }
+  z->shards_ = PlanShards(numels, rank, world);
+
+  // Each bucket's parameters moved into one flat tensor, padded to N shares:
+  // in the backend's shared memory on CPU (a collective, in bucket order).
+  for (size_t b = 0; b < z->shards_.size(); ++b) {
+    const BucketShard& s = z->shards_[b];
+    const ddp::BucketInfo& info = ddp.buckets()[b];
+    at::Tensor flat;
+    if (info.device.is_cpu()) {
+      absl::StatusOr<at::Tensor> buffer =
+          backend.AllocateBuffer(world * s.share, info.dtype);
+      if (!buffer.ok()) {
+        return absl::Status(
+            buffer.status().code(),
+            absl::StrCat(who, ": allocating bucket ", b,
+                         "'s parameters: ", buffer.status().message()));
+      }
+      flat = *std::move(buffer);
+    }
+    DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+        absl::StatusCode::kInternal,
+        absl::StrCat(who, ": moving bucket ", b, "'s parameters: "),
+        [&]() -> absl::Status {
+          at::NoGradGuard no_grad;
+          if (!flat.defined()) {
+            flat = at::zeros({world * s.share},
+                             at::TensorOptions(info.dtype).device(info.device));
+          }
+          for (size_t p = 0; p < z->params_[b].size(); ++p) {
+            at::Tensor& param = z->params_[b][p];
+            at::Tensor view = flat.narrow(0, s.param_offsets[p], param.numel())
+                                  .view(param.sizes());
+            view.copy_(param.detach());
+            param.set_data(view);
+          }
+          std::vector<at::Tensor> parts;
+          for (int r = 0; r < world; ++r) {
+            parts.push_back(flat.narrow(0, r * s.share, s.share));
+          }
+          z->shares_.push_back(parts[rank].narrow(0, 0, s.length));
+          z->parts_.push_back(std::move(parts));
+          return absl::OkStatus();
+        }));
+    z->flat_.push_back(std::move(flat));
+  }
+
+  if (options.stage == 2) {
+    z->hook_ = std::make_shared<ReduceScatterHook>(z->shards_);
+    DTRAIN_RETURN_IF_ERROR(ddp.RegisterCommHook(z->hook_));
+  }
+  std::vector<at::Tensor> stepped;
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kInvalidArgument,
+      absl::StrCat(who, ": making the optimizer: "), [&]() -> absl::Status {
+        for (size_t b = 0; b < z->shares_.size(); ++b) {
+          at::Tensor& share = z->shares_[b];
+          if (options.stage == 2) {
+            share.mutable_grad() = z->hook_->share(static_cast<int>(b));
+          } else {
+            z->grads_.push_back(at::zeros_like(share));
+            share.mutable_grad() = z->grads_.back();
+          }
+          if (share.numel() > 0) stepped.push_back(share);
+        }
+        z->optimizer_ = make_optimizer(stepped);
+        return absl::OkStatus();
+      }));
+  if (z->optimizer_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": the optimizer factory made no optimizer"));
+  }
+  return z;
+}
+
+absl::Status ShardedOptimizer::Step() {
+  const std::string who = Who(ddp_);
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat(who, ": step: "),
+      [&]() -> absl::Status {
+        at::NoGradGuard no_grad;
+        if (options_.stage == 1) {
+          for (size_t b = 0; b < shards_.size(); ++b) {
+            for (const ParamPiece& p : shards_[b].pieces) {
+              at::Tensor into = grads_[b].narrow(0, p.share_offset, p.numel);
+              const at::Tensor& grad = params_[b][p.param].grad();
+              if (grad.defined()) {
+                into.copy_(
+                    grad.reshape({-1}).narrow(0, p.param_offset, p.numel));
+              } else {
+                into.zero_();
+              }
+            }
+          }
+        }
+        optimizer_->step();
+        return absl::OkStatus();
+      }));
+  // Every bucket's parameters gathered in place, all launched before the
+  // first wait.
+  backend::Backend& backend = ddp_.backend();
+  std::vector<std::shared_ptr<backend::Work>> works;
+  for (size_t b = 0; b < parts_.size(); ++b) {
+    works.push_back(backend.AllGather(parts_[b], parts_[b][backend.rank()]));
+  }
+  absl::Status first;
+  for (size_t b = 0; b < works.size(); ++b) {
+    const absl::Status s = works[b]->Wait(ddp_.options().timeout);
+    if (!s.ok() && first.ok()) {
+      first =
+          absl::Status(s.code(), absl::StrCat(who, ": allgather of bucket ", b,
+                                              "'s parameters: ", s.message()));
+    }
+  }
+  return first;
+}
+
+int64_t ShardedOptimizer::shard_numel() const {
+  int64_t n = 0;
+  for (const BucketShard& s : shards_) n += s.length;
+  return n;
+}
+
+}  // namespace dtrain::zero

@@ -1,0 +1,121 @@
+// ZeRO stages 1 and 2 (Rajbhandari et al., 2019) on DistributedDataParallel's
+// buckets, as PyTorch's ZeroRedundancyOptimizer (stage 1) with
+// parameters_as_bucket_view: each rank keeps the optimizer state of, and
+// steps, only its share of every bucket (shard_layout.h: 1/N of it), then
+// the ranks allgather the updated parameters.
+//
+//   DTRAIN_ASSIGN_OR_RETURN(
+//       std::unique_ptr<zero::ShardedOptimizer> zero,
+//       zero::ShardedOptimizer::Create(*ddp, {/*stage=*/2},
+//           [](std::vector<at::Tensor> shares) {
+//             return std::make_unique<torch::optim::Adam>(
+//                 shares, torch::optim::AdamOptions(1e-3));
+//           }));
+//   for (...) {  // every step:
+//     DTRAIN_RETURN_IF_ERROR(ddp->PrepareForward());
+//     loss(model->forward(x)).backward();
+//     DTRAIN_RETURN_IF_ERROR(ddp->SynchronizeGradients());
+//     DTRAIN_RETURN_IF_ERROR(zero->Step());
+//     model->zero_grad(/*set_to_none=*/false);
+//   }
+//
+// Stage 1: DDP averages the gradients with its hook, as without ZeRO; Step
+// copies this rank's share of each bucket's gradients out of .grad. Stage 2:
+// Create registers a ReduceScatterHook (reduce_scatter_hook.h): each bucket
+// is reduce-scattered as backward fills it and only this rank's share is
+// averaged, half an allreduce's bytes on the wire; .grad then keeps the
+// local gradients, not their average. A DDP with another hook registered is
+// refused for stage 2, naming it.
+//
+// Parameters: Create moves each bucket's parameters into one flat tensor per
+// bucket (padded to N shares; shared memory on CPU, where the shm backend's
+// allgather into it copies nothing) with set_data, so the module's
+// parameters stay the same tensors. The optimizer the factory makes sees one
+// tensor per bucket, this rank's share (empty shares left out). With an
+// element-wise optimizer (SGD with momentum, Adam, AdamW, Adadelta) each
+// element is stepped as over the whole model, so the parameters follow
+// unsharded DDP's: bit for bit at stage 1, where the gradients are DDP's
+// own; at stage 2 within the reduce-scatter's rounding (the shm backend's
+// reduce-scatter has its allreduce's bits; Gloo's ring sums in another
+// order). An optimizer that looks across elements (LBFGS, a global norm)
+// would see only the share.
+//
+// Thread safety: none; the training thread only. Ordering: Create and Step
+// are collectives on DDP's backend: every rank calls them in the same order,
+// relative to DDP's own collectives too. Lifetimes: the DDP, its module and
+// its backend outlive this object.
+#ifndef DTRAIN_DIST_ZERO_SHARDED_OPTIMIZER_H_
+#define DTRAIN_DIST_ZERO_SHARDED_OPTIMIZER_H_
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dist/ddp/ddp.h"
+#include "dist/zero/reduce_scatter_hook.h"
+#include "dist/zero/shard_layout.h"
+
+namespace dtrain::zero {
+
+struct ShardedOptimizerOptions {
+  // 1: the optimizer state is sharded; 2: the gradients' averaging too.
+  int stage = 1;
+};
+
+// Makes the optimizer for this rank's shares (one tensor per bucket).
+using ShardOptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(
+        std::vector<at::Tensor> shares)>;
+
+class ShardedOptimizer {
+ public:
+  // Collective. Call after DDP's Create and before the first synchronised
+  // step. kInvalidArgument for a stage other than 1 or 2, a stage-2 DDP with
+  // a hook of its own or without gradient sync, or a factory that makes no
+  // optimizer; the backend's error when allocating fails.
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
+      ddp::DistributedDataParallel& ddp, const ShardedOptimizerOptions& options,
+      const ShardOptimizerFactory& make_optimizer);
+
+  // After SynchronizeGradients: steps this rank's shares and allgathers the
+  // parameters. Errors name the bucket and the rank; after one, the
+  // parameters are not to be trusted (as after a failed DDP step).
+  absl::Status Step();
+
+  // The shares' optimizer: its learning rates, state and checkpoints.
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // This rank's shares of the parameters, one per bucket (some empty).
+  const std::vector<at::Tensor>& shares() const { return shares_; }
+  // Elements this rank steps: the sum of its shares' lengths.
+  int64_t shard_numel() const;
+  int stage() const { return options_.stage; }
+
+ private:
+  ShardedOptimizer(ddp::DistributedDataParallel& ddp,
+                   const ShardedOptimizerOptions& options)
+      : ddp_(ddp), options_(options) {}
+
+  ddp::DistributedDataParallel& ddp_;
+  const ShardedOptimizerOptions options_;
+  std::vector<BucketShard> shards_;
+  // Per bucket: its parameters in bucket order, the flat padded parameter
+  // tensor they now live in, its N parts, and this rank's share of it.
+  std::vector<std::vector<at::Tensor>> params_;
+  std::vector<at::Tensor> flat_;
+  std::vector<std::vector<at::Tensor>> parts_;
+  std::vector<at::Tensor> shares_;
+  // Stage 1: each share's gradient, copied out of .grad every step.
+  std::vector<at::Tensor> grads_;
+  std::shared_ptr<ReduceScatterHook> hook_;  // stage 2
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace dtrain::zero
+
+#endif  // DTRAIN_DIST_ZERO_SHARDED_OPTIMIZER_H_

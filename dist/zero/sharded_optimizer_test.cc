@@ -1,0 +1,216 @@
+// ZeRO stages 1 and 2 against unsharded DDP, ranks as threads: the same
+// parameters after training with SGD (momentum) and Adam, on the shared-
+// memory, Gloo and two-host backends; each rank's optimizer state is its
+// share of every bucket; replicas stay identical; bad options are refused.
+//
+// Bit for bit: stage 1 everywhere (DDP's own averaged gradients, stepped
+// element-wise) and stage 2 on shared memory (its reduce-scatter has its
+// allreduce's bits). Within float tolerance: stage 2 over Gloo and two hosts,
+// whose reduce-scatter sums in another order than their allreduce.
+
+#include "dist/zero/sharded_optimizer.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dist/backend/backend_testing.h"
+#include "dist/ddp/ddp.h"
+#include "dist/ddp/ddp_testing.h"
+#include "dist/ddp/hooks/compress_hook.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::zero {
+namespace {
+
+using backend::testing::BackendFactory;
+using backend::testing::RunRanks;
+using ddp::testing::Input;
+using ddp::testing::Loss;
+using ddp::testing::Mlp;
+using ::testing::HasSubstr;
+
+constexpr int kSteps = 5;
+
+enum class Kind { kSgd, kAdam };
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
+    Kind kind, std::vector<at::Tensor> params) {
+  if (kind == Kind::kSgd) {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(0.1).momentum(0.9));
+  }
+  return std::make_unique<torch::optim::Adam>(
+      params, torch::optim::AdamOptions(0.01).weight_decay(0.01));
+}
+
+// Small buckets, of uneven sizes that do not divide by 3 or 4.
+ddp::DdpOptions SmallBuckets() {
+  ddp::DdpOptions o;
+  o.first_bucket_cap_bytes = 600;
+  o.bucket_cap_bytes = 600;
+  o.timeout = ddp::testing::kTestTimeout;
+  return o;
+}
+
+struct Trained {
+  // Per rank: every parameter after training, by name.
+  std::vector<std::map<std::string, at::Tensor>> params;
+  // Per rank: elements its optimizer keeps state for (Adam: two per element).
+  std::vector<int64_t> state_numel;
+  std::vector<int64_t> shard_numel;
+};
+
+// Trains the MLP `kSteps` steps on `world` ranks; stage 0 is unsharded DDP.
+Trained Train(int world, const BackendFactory& factory, int stage, Kind kind) {
+  std::vector<Mlp> models;
+  for (int r = 0; r < world; ++r) {
+    torch::manual_seed(10);
+    models.emplace_back();
+  }
+  Trained out;
+  out.params.resize(world);
+  out.state_numel.resize(world);
+  out.shard_numel.resize(world);
+  RunRanks(world, factory, [&](backend::Backend& b) {
+    Mlp model = models[b.rank()];
+    auto ddp =
+        ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    ASSERT_GE((*ddp)->buckets().size(), 2u);
+    std::unique_ptr<ShardedOptimizer> zero;
+    std::unique_ptr<torch::optim::Optimizer> plain;
+    if (stage > 0) {
+      auto z = ShardedOptimizer::Create(
+          **ddp, {stage},
+          [kind](std::vector<at::Tensor> p) { return MakeOptimizer(kind, p); });
+      ASSERT_TRUE(z.ok()) << z.status();
+      zero = *std::move(z);
+    } else {
+      plain = MakeOptimizer(kind, model->parameters());
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      ASSERT_TRUE((*ddp)->PrepareForward().ok());
+      Loss(model->forward(Input(b.rank()))).backward();
+      ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
+      if (zero != nullptr) {
+        const absl::Status s = zero->Step();
+        ASSERT_TRUE(s.ok()) << s;
+      } else {
+        plain->step();
+      }
+      model->zero_grad(/*set_to_none=*/false);
+    }
+    torch::optim::Optimizer& o = zero != nullptr ? zero->optimizer() : *plain;
+    int64_t state = 0;
+    for (const auto& group : o.param_groups()) {
+      for (const at::Tensor& p : group.params()) {
+        auto it = o.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        if (it == o.state().end()) continue;
+        if (kind == Kind::kAdam) {
+          auto& s = static_cast<torch::optim::AdamParamState&>(*it->second);
+          state += s.exp_avg().numel() + s.exp_avg_sq().numel();
+        } else {
+          auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
+          state += s.momentum_buffer().numel();
+        }
+      }
+    }
+    out.state_numel[b.rank()] = state;
+    out.shard_numel[b.rank()] = zero != nullptr ? zero->shard_numel() : 0;
+    for (const auto& item : model->named_parameters()) {
+      out.params[b.rank()][item.key()] = item.value().detach().clone();
+    }
+  });
+  return out;
+}
+
+struct Backends {
+  std::string name;
+  BackendFactory factory;
+  int world;
+  bool stage2_exact;  // its reduce-scatter has its allreduce's bits
+};
+
+std::vector<Backends> AllBackends() {
+  return {{"shm", ddp::testing::Shm(), 3, true},
+          {"gloo", ddp::testing::Gloo(), 2, false},
+          {"two hosts", ddp::testing::TwoHosts(), 4, false}};
+}
+
+TEST(ShardedOptimizerTest, FollowsUnshardedDdp) {
+  constexpr int64_t kModelNumel = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4;
+  for (const Backends& be : AllBackends()) {
+    for (Kind kind : {Kind::kSgd, Kind::kAdam}) {
+      const std::string what =
+          absl::StrCat(be.name, kind == Kind::kSgd ? " SGD" : " Adam");
+      const Trained want = Train(be.world, be.factory, 0, kind);
+      for (int stage : {1, 2}) {
+        const Trained got = Train(be.world, be.factory, stage, kind);
+        const bool exact = stage == 1 || be.stage2_exact;
+        int64_t shards = 0;
+        for (int r = 0; r < be.world; ++r) {
+          for (const auto& [name, value] : want.params[r]) {
+            const at::Tensor& g = got.params[r].at(name);
+            if (exact) {
+              EXPECT_TRUE(at::equal(g, value))
+                  << what << " stage " << stage << " rank " << r << " " << name
+                  << ": max difference "
+                  << (g - value).abs().max().item<float>();
+            } else {
+              EXPECT_TRUE(at::allclose(g, value, 1e-5, 1e-6))
+                  << what << " stage " << stage << " rank " << r << " " << name;
+            }
+            // Replicas stay identical.
+            EXPECT_TRUE(at::equal(g, got.params[0].at(name)));
+          }
+          // The optimizer keeps state for this rank's share only.
+          const int per_element = kind == Kind::kAdam ? 2 : 1;
+          EXPECT_EQ(got.state_numel[r], per_element * got.shard_numel[r]);
+          EXPECT_EQ(want.state_numel[r], per_element * kModelNumel);
+          shards += got.shard_numel[r];
+        }
+        EXPECT_EQ(shards, kModelNumel) << what << " stage " << stage;
+      }
+    }
+  }
+}
+
+TEST(ShardedOptimizerTest, RefusesBadStagesAndAStage2WithAHook) {
+  RunRanks(2, ddp::testing::Gloo(), [&](backend::Backend& b) {
+    Mlp model;
+    auto ddp =
+        ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    auto adam = [](std::vector<at::Tensor> p) {
+      return MakeOptimizer(Kind::kAdam, p);
+    };
+    auto three = ShardedOptimizer::Create(**ddp, {3}, adam);
+    EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(three.status().message()),
+                HasSubstr(absl::StrCat("[rank ", b.rank(),
+                                       "] zero: stage 3 is not 1")));
+    ASSERT_TRUE((*ddp)->RegisterCommHook(ddp::hooks::Fp16CompressHook()).ok());
+    auto two = ShardedOptimizer::Create(**ddp, {2}, adam);
+    EXPECT_EQ(two.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(two.status().message()),
+                HasSubstr("already has the 'fp16' hook"));
+    auto none =
+        ShardedOptimizer::Create(**ddp, {1}, [](std::vector<at::Tensor>) {
+          return std::unique_ptr<torch::optim::Optimizer>();
+        });
+    EXPECT_THAT(std::string(none.status().message()),
+                HasSubstr("the optimizer factory made no optimizer"));
+  });
+}
+
+}  // namespace
+}  // namespace dtrain::zero
