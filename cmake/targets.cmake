@@ -933,6 +933,43 @@ dtrain_sh_test(dtrain_bench_shm_allreduce_bandwidth_test
   TIMEOUT 60
   ARGS bench/shm_allreduce_bandwidth)
 
+# //dist/zero:shard_layout
+dtrain_cc_library(dtrain_dist_zero_shard_layout
+  EXPORT_NAME zero_shard_layout
+  PACKAGE dist/zero
+  SRCS dist/zero/shard_layout.cc
+  HDRS dist/zero/shard_layout.h)
+
+# //dist/zero:reduce_scatter_hook
+dtrain_cc_library(dtrain_dist_zero_reduce_scatter_hook
+  EXPORT_NAME zero_reduce_scatter_hook
+  PACKAGE dist/zero
+  SRCS dist/zero/reduce_scatter_hook.cc
+  HDRS dist/zero/reduce_scatter_hook.h
+  DEPS dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/zero:sharded_optimizer
+dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
+  EXPORT_NAME zero_sharded_optimizer
+  PACKAGE dist/zero
+  SRCS dist/zero/sharded_optimizer.cc
+  HDRS dist/zero/sharded_optimizer.h
+  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
+
+# //bench:zero_benchmark
+dtrain_cc_binary(dtrain_bench_zero_benchmark
+  OUTPUT bench/zero_benchmark
+  SRCS bench/zero_benchmark.cc
+  DEPS dtrain_bench_bench_util dtrain_dist_backend_shm dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_benchmark dtrain_tp_torch)
+
+# //bench:zero_benchmark_run_test
+dtrain_sh_test(dtrain_bench_zero_benchmark_run_test
+  OUTPUT bench/zero_benchmark_run_test
+  SCRIPT bench/benchmarks_run_test.sh
+  DATA_TARGETS dtrain_bench_zero_benchmark
+  TIMEOUT 60
+  ARGS bench/zero_benchmark)
+
 # //data:dataset_test
 dtrain_cc_test(dtrain_data_dataset_test
   OUTPUT data/dataset_test
@@ -1526,35 +1563,12 @@ dtrain_cc_test(dtrain_dist_store_tcp_store_test
   DEPS dtrain_dist_store_store_conformance dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_protocol dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/zero:shard_layout
-dtrain_cc_library(dtrain_dist_zero_shard_layout
-  EXPORT_NAME zero_shard_layout
-  PACKAGE dist/zero
-  SRCS dist/zero/shard_layout.cc
-  HDRS dist/zero/shard_layout.h)
-
-# //dist/zero:reduce_scatter_hook
-dtrain_cc_library(dtrain_dist_zero_reduce_scatter_hook
-  EXPORT_NAME zero_reduce_scatter_hook
-  PACKAGE dist/zero
-  SRCS dist/zero/reduce_scatter_hook.cc
-  HDRS dist/zero/reduce_scatter_hook.h
-  DEPS dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
-
 # //dist/zero:shard_layout_test
 dtrain_cc_test(dtrain_dist_zero_shard_layout_test
   OUTPUT dist/zero/shard_layout_test
   SRCS dist/zero/shard_layout_test.cc
   DEPS dtrain_dist_zero_shard_layout dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //dist/zero:sharded_optimizer
-dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
-  EXPORT_NAME zero_sharded_optimizer
-  PACKAGE dist/zero
-  SRCS dist/zero/sharded_optimizer.cc
-  HDRS dist/zero/sharded_optimizer.h
-  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/zero:sharded_optimizer_test
 dtrain_cc_test(dtrain_dist_zero_sharded_optimizer_test
