@@ -1656,7 +1656,7 @@ dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
 dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_codec
   EXPORT_NAME trainer_checkpoint_optimizer_codec
   PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/adadelta_codec.cc trainer/checkpoint/optimizer_codec.cc trainer/checkpoint/sgd_codec.cc
+  SRCS trainer/checkpoint/adadelta_codec.cc trainer/checkpoint/adam_codec.cc trainer/checkpoint/optimizer_codec.cc trainer/checkpoint/sgd_codec.cc
   HDRS trainer/checkpoint/optimizer_codec.h
   DEPS dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_optim_adadelta dtrain_tp_absl dtrain_tp_torch)
 

@@ -169,14 +169,16 @@ def _parser():
          help="Stop after this many steps (0: no limit).")
     bool_flag("skip_validation", "No validation pass.")
     flag("optimizer", default=None,
-         help="sgd or adadelta (default: adadelta for convnet, sgd for "
-         "resnet18).")
+         help="sgd, adadelta, adam or adamw (default: adadelta for convnet, "
+         "sgd for resnet18).")
     flag("lr", type=float, default=None,
-         help="Learning rate (default 0.5 for adadelta, 0.1 for sgd).")
+         help="Learning rate (default 0.5 for adadelta, 0.1 for sgd, 0.001 "
+         "for adam and adamw).")
     flag("momentum", type=float, default=None,
          help="SGD momentum (default 0.9).")
     flag("weight_decay", type=float, default=None,
-         help="Weight decay (default 1e-4 for sgd, 0 for adadelta).")
+         help="Weight decay (default 1e-4 for sgd, 0.01 for adamw, 0 for "
+         "adadelta and adam).")
     flag("lr_step_epochs", type=int, default=30,
          help="Multiply the learning rate by --lr_gamma every N epochs.")
     flag("lr_gamma", type=float, default=0.1, help="See --lr_step_epochs.")
@@ -252,12 +254,14 @@ def _resolve_and_validate(o):
     if o.optimizer is None:
         o.optimizer = "sgd" if resnet else "adadelta"
     sgd = o.optimizer == "sgd"
+    adam = o.optimizer in ("adam", "adamw")
     if o.lr is None:
-        o.lr = 0.1 if sgd else 0.5
+        o.lr = 0.1 if sgd else 1e-3 if adam else 0.5
     if o.momentum is None:
         o.momentum = 0.9 if sgd else 0.0
     if o.weight_decay is None:
-        o.weight_decay = 1e-4 if sgd else 0.0
+        o.weight_decay = (1e-4 if sgd else 1e-2 if o.optimizer == "adamw"
+                          else 0.0)
     if o.batch_size is None:
         o.batch_size = 32 if resnet else 128
     if o.epochs is None:
@@ -285,15 +289,19 @@ def _resolve_and_validate(o):
         bad("epochs", "must be >= 1")
     if o.max_steps < 0:
         bad("max_steps", f"{o.max_steps} is not >= 0")
-    if o.optimizer not in ("sgd", "adadelta"):
+    if o.optimizer not in ("sgd", "adadelta", "adam", "adamw"):
         bad("optimizer",
-            f"unknown optimizer '{o.optimizer}'; known: adadelta, sgd")
+            f"unknown optimizer '{o.optimizer}'; known: adadelta, adam, "
+            "adamw, sgd")
     if not (o.lr > 0) or not math.isfinite(o.lr):
         bad("lr", "must be a finite number > 0")
     if not (0 <= o.momentum < 1):
         bad("momentum", "must be in [0, 1)")
     if o.optimizer == "adadelta" and o.momentum != 0:
         bad("momentum", "Adadelta has no momentum; leave it unset")
+    if adam and o.momentum != 0:
+        bad("momentum", f"{'Adam' if o.optimizer == 'adam' else 'AdamW'} "
+            "keeps its own moments (betas 0.9, 0.999); leave it unset")
     if not (o.weight_decay >= 0) or not math.isfinite(o.weight_decay):
         bad("weight_decay", "must be a finite number >= 0")
     if o.lr_step_epochs < 1:
@@ -567,6 +575,12 @@ def create_optimizer(args, model):
         return torch.optim.SGD(model.parameters(), lr=args.lr,
                                momentum=args.momentum,
                                weight_decay=args.weight_decay)
+    if args.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=args.lr,
+                                weight_decay=args.weight_decay)
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                 weight_decay=args.weight_decay)
     return torch.optim.Adadelta(model.parameters(), lr=args.lr,
                                 weight_decay=args.weight_decay)
 

@@ -1,6 +1,8 @@
 #include "trainer/run_parts.h"
 
 #include <torch/cuda.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
@@ -56,6 +58,16 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
         std::move(params), torch::optim::SGDOptions(*o.optim.lr)
                                .momentum(*o.optim.momentum)
+                               .weight_decay(*o.optim.weight_decay)));
+  }
+  if (*o.optim.optimizer == "adam") {
+    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
+        std::move(params), torch::optim::AdamOptions(*o.optim.lr)
+                               .weight_decay(*o.optim.weight_decay)));
+  }
+  if (*o.optim.optimizer == "adamw") {
+    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
+        std::move(params), torch::optim::AdamWOptions(*o.optim.lr)
                                .weight_decay(*o.optim.weight_decay)));
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;

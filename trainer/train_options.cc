@@ -25,9 +25,13 @@ absl::StatusOr<TrainOptions> ResolveDefaults(TrainOptions o) {
   OptimizerOptions& opt = o.optim;
   if (!opt.optimizer) opt.optimizer = resnet ? "sgd" : "adadelta";
   const bool sgd = *opt.optimizer == "sgd";
-  if (!opt.lr) opt.lr = sgd ? 0.1 : 0.5;
+  const bool adam = *opt.optimizer == "adam" || *opt.optimizer == "adamw";
+  // PyTorch's defaults for Adam and AdamW (AdamW's weight decay 0.01).
+  if (!opt.lr) opt.lr = sgd ? 0.1 : adam ? 1e-3 : 0.5;
   if (!opt.momentum) opt.momentum = sgd ? 0.9 : 0.0;
-  if (!opt.weight_decay) opt.weight_decay = sgd ? 1e-4 : 0.0;
+  if (!opt.weight_decay) {
+    opt.weight_decay = sgd ? 1e-4 : *opt.optimizer == "adamw" ? 1e-2 : 0.0;
+  }
   if (!opt.epochs) opt.epochs = resnet ? 2 : 1;
   DataOptions& data = o.data;
   if (!data.batch_size) data.batch_size = resnet ? 32 : 128;

@@ -62,6 +62,25 @@ TEST(TrainOptionsTest, ExplicitValuesWin) {
   EXPECT_EQ(*o->optim.momentum, 0.9);  // SGD's default once SGD is chosen
 }
 
+// Adam and AdamW take PyTorch's defaults (AdamW's weight decay 0.01) and
+// refuse a momentum, which their betas stand for.
+TEST(TrainOptionsTest, AdamAndAdamWDefaultsArePyTorchs) {
+  for (const char* name : {"adam", "adamw"}) {
+    TrainOptions in;
+    in.optim.optimizer = name;
+    absl::StatusOr<TrainOptions> o = ResolveDefaults(in);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(*o->optim.lr, 1e-3) << name;
+    EXPECT_EQ(*o->optim.momentum, 0.0) << name;
+    EXPECT_EQ(*o->optim.weight_decay,
+              std::string(name) == "adamw" ? 1e-2 : 0.0);
+    EXPECT_TRUE(Validate(*o).ok()) << name;
+    o->optim.momentum = 0.9;
+    EXPECT_THAT(std::string(Validate(*o).message()), HasSubstr("--momentum: "))
+        << name;
+  }
+}
+
 // Each bad value fails naming its flag.
 TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
   struct Case {
@@ -74,7 +93,7 @@ TEST(TrainOptionsTest, BadValuesNameTheirFlag) {
       {[](TrainOptions& o) { o.data.batch_size = 0; }, "--batch_size"},
       {[](TrainOptions& o) { o.optim.epochs = 0; }, "--epochs"},
       {[](TrainOptions& o) { o.optim.lr = -1; }, "--lr"},
-      {[](TrainOptions& o) { o.optim.optimizer = "adam"; }, "--optimizer"},
+      {[](TrainOptions& o) { o.optim.optimizer = "rmsprop"; }, "--optimizer"},
       {[](TrainOptions& o) { o.optim.momentum = 0.9; }, "--momentum"},
       {[](TrainOptions& o) { o.launch.dist_backend = "mpi"; },
        "--dist_backend"},

@@ -40,15 +40,16 @@ inline constexpr size_t kCheckpointHeaderSize = 24;
 // options and per-parameter state, `state` and `hook` (its tensors copied to
 // the CPU; read them after the step that produced them has finished, as
 // CommHook::State says). The optimizer must be a
-// torch::optim::SGD or an optim::Adadelta: kInvalidArgument ("checkpoints
-// support sgd and adadelta ...") for another, and kInvalidArgument naming the
+// torch::optim::SGD, optim::Adadelta, torch::optim::Adam or
+// torch::optim::AdamW: kInvalidArgument ("checkpoints support sgd, adadelta,
+// adam and adamw ...") for another, and kInvalidArgument naming the
 // tensor for one of a dtype outside the format's list, not dense, or of more
 // than 8 dimensions, and naming the field for a `state` that fails
 // CheckTrainingState or whose optimizer_name (when not empty) is not the
-// optimizer's ("sgd", "adadelta"), or a `hook` that fails CheckHookState
-// (its tensors are held to the same rules as the model's). kInternal with
-// LibTorch's message when copying a tensor to the CPU fails. The model and
-// optimizer are only read.
+// optimizer's ("sgd", "adadelta", "adam", "adamw"), or a `hook` that fails
+// CheckHookState (its tensors are held to the same rules as the model's).
+// kInternal with LibTorch's message when copying a tensor to the CPU fails. The
+// model and optimizer are only read.
 absl::StatusOr<std::string> EncodeCheckpoint(
     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
     const TrainingState& state, const HookState& hook = {});

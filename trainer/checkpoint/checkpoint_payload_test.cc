@@ -329,8 +329,8 @@ TEST(CheckpointTest, PayloadFieldsThatLieAreDataLoss) {
     add("a byte left in MODL", s,
         "1 unexpected bytes at offset 40, the end of section MODL");
   }
-  add("unknown optimizer kind", with_optimizer(Payload().U8(3).U32(0)),
-      "unknown optimizer kind 3 at offset 52");
+  add("unknown optimizer kind", with_optimizer(Payload().U8(5).U32(0)),
+      "unknown optimizer kind 5 at offset 52");
   add("huge group count", with_optimizer(sgd_section(1000, 1, 0)),
       "optimizer group count at offset 53 is 1000, but the 38 bytes left "
       "hold at most 1");

@@ -6,8 +6,8 @@
 namespace dtrain::trainer::internal {
 
 const std::vector<const OptimizerCodec*>& OptimizerCodecs() {
-  static const std::vector<const OptimizerCodec*> codecs = {&SgdCodec(),
-                                                            &AdadeltaCodec()};
+  static const std::vector<const OptimizerCodec*> codecs = {
+      &SgdCodec(), &AdadeltaCodec(), &AdamCodec(), &AdamWCodec()};
   return codecs;
 }
 
@@ -32,7 +32,9 @@ std::string SupportedOptimizers() {
     names.push_back(codec->name());
     types.push_back(codec->type_name());
   }
-  return absl::StrCat(absl::StrJoin(names, " and "), " (",
+  const absl::string_view last = names.back();
+  names.pop_back();
+  return absl::StrCat(absl::StrJoin(names, ", "), " and ", last, " (",
                       absl::StrJoin(types, ", "), ")");
 }
 

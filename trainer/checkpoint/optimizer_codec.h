@@ -84,12 +84,14 @@ const std::vector<const OptimizerCodec*>& OptimizerCodecs();
 const OptimizerCodec* CodecFor(const torch::optim::Optimizer& optimizer);
 // The codec of a kind byte, or nullptr.
 const OptimizerCodec* CodecOfKind(uint8_t kind);
-// "sgd and adadelta (torch::optim::SGD, optim::Adadelta)", for messages.
+// "sgd, adadelta, adam and adamw (torch::optim::SGD, ...)", for messages.
 std::string SupportedOptimizers();
 
 // The codecs, defined in their own files.
 const OptimizerCodec& SgdCodec();
 const OptimizerCodec& AdadeltaCodec();
+const OptimizerCodec& AdamCodec();
+const OptimizerCodec& AdamWCodec();
 
 }  // namespace dtrain::trainer::internal
 

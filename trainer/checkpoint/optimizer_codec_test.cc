@@ -1,10 +1,12 @@
-// The optimizer codecs, through the checkpoint API: SGD's and Adadelta's
-// state and options round trip (Adadelta's options are restored, SGD's are
-// not), optimizer state that does not fit the optimizer changes nothing, and
-// other optimizers are rejected.
+// The optimizer codecs, through the checkpoint API: SGD's, Adadelta's,
+// Adam's and AdamW's state and options round trip (all but SGD's options are
+// restored), optimizer state that does not fit the optimizer changes
+// nothing, and other optimizers are rejected.
 #include <torch/nn/module.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
@@ -83,6 +85,69 @@ TEST(CheckpointTest, TinyWithBuffersAndAdadeltaRoundTrips) {
   TinyStep(model, adadelta, 12);
   TinyStep(restored, restored_adadelta, 12);
   ExpectSameTensors(*model, *restored);
+}
+
+// Adam (with amsgrad's max_exp_avg_sq) and AdamW (without): state, step and
+// options restored exactly, so the next steps match.
+template <typename Optimizer, typename Options, typename ParamState>
+void ExpectAdamRoundTrips(const Options& options, const char* name) {
+  SCOPED_TRACE(name);
+  torch::manual_seed(1);
+  Tiny model;
+  Optimizer adam(model->parameters(), options);
+  TinyStep(model, adam, 10);
+  TinyStep(model, adam, 11);
+  const TrainingState state = SomeState("tiny", name);
+  absl::StatusOr<std::string> bytes = EncodeCheckpoint(*model, adam, state);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+
+  torch::manual_seed(2);
+  Tiny restored;
+  Optimizer restored_adam(restored->parameters(), Options(0.9));
+  absl::StatusOr<TrainingState> decoded =
+      DecodeCheckpoint(*bytes, *restored, restored_adam);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, state);
+  ExpectSameTensors(*model, *restored);
+  const auto& got =
+      static_cast<const Options&>(restored_adam.param_groups()[0].options());
+  EXPECT_EQ(got.lr(), options.lr());
+  EXPECT_EQ(got.betas(), options.betas());
+  EXPECT_EQ(got.eps(), options.eps());
+  EXPECT_EQ(got.weight_decay(), options.weight_decay());
+  EXPECT_EQ(got.amsgrad(), options.amsgrad());
+  const std::vector<torch::Tensor> params = model->parameters();
+  const std::vector<torch::Tensor> restored_params = restored->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& a = static_cast<const ParamState&>(*adam.state().at(
+        c10::guts::to_string(params[i].unsafeGetTensorImpl())));
+    const auto& b = static_cast<const ParamState&>(*restored_adam.state().at(
+        c10::guts::to_string(restored_params[i].unsafeGetTensorImpl())));
+    EXPECT_EQ(a.step(), b.step());
+    EXPECT_TRUE(BitwiseEqual(a.exp_avg(), b.exp_avg())) << i;
+    EXPECT_TRUE(BitwiseEqual(a.exp_avg_sq(), b.exp_avg_sq())) << i;
+    EXPECT_EQ(a.max_exp_avg_sq().defined(), b.max_exp_avg_sq().defined());
+    if (a.max_exp_avg_sq().defined()) {
+      EXPECT_TRUE(BitwiseEqual(a.max_exp_avg_sq(), b.max_exp_avg_sq())) << i;
+    }
+  }
+  TinyStep(model, adam, 12);
+  TinyStep(restored, restored_adam, 12);
+  ExpectSameTensors(*model, *restored);
+}
+
+TEST(CheckpointTest, AdamAndAdamWRoundTrip) {
+  ExpectAdamRoundTrips<torch::optim::Adam, torch::optim::AdamOptions,
+                       torch::optim::AdamParamState>(
+      torch::optim::AdamOptions(0.01)
+          .betas(std::make_tuple(0.8, 0.99))
+          .eps(1e-6)
+          .weight_decay(1e-3)
+          .amsgrad(true),
+      "adam");
+  ExpectAdamRoundTrips<torch::optim::AdamW, torch::optim::AdamWOptions,
+                       torch::optim::AdamWParamState>(
+      torch::optim::AdamWOptions(0.02).weight_decay(0.05), "adamw");
 }
 
 // LibTorch's SGD::load merges saved state into the existing one and keeps
@@ -212,8 +277,8 @@ TEST(CheckpointTest, OptimizerStateThatDoesNotFitChangesNothing) {
     // An optimizer checkpoints do not support.
     torch::manual_seed(3);
     Tiny model;
-    torch::optim::Adam adam(model->parameters());
-    ExpectDecodeRejected(bytes, *model, adam,
+    torch::optim::RMSprop rmsprop(model->parameters());
+    ExpectDecodeRejected(bytes, *model, rmsprop,
                          StatusIs(absl::StatusCode::kFailedPrecondition,
                                   HasSubstr("the optimizer is neither")));
   }
@@ -222,10 +287,11 @@ TEST(CheckpointTest, OptimizerStateThatDoesNotFitChangesNothing) {
 TEST(CheckpointTest, EncodeRejectsOtherOptimizersAndUnsupportedTensors) {
   torch::manual_seed(1);
   Tiny model;
-  torch::optim::Adam adam(model->parameters());
-  EXPECT_THAT(EncodeCheckpoint(*model, adam, {}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("checkpoints support sgd and adadelta")));
+  torch::optim::RMSprop rmsprop(model->parameters());
+  EXPECT_THAT(
+      EncodeCheckpoint(*model, rmsprop, {}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("checkpoints support sgd, adadelta, adam and adamw")));
 
   torch::nn::Module complex;
   const torch::Tensor p = complex.register_parameter("p", torch::zeros({2}));

@@ -20,7 +20,7 @@ struct TrainingState {
   double best_top1 = 0;        // best validation top-1 so far (percent)
   // E.g. "convnet"; DecodeCheckpoint can reject a checkpoint of another model.
   std::string model_name;
-  std::string optimizer_name;  // "sgd" | "adadelta"
+  std::string optimizer_name;  // "sgd" | "adadelta" | "adam" | "adamw"
   uint64_t seed = 0;
   // Free-form JSON of the run's configuration, stored for people; not checked.
   std::string config_json;

@@ -7,12 +7,15 @@
 #include "trainer/flags/train_flags.h"
 
 ABSL_FLAG(std::string, optimizer, "",
-          "sgd or adadelta (default: adadelta for convnet, sgd for "
-          "resnet18).");
-ABSL_FLAG(double, lr, 0, "Learning rate (0: 0.5 for adadelta, 0.1 for sgd).");
+          "sgd, adadelta, adam or adamw (Adam's betas 0.9, 0.999, eps "
+          "1e-8; default: adadelta for convnet, sgd for resnet18).");
+ABSL_FLAG(double, lr, 0,
+          "Learning rate (0: 0.5 for adadelta, 0.1 for sgd, 0.001 for adam "
+          "and adamw).");
 ABSL_FLAG(double, momentum, -1, "SGD momentum (default 0.9).");
 ABSL_FLAG(double, weight_decay, -1,
-          "Weight decay (default 1e-4 for sgd, 0 for adadelta).");
+          "Weight decay (default 1e-4 for sgd, 0.01 for adamw, 0 for "
+          "adadelta and adam).");
 ABSL_FLAG(std::string, lr_schedule, "step",
           "step (x --lr_gamma every --lr_step_epochs) or cosine (to 0 over "
           "--epochs, per step).");

@@ -15,10 +15,11 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!o.epochs || *o.epochs < 1) return Invalid("epochs", "must be >= 1");
   if (o.max_steps < 0)
     return Invalid("max_steps", absl::StrCat(o.max_steps, " is not >= 0"));
-  if (!o.optimizer || (*o.optimizer != "sgd" && *o.optimizer != "adadelta")) {
+  if (!o.optimizer || (*o.optimizer != "sgd" && *o.optimizer != "adadelta" &&
+                       *o.optimizer != "adam" && *o.optimizer != "adamw")) {
     return Invalid("optimizer",
                    absl::StrCat("unknown optimizer '", o.optimizer.value_or(""),
-                                "'; known: adadelta, sgd"));
+                                "'; known: adadelta, adam, adamw, sgd"));
   }
   if (!o.lr || !(*o.lr > 0) || !std::isfinite(*o.lr))
     return Invalid("lr", "must be a finite number > 0");
@@ -26,6 +27,12 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     return Invalid("momentum", "must be in [0, 1)");
   if (*o.optimizer == "adadelta" && *o.momentum != 0)
     return Invalid("momentum", "Adadelta has no momentum; leave it unset");
+  if ((*o.optimizer == "adam" || *o.optimizer == "adamw") && *o.momentum != 0) {
+    return Invalid("momentum",
+                   absl::StrCat(*o.optimizer == "adam" ? "Adam" : "AdamW",
+                                " keeps its own moments (betas 0.9, "
+                                "0.999); leave it unset"));
+  }
   if (!o.weight_decay || !(*o.weight_decay >= 0) ||
       !std::isfinite(*o.weight_decay))
     return Invalid("weight_decay", "must be a finite number >= 0");

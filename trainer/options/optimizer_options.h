@@ -15,7 +15,8 @@
 namespace dtrain::trainer {
 
 struct OptimizerOptions {
-  // "sgd" or "adadelta"; unset: the model's default (ResolveDefaults).
+  // "sgd", "adadelta", "adam" or "adamw" (PyTorch's betas 0.9, 0.999 and eps
+  // 1e-8); unset: the model's default (ResolveDefaults).
   absl::optional<std::string> optimizer;
   absl::optional<double> lr;
   absl::optional<double> momentum;
