@@ -463,8 +463,11 @@ class ShmBackend : public Backend {
 
   // The zero-copy reduce_scatter: between two barriers each rank reduces its
   // own share straight from all ranks' buffers, in rank order (the bits of
-  // an allreduce), into `output`. Nothing else is written: a share is read
-  // by its rank only, so `output` may be that share in this rank's buffer.
+  // an allreduce), into rank 0's buffer block by block, as the zero-copy
+  // allreduce does, and copies each block to `output` while in cache (which
+  // may be the share in this rank's own buffer). Measured: reducing into a
+  // scratch block instead took up to twice as long (docs/PERFORMANCE.md). A
+  // share is read and written by its rank only.
   absl::Status ReduceScatterInBuffers(const InPlaceRequest& request,
                                       const at::Tensor& output,
                                       absl::Time deadline) {
@@ -477,26 +480,16 @@ class ShmBackend : public Backend {
     std::vector<const void*> inputs;
     for (int r = 0; r < size_; ++r) inputs.push_back(b.data[r] + share);
     char* out = static_cast<char*>(output.data_ptr());
-    // ReduceInOrder may write over its first input only: an output that is
-    // this rank's own share (rank 1 or later) takes each block through a
-    // scratch block, still in cache when copied.
-    const bool own_share = out == b.data[rank_] + share && rank_ != 0;
+    char* const first = b.data[0] + share;
     const int64_t block = kInPlaceBlockBytes / element;
     for (int64_t lo = 0; lo < request.numel; lo += block) {
       const int64_t hi = std::min(request.numel, lo + block);
-      if (!own_share) {
-        DTRAIN_RETURN_IF_ERROR(
-            shm::ReduceInOrder(dtype, op, inputs, lo, hi, out));
-        continue;
-      }
-      scratch_.resize(kInPlaceBlockBytes);
-      std::vector<const void*> shifted;
-      for (const void* in : inputs) {
-        shifted.push_back(static_cast<const char*>(in) + lo * element);
-      }
       DTRAIN_RETURN_IF_ERROR(
-          shm::ReduceInOrder(dtype, op, shifted, 0, hi - lo, scratch_.data()));
-      std::memcpy(out + lo * element, scratch_.data(), (hi - lo) * element);
+          shm::ReduceInOrder(dtype, op, inputs, lo, hi, first));
+      if (out != first) {
+        std::memcpy(out + lo * element, first + lo * element,
+                    (hi - lo) * element);
+      }
     }
     zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
     return barrier_.Arrive(deadline);
@@ -606,7 +599,6 @@ class ShmBackend : public Backend {
   GroupBarrier barrier_;  // Used on the worker thread only, after Join.
   const std::vector<const void*> slots_;  // slot(r) for every rank
   std::vector<SharedBuffer> buffers_;     // Worker thread only.
-  std::vector<char> scratch_;             // Worker thread only.
   std::atomic<int64_t> zero_copy_collectives_{0};
   internal::OrderedWorker worker_;  // Last: drains before the rest goes.
 };

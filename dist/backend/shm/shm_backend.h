@@ -19,8 +19,10 @@
 // ReduceScatter and AllGather, the collectives of a sharded optimizer, copy
 // nothing either when their per-rank tensors lie back to back, in rank order,
 // inside one buffer (at the same offset on every rank): a reduce_scatter
-// reduces each rank's share straight from all ranks' buffers into its output
-// (which may be that share itself), an allgather copies each rank's input
+// reduces each rank's share straight from all ranks' buffers into rank 0's
+// (whose inputs then hold every share's result, as after an allreduce; the
+// other ranks' inputs stay as they were) and copies it to the rank's output
+// (which may be that share itself); an allgather copies each rank's input
 // into its share of every rank's buffer. Otherwise a reduce_scatter copies
 // its inputs once through the slots and each rank reduces only its own share:
 // half an allreduce's work. Either way, each share has an allreduce's bits.

@@ -66,7 +66,8 @@ const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage,
 
 // Each rank's share of a reduce_scatter is, bit for bit, its share of an
 // allreduce of the same values: from a shared buffer into a private tensor,
-// in place into the rank's own share, and through 256-byte slots.
+// in place into the rank's own share, and through 256-byte slots. From a
+// shared buffer, rank 0's inputs are left holding every share's result.
 TEST(ShmScatterGatherTest, ReduceScatterHasTheAllReducesBits) {
   for (int w : {1, 2, 3, 4}) {
     testing::RunRanks(w, Shm(256), [&](Backend& b) {
@@ -94,6 +95,15 @@ TEST(ShmScatterGatherTest, ReduceScatterHasTheAllReducesBits) {
             at::Tensor out = at::empty({n}, dtype);
             ASSERT_TRUE(b.ReduceScatter(out, shared, op)->Wait().ok());
             EXPECT_TRUE(SameBytes(out, want)) << "private output, " << what;
+            // Rank 0's buffer now holds every share's result (as after an
+            // allreduce); the others' inputs are as they were.
+            if (me == 0) {
+              EXPECT_TRUE(SameBytes(buffer->narrow(0, 3, w * n), all)) << what;
+            } else {
+              EXPECT_TRUE(SameBytes(buffer->narrow(0, 3, w * n), values))
+                  << what;
+            }
+            buffer->narrow(0, 3, w * n).copy_(values);
             ASSERT_TRUE(b.ReduceScatter(shared[me], shared, op)->Wait().ok());
             EXPECT_TRUE(SameBytes(shared[me], want)) << "in place, " << what;
             zero_copy += 2;
