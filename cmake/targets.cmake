@@ -1293,11 +1293,19 @@ dtrain_cc_test(dtrain_dist_backend_shm_segment_test
   DEPS dtrain_dist_backend_shm_segment dtrain_tp_absl dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/backend/shm:shm_testing
+dtrain_cc_library(dtrain_dist_backend_shm_shm_testing
+  EXPORT_NAME backend_shm_shm_testing
+  PACKAGE dist/backend/shm
+  HDRS dist/backend/shm/shm_testing.h
+  DEPS dtrain_dist_backend_shm dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_torch
+  TESTONLY)
+
 # //dist/backend/shm:shm_backend_test
 dtrain_cc_test(dtrain_dist_backend_shm_shm_backend_test
   OUTPUT dist/backend/shm/shm_backend_test
   SRCS dist/backend/shm/shm_backend_test.cc
-  DEPS dtrain_dist_backend_shm dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_shm dtrain_dist_backend_shm_shm_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //dist/backend/shm:shm_fault_test
@@ -1311,7 +1319,7 @@ dtrain_cc_test(dtrain_dist_backend_shm_shm_fault_test
 dtrain_cc_test(dtrain_dist_backend_shm_shm_scatter_gather_test
   OUTPUT dist/backend/shm/shm_scatter_gather_test
   SRCS dist/backend/shm/shm_scatter_gather_test.cc
-  DEPS dtrain_dist_backend_shm dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_shm dtrain_dist_backend_shm_shm_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //dist/backend/stall:stall_inspector_test
@@ -1574,7 +1582,7 @@ dtrain_cc_test(dtrain_dist_zero_shard_layout_test
 dtrain_cc_test(dtrain_dist_zero_sharded_optimizer_test
   OUTPUT dist/zero/sharded_optimizer_test
   SRCS dist/zero/sharded_optimizer_test.cc
-  DEPS dtrain_dist_zero_sharded_optimizer dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_zero_sharded_optimizer dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //examples/comm_hook:line_count_test
@@ -2687,7 +2695,7 @@ dtrain_cc_test(dtrain_trainer_checkpoint_checkpoint_test
 dtrain_cc_test(dtrain_trainer_checkpoint_optimizer_codec_test
   OUTPUT trainer/checkpoint/optimizer_codec_test
   SRCS trainer/checkpoint/optimizer_codec_test.cc
-  DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_optim dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_base_torch_compat dtrain_optim dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //trainer/report:ddp_timeline_test

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/torch_compat.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/ddp_testing.h"
@@ -113,7 +114,7 @@ Trained Train(int world, const BackendFactory& factory, int stage, Kind kind) {
     int64_t state = 0;
     for (const auto& group : o.param_groups()) {
       for (const at::Tensor& p : group.params()) {
-        auto it = o.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        auto it = o.state().find(torch_compat::OptimizerStateKeyOf(p));
         if (it == o.state().end()) continue;
         if (kind == Kind::kAdam) {
           auto& s = static_cast<torch::optim::AdamParamState&>(*it->second);

@@ -15,7 +15,6 @@
 #include "base/status_macros.h"
 #include "trainer/checkpoint/optimizer_codec.h"
 #include "trainer/checkpoint/tensor_codec.h"
-#include "trainer/checkpoint/training_state.h"
 
 namespace dtrain::trainer::internal {
 namespace {
@@ -99,15 +98,7 @@ class AdamFamily final : public OptimizerCodec {
     DTRAIN_RETURN_IF_ERROR(
         r.Bool(absl::StrCat("has-state byte of ", what), &out->present));
     if (!out->present) return absl::OkStatus();
-    const size_t step_at = r.offset();
-    DTRAIN_RETURN_IF_ERROR(r.I64(absl::StrCat("step of ", what), &out->step));
-    // Bounded as the run's global_step: a step near 2^63 overflows the
-    // next optimizer step.
-    if (out->step < 0 || out->step > kMaxCheckpointStep) {
-      return Malformed(absl::StrCat("step of ", what, " at offset ", step_at,
-                                    " is ", out->step, ", outside [0, ",
-                                    kMaxCheckpointStep, "]"));
-    }
+    DTRAIN_RETURN_IF_ERROR(ReadOptimizerStep(r, what, &out->step));
     at::Tensor exp_avg;
     at::Tensor exp_avg_sq;
     DTRAIN_RETURN_IF_ERROR(

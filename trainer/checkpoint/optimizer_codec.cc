@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "trainer/checkpoint/tensor_codec.h"
+#include "trainer/checkpoint/training_state.h"
 
 namespace dtrain::trainer::internal {
 
@@ -9,6 +12,18 @@ const std::vector<const OptimizerCodec*>& OptimizerCodecs() {
   static const std::vector<const OptimizerCodec*> codecs = {
       &SgdCodec(), &AdadeltaCodec(), &AdamCodec(), &AdamWCodec()};
   return codecs;
+}
+
+absl::Status ReadOptimizerStep(base::ByteReader& r, absl::string_view what,
+                               int64_t* step) {
+  const size_t at = r.offset();
+  DTRAIN_RETURN_IF_ERROR(r.I64(absl::StrCat("step of ", what), step));
+  if (*step < 0 || *step > kMaxCheckpointStep) {
+    return Malformed(absl::StrCat("step of ", what, " at offset ", at, " is ",
+                                  *step, ", outside [0, ", kMaxCheckpointStep,
+                                  "]"));
+  }
+  return absl::OkStatus();
 }
 
 const OptimizerCodec* CodecFor(const torch::optim::Optimizer& optimizer) {

@@ -87,6 +87,13 @@ const OptimizerCodec* CodecOfKind(uint8_t kind);
 // "sgd, adadelta, adam and adamw (torch::optim::SGD, ...)", for messages.
 std::string SupportedOptimizers();
 
+// Reads the step of a parameter's state (`what` names the parameter), bounded
+// as the run's global_step: a step near 2^63 overflows the next optimizer
+// step. kDataLoss naming the value and its offset outside [0,
+// kMaxCheckpointStep]. For the codecs.
+absl::Status ReadOptimizerStep(base::ByteReader& r, absl::string_view what,
+                               int64_t* step);
+
 // The codecs, defined in their own files.
 const OptimizerCodec& SgdCodec();
 const OptimizerCodec& AdadeltaCodec();

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/torch_compat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optim/adadelta.h"
@@ -119,10 +120,10 @@ void ExpectAdamRoundTrips(const Options& options, const char* name) {
   const std::vector<torch::Tensor> params = model->parameters();
   const std::vector<torch::Tensor> restored_params = restored->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    const auto& a = static_cast<const ParamState&>(*adam.state().at(
-        c10::guts::to_string(params[i].unsafeGetTensorImpl())));
+    const auto& a = static_cast<const ParamState&>(
+        *adam.state().at(torch_compat::OptimizerStateKeyOf(params[i])));
     const auto& b = static_cast<const ParamState&>(*restored_adam.state().at(
-        c10::guts::to_string(restored_params[i].unsafeGetTensorImpl())));
+        torch_compat::OptimizerStateKeyOf(restored_params[i])));
     EXPECT_EQ(a.step(), b.step());
     EXPECT_TRUE(BitwiseEqual(a.exp_avg(), b.exp_avg())) << i;
     EXPECT_TRUE(BitwiseEqual(a.exp_avg_sq(), b.exp_avg_sq())) << i;

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dist/backend/backend_testing.h"
+#include "dist/backend/shm/shm_testing.h"
 #include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,20 +29,10 @@ namespace dtrain::backend {
 namespace {
 
 using ::testing::HasSubstr;
-
-testing::BackendFactory Shm(int64_t slot_bytes = int64_t{4} << 20,
-                            absl::Duration timeout = absl::Seconds(60)) {
-  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
-    Membership group;
-    group.rank = rank;
-    group.world_size = world_size;
-    group.store = std::move(store);
-    group.timeout = timeout;
-    ShmBackendOptions o;
-    o.slot_bytes = slot_bytes;
-    return CreateShmBackend(group, o);
-  };
-}
+using testing::OpValues;
+using testing::SameBytes;
+using testing::Shm;
+using testing::Values;
 
 TEST(ShmBackendTest, CollectivesOnEveryDtype) {
   for (int w : {1, 2, 3, 4}) {
@@ -84,12 +75,6 @@ TEST(ShmBackendTest, CollectivesOnEveryDtype) {
       ASSERT_TRUE(b.Barrier()->Wait().ok());
     });
   }
-}
-
-// Deterministic values of every magnitude, different per rank.
-at::Tensor Values(int64_t n, int rank) {
-  return at::sin(at::arange(n, at::kFloat) * 0.37f * (rank + 1)) *
-         std::pow(10.0f, rank);
 }
 
 // Collectives of every kind back to back, in many chunks: none may overwrite
@@ -169,18 +154,6 @@ TEST(ShmBackendTest, AverageAndBitIdenticalResultsForAnySlotSize) {
           << "bfloat16, slot " << slot << " rank " << r;
     }
   }
-}
-
-// Values for `op` on `dtype` that neither overflow nor round differently
-// by accident: sines of every magnitude for floats, 1..3 for integers.
-at::Tensor OpValues(int64_t n, int rank, at::ScalarType dtype) {
-  if (at::isFloatingType(dtype)) return Values(n, rank).to(dtype);
-  return (at::arange(n, at::kLong) * 7 + rank).remainder(3).add(1).to(dtype);
-}
-
-bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
-  return a.nbytes() == b.nbytes() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 TEST(ShmBackendTest, BufferAllReduceHasTheCopyingPathsBits) {

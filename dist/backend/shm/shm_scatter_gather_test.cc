@@ -13,41 +13,16 @@
 #include "absl/strings/match.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/shm/shm_backend.h"
+#include "dist/backend/shm/shm_testing.h"
 #include "dist/store/hash_store.h"
 #include "gtest/gtest.h"
 
 namespace dtrain::backend {
 namespace {
 
-testing::BackendFactory Shm(int64_t slot_bytes,
-                            absl::Duration timeout = absl::Seconds(60)) {
-  return [=](int rank, int world_size, std::shared_ptr<store::Store> store) {
-    Membership group;
-    group.rank = rank;
-    group.world_size = world_size;
-    group.store = std::move(store);
-    group.timeout = timeout;
-    ShmBackendOptions o;
-    o.slot_bytes = slot_bytes;
-    return CreateShmBackend(group, o);
-  };
-}
-
-// Values for `op` on `dtype` that neither overflow nor round differently by
-// accident: sines of every magnitude for floats, 1..3 for integers.
-at::Tensor OpValues(int64_t n, int rank, at::ScalarType dtype) {
-  if (at::isFloatingType(dtype)) {
-    return (at::sin(at::arange(n, at::kFloat) * 0.37f * (rank + 1)) *
-            std::pow(10.0f, rank))
-        .to(dtype);
-  }
-  return (at::arange(n, at::kLong) * 7 + rank).remainder(3).add(1).to(dtype);
-}
-
-bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
-  return a.nbytes() == b.nbytes() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
+using testing::OpValues;
+using testing::SameBytes;
+using testing::Shm;
 
 // The shares of `n` elements each, back to back from `offset`.
 std::vector<at::Tensor> Shares(const at::Tensor& t, int64_t offset, int w,
