@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "dist/backend/backend_testing.h"
 #include "dist/backend/shm/shm_backend.h"
 #include "dist/backend/shm/shm_testing.h"
