@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "dist/backend/shm/shm_backend.h"
@@ -81,12 +82,11 @@ struct Replica {
   absl::Status Step(const at::Tensor& input, const at::Tensor& target) {
     const auto start = Clock::now();
     model->zero_grad(/*set_to_none=*/false);
-    absl::Status s = ddp->PrepareForward();
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(ddp->PrepareForward());
     torch::nn::functional::nll_loss(model->forward(input), target).backward();
-    s = ddp->SynchronizeGradients();
-    if (!s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(ddp->SynchronizeGradients());
     const auto synced = Clock::now();
+    absl::Status s;
     if (zero != nullptr) {
       s = zero->Step();
     } else {

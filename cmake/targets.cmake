@@ -960,7 +960,7 @@ dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
 dtrain_cc_binary(dtrain_bench_zero_benchmark
   OUTPUT bench/zero_benchmark
   SRCS bench/zero_benchmark.cc
-  DEPS dtrain_bench_bench_util dtrain_dist_backend_shm dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_benchmark dtrain_tp_torch)
+  DEPS dtrain_bench_bench_util dtrain_base_status_macros dtrain_dist_backend_shm dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_benchmark dtrain_tp_torch)
 
 # //bench:zero_benchmark_run_test
 dtrain_sh_test(dtrain_bench_zero_benchmark_run_test
