@@ -142,6 +142,29 @@ void RunKeepingBuffersOnFailure(std::unique_ptr<Options> opts, Run run) {
   }
 }
 
+// Runs one of Gloo's algorithm classes (AllreduceHalvingDoubling, ...), which
+// do not wait for all of their own sends: when run() returns, a notification
+// can still be queued in the transport, and destroying the algorithm frees the
+// buffer Gloo's device thread is about to complete (ThreadSanitizer caught it:
+// heap-use-after-free in tcp::Buffer::handleSendCompletion). A barrier after
+// run() means every peer has finished the call, so has received every send of
+// this rank, so each was written and completed: only then is the algorithm
+// destroyed. It costs one barrier per call (the default picks these classes
+// only for small messages on 16 ranks or more). On failure the algorithm is
+// left allocated, as in RunKeepingBuffersOnFailure.
+template <typename Algorithm>
+void RunAlgorithmClass(const std::shared_ptr<gloo::Context>& context,
+                       std::unique_ptr<Algorithm> algorithm) {
+  try {
+    algorithm->run();
+    gloo::BarrierOptions barrier(context);
+    gloo::barrier(barrier);
+  } catch (...) {
+    (void)algorithm.release();
+    throw;
+  }
+}
+
 template <typename T>
 void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
                   int count, ReduceOp op, GlooAlgorithm algorithm) {
@@ -164,13 +187,18 @@ void RunAllReduce(const std::shared_ptr<gloo::Context>& context, T* data,
     case GlooAlgorithm::kAuto:
       return;
     case GlooAlgorithm::kHalvingDoubling:
-      gloo::AllreduceHalvingDoubling<T>(context, ptrs, count, fn).run();
+      RunAlgorithmClass(context,
+                        std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+                            context, ptrs, count, fn));
       return;
     case GlooAlgorithm::kBcube:
-      gloo::AllreduceBcube<T>(context, ptrs, count, fn).run();
+      RunAlgorithmClass(context, std::make_unique<gloo::AllreduceBcube<T>>(
+                                     context, ptrs, count, fn));
       return;
     case GlooAlgorithm::kRingChunked:
-      gloo::AllreduceRingChunked<T>(context, ptrs, count, fn).run();
+      RunAlgorithmClass(context,
+                        std::make_unique<gloo::AllreduceRingChunked<T>>(
+                            context, ptrs, count, fn));
       return;
   }
 }
