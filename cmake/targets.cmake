@@ -2698,6 +2698,21 @@ dtrain_cc_test(dtrain_trainer_checkpoint_optimizer_codec_test
   DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_base_torch_compat dtrain_optim dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //trainer/checkpoint:sharded_state
+dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
+  EXPORT_NAME trainer_checkpoint_sharded_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/sharded_state.cc
+  HDRS trainer/checkpoint/sharded_state.h
+  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:sharded_state_test
+dtrain_cc_test(dtrain_trainer_checkpoint_sharded_state_test
+  OUTPUT trainer/checkpoint/sharded_state_test
+  SRCS trainer/checkpoint/sharded_state_test.cc
+  DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_trainer_checkpoint_sharded_state dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 300)
+
 # //trainer/report:ddp_timeline_test
 dtrain_cc_test(dtrain_trainer_report_ddp_timeline_test
   OUTPUT trainer/report/ddp_timeline_test

@@ -95,6 +95,13 @@ class ShardedOptimizer {
   // Elements this rank steps: the sum of its shares' lengths.
   int64_t shard_numel() const;
   int stage() const { return options_.stage; }
+  // Where each bucket's shares lie (shard_layout.h), in bucket order.
+  const std::vector<BucketShard>& shards() const { return shards_; }
+  // Each bucket's parameters (the module's tensors), in bucket order.
+  const std::vector<std::vector<at::Tensor>>& bucket_parameters() const {
+    return params_;
+  }
+  ddp::DistributedDataParallel& ddp() const { return ddp_; }
 
  private:
   ShardedOptimizer(ddp::DistributedDataParallel& ddp,

@@ -90,6 +90,23 @@ class Adadelta final : public OptimizerCodec {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<SavedParamState> Extract(
+      const torch::optim::OptimizerParamState* state,
+      absl::string_view what) const override {
+    const auto* adadelta =
+        dynamic_cast<const optim::AdadeltaParamState*>(state);
+    if (state != nullptr && adadelta == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has no Adadelta state"));
+    }
+    SavedParamState out;
+    out.present = adadelta != nullptr;
+    if (!out.present) return out;
+    out.step = adadelta->step();
+    out.tensors = {adadelta->square_avg(), adadelta->acc_delta()};
+    return out;
+  }
+
   std::unique_ptr<torch::optim::OptimizerParamState> BuildState(
       const SavedParamState& saved,
       const at::TensorOptions& to) const override {

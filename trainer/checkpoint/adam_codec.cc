@@ -118,6 +118,25 @@ class AdamFamily final : public OptimizerCodec {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<SavedParamState> Extract(
+      const torch::optim::OptimizerParamState* state,
+      absl::string_view what) const override {
+    const auto* adam = dynamic_cast<const ParamState*>(state);
+    if (state != nullptr && adam == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has no ", name_, " state"));
+    }
+    SavedParamState out;
+    out.present = adam != nullptr;
+    if (!out.present) return out;
+    out.step = adam->step();
+    out.tensors = {adam->exp_avg(), adam->exp_avg_sq()};
+    if (adam->max_exp_avg_sq().defined()) {
+      out.tensors.push_back(adam->max_exp_avg_sq());
+    }
+    return out;
+  }
+
   std::unique_ptr<torch::optim::OptimizerParamState> BuildState(
       const SavedParamState& saved,
       const at::TensorOptions& to) const override {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/byte_codec.h"
 
@@ -72,6 +73,13 @@ class OptimizerCodec {
   // Reads what WriteState wrote; kDataLoss naming `what` for anything else.
   virtual absl::Status ReadState(base::ByteReader& r, absl::string_view what,
                                  SavedParamState* out) const = 0;
+  // The parameter's state as ReadState gives it back (the tensors as they
+  // are, not copied), for code that moves state between layouts (ZeRO's
+  // shares: sharded_state.h). `state` is nullptr when the parameter has none;
+  // kInvalidArgument naming `what` when it is another optimizer's.
+  virtual absl::StatusOr<SavedParamState> Extract(
+      const torch::optim::OptimizerParamState* state,
+      absl::string_view what) const = 0;
   // The optimizer's state for a saved one whose `present` is set, with its
   // tensors converted to `to`. Throws on device errors.
   virtual std::unique_ptr<torch::optim::OptimizerParamState> BuildState(

@@ -74,6 +74,20 @@ class Sgd final : public OptimizerCodec {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<SavedParamState> Extract(
+      const torch::optim::OptimizerParamState* state,
+      absl::string_view what) const override {
+    const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state);
+    if (state != nullptr && sgd == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has no SGD state"));
+    }
+    SavedParamState out;
+    out.present = sgd != nullptr && sgd->momentum_buffer().defined();
+    if (out.present) out.tensors = {sgd->momentum_buffer()};
+    return out;
+  }
+
   std::unique_ptr<torch::optim::OptimizerParamState> BuildState(
       const SavedParamState& saved,
       const at::TensorOptions& to) const override {
