@@ -954,7 +954,7 @@ dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
   PACKAGE dist/zero
   SRCS dist/zero/sharded_optimizer.cc
   HDRS dist/zero/sharded_optimizer.h
-  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:zero_benchmark
 dtrain_cc_binary(dtrain_bench_zero_benchmark
@@ -1908,7 +1908,15 @@ dtrain_cc_library(dtrain_trainer_train_step
   PACKAGE trainer
   SRCS trainer/train_step.cc
   HDRS trainer/train_step.h
-  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+
+# //trainer/checkpoint:sharded_state
+dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
+  EXPORT_NAME trainer_checkpoint_sharded_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/sharded_state.cc
+  HDRS trainer/checkpoint/sharded_state.h
+  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/report:ddp_timeline
 dtrain_cc_library(dtrain_trainer_report_ddp_timeline
@@ -1956,7 +1964,7 @@ dtrain_cc_library(dtrain_trainer_run_assembly
   PACKAGE trainer
   SRCS trainer/run_assembly.cc
   HDRS trainer/run_assembly.h
-  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_comm_hook dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+  DEPS dtrain_trainer_amp dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_comm_hook dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_dist_zero_sharded_optimizer dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
 
 # //trainer:run_outputs
 dtrain_cc_library(dtrain_trainer_run_outputs
@@ -1964,7 +1972,15 @@ dtrain_cc_library(dtrain_trainer_run_outputs
   PACKAGE trainer
   SRCS trainer/run_outputs.cc
   HDRS trainer/run_outputs.h
-  DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_run_assembly dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_models_state_dict dtrain_tp_absl dtrain_trainer_checkpoint dtrain_trainer_report_recorder)
+  DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_run_assembly dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_models_state_dict dtrain_tp_absl dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
+
+# //trainer/checkpoint:optimizer_state_bytes
+dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_state_bytes
+  EXPORT_NAME trainer_checkpoint_optimizer_state_bytes
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/optimizer_state_bytes.cc
+  HDRS trainer/checkpoint/optimizer_state_bytes.h
+  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer:trainer
 dtrain_cc_library(dtrain_trainer
@@ -1972,7 +1988,7 @@ dtrain_cc_library(dtrain_trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
+  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
@@ -2647,6 +2663,15 @@ dtrain_sh_test(dtrain_trainer_uneven_inputs_test
   TIMEOUT 300
   ARGS trainer/train tools/launch/launch)
 
+# //trainer:zero_test
+dtrain_sh_test(dtrain_trainer_zero_test
+  OUTPUT trainer/zero_test
+  SCRIPT trainer/zero_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_trainer_train dtrain_tools_launch
+  TIMEOUT 300
+  ARGS trainer/train tools/launch/launch)
+
 # //trainer/checkpoint:checkpoint_testing
 dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_testing
   EXPORT_NAME trainer_checkpoint_checkpoint_testing
@@ -2697,14 +2722,6 @@ dtrain_cc_test(dtrain_trainer_checkpoint_optimizer_codec_test
   SRCS trainer/checkpoint/optimizer_codec_test.cc
   DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_base_torch_compat dtrain_optim dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
-
-# //trainer/checkpoint:sharded_state
-dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
-  EXPORT_NAME trainer_checkpoint_sharded_state
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/sharded_state.cc
-  HDRS trainer/checkpoint/sharded_state.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_torch)
 
 # //trainer/checkpoint:sharded_state_test
 dtrain_cc_test(dtrain_trainer_checkpoint_sharded_state_test

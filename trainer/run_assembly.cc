@@ -12,6 +12,7 @@
 #include "dist/ddp/sync_batch_norm.h"
 #include "trainer/amp.h"
 #include "trainer/checkpoint/hook_state.h"
+#include "trainer/checkpoint/sharded_state.h"
 #include "trainer/run_parts.h"
 
 namespace dtrain::trainer {
@@ -98,6 +99,42 @@ absl::Status RestoreHookState(const HookState& saved, ddp::CommHook& hook,
   return absl::OkStatus();
 }
 
+// --zero: the sharded optimizer, made as the run's optimizer is but over this
+// rank's shares; the schedule moves to it (its base rates the configured
+// ones), and a resumed checkpoint's state is sliced into it. Collective.
+absl::Status StartZero(const TrainOptions& o, int64_t steps_per_epoch,
+                       RunParts& p) {
+  absl::Status made;
+  DTRAIN_ASSIGN_OR_RETURN(
+      p.zero,
+      zero::ShardedOptimizer::Create(
+          *p.ddp, {o.parallel.zero},
+          [&](std::vector<at::Tensor> shares)
+              -> std::unique_ptr<torch::optim::Optimizer> {
+            absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> optimizer =
+                MakeOptimizer(o, std::move(shares));
+            if (!optimizer.ok()) {
+              made = optimizer.status();
+              return nullptr;
+            }
+            return *std::move(optimizer);
+          }));
+  DTRAIN_RETURN_IF_ERROR(made);
+  DTRAIN_ASSIGN_OR_RETURN(
+      p.schedule, MakeSchedule(o, p.zero->optimizer(), steps_per_epoch));
+  if (p.checkpoints.has_value() && p.checkpoints->resumed()) {
+    DTRAIN_RETURN_IF_ERROR(ScatterShardedState(*p.optimizer, *p.zero));
+  }
+  p.optimizer->state().clear();
+  int64_t elements = 0;
+  for (const at::Tensor& t : p.model->parameters()) elements += t.numel();
+  p.recorder->Say(absl::StrCat("ZeRO stage ", o.parallel.zero,
+                               ": this rank keeps the optimizer state of ",
+                               p.zero->shard_numel(), " of ", elements,
+                               " parameter elements"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
@@ -177,9 +214,13 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
         RestoreHookState(saved_hook, p.ddp->comm_hook(), world, r));
   }
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
+  if (o.parallel.zero > 0 && !o.evaluate) {
+    DTRAIN_RETURN_IF_ERROR(StartZero(o, steps_per_epoch, p));
+  }
   p.step = std::make_unique<TrainStep>(
       StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},
       *p.model, *p.ddp, *p.optimizer, p.device);
+  p.step->set_sharded_optimizer(p.zero.get());
   if (o.parallel.comm_hook == "local_sgd") {
     p.averager = std::make_unique<ddp::PeriodicModelAverager>(
         backend, ddp::ModelAveragingOptions{o.parallel.local_sgd_period,

@@ -29,6 +29,7 @@
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/model_averager.h"
 #include "dist/rendezvous/init.h"
+#include "dist/zero/sharded_optimizer.h"
 #include "models/model.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpoint/training_state.h"
@@ -68,6 +69,10 @@ struct RunParts {
   // resumed() says whether one was loaded), or epoch 0 step 0.
   TrainingState start;
   std::unique_ptr<ddp::DistributedDataParallel> ddp;
+  // With --zero: it steps, and `optimizer` (over the model's parameters, as
+  // without ZeRO) only carries the state to and from checkpoints
+  // (trainer/checkpoint/sharded_state.h).
+  std::unique_ptr<zero::ShardedOptimizer> zero;
   // With --comm_hook=local_sgd; the step uses it.
   std::unique_ptr<ddp::PeriodicModelAverager> averager;
   std::unique_ptr<TrainStep> step;

@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "models/state_dict/state_dict.h"
 #include "trainer/checkpoint/hook_state.h"
+#include "trainer/checkpoint/sharded_state.h"
 
 namespace dtrain::trainer {
 
@@ -23,6 +24,16 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   if (o_.parallel.sync_gradients && together) {
     DTRAIN_RETURN_IF_ERROR(p_.checkpoints->GatherRankState(
         p_.ddp->comm_hook().RankState(), &hook));
+  }
+  if (p_.zero != nullptr) {
+    // Every rank's shares of the optimizer state into rank 0's unsharded
+    // optimizer, which the checkpoint holds as a run without ZeRO's.
+    if (!together) {
+      return absl::InternalError(
+          "a checkpoint of ZeRO's state needs every rank at the same step");
+    }
+    DTRAIN_RETURN_IF_ERROR(
+        GatherShardedState(*p_.zero, rank0_ ? p_.optimizer.get() : nullptr));
   }
   if (!rank0_) return absl::OkStatus();
   if (!together && !p_.ddp->comm_hook().RankState().empty()) {
@@ -44,10 +55,13 @@ absl::Status RunOutputs::Checkpoint(const data::SamplerState& sampler,
   hook.name = p_.ddp->comm_hook().name();
   hook.tensors = p_.ddp->comm_hook().State();
   std::vector<std::string> warnings;
-  DTRAIN_RETURN_IF_ERROR(
+  const absl::Status saved =
       p_.checkpoints
           ->Save(*p_.model, *p_.optimizer, state, hook, best, &warnings)
-          .status());
+          .status();
+  // Rank 0 holds the whole state only while it writes it.
+  if (p_.zero != nullptr) p_.optimizer->state().clear();
+  DTRAIN_RETURN_IF_ERROR(saved);
   for (const std::string& warning : warnings) p_.recorder->Say(warning);
   if (o_.checkpoint.state_dict_with_checkpoints) return StateDict(global_step);
   return absl::OkStatus();

@@ -74,6 +74,10 @@ absl::Status Validate(const TrainOptions& o) {
     return Invalid("even_batches",
                    "false does not combine with --comm_hook=local_sgd");
   }
+  if (!o.data.even_batches && o.parallel.zero > 0) {
+    // Not built: a joined rank's shadow of the share step and allgather.
+    return Invalid("even_batches", "false does not combine with --zero yet");
+  }
   if (o.num_sanity_val_steps < 0)
     return Invalid("num_sanity_val_steps", "must be >= 0");
   return ValidateReportOptions(o.report);

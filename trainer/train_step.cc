@@ -120,21 +120,53 @@ absl::Status TrainStep::ShadowStep() {
 }
 
 absl::Status TrainStep::StepOptimizer(StepOutcome* outcome) {
-  try {
-    // The gradients are averaged over ranks: every rank finds the same
-    // non-finite values and clips by the same norm.
-    if (scaler_.has_value()) {
-      outcome->skipped = scaler_->UnscaleAndCheck(parameters_);
-      scaler_->Update(outcome->skipped);
-    }
-    if (options_.clip_grad_norm > 0 && !outcome->skipped) {
-      outcome->grad_norm = torch::nn::utils::clip_grad_norm_(
-          parameters_, options_.clip_grad_norm);
-    }
-    if (!outcome->skipped) optimizer_.step();
-  } catch (const std::exception& e) {
+  // The gradients are averaged over ranks: every rank finds the same
+  // non-finite values and clips by the same norm. With ZeRO's stage 2 the
+  // averaged gradients are the shares', each rank holding its own: the ranks
+  // agree on non-finite values, and the norm is over every share.
+  const bool shares = zero_ != nullptr && zero_->stage() == 2;
+  const std::vector<at::Tensor> grads =
+      shares ? zero_->StepGradientShares() : parameters_;
+  auto failed = [](const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("optimizer step failed: ", base::ExceptionMessage(e)));
+  };
+  if (scaler_.has_value()) {
+    bool found = false;
+    try {
+      found = scaler_->UnscaleAndCheck(grads);
+    } catch (const std::exception& e) {
+      return failed(e);
+    }
+    if (shares) {
+      DTRAIN_ASSIGN_OR_RETURN(found, zero_->AnyRank(found));
+    }
+    outcome->skipped = found;
+    scaler_->Update(found);
+  }
+  if (options_.clip_grad_norm > 0 && !outcome->skipped) {
+    if (shares) {
+      DTRAIN_ASSIGN_OR_RETURN(outcome->grad_norm, zero_->ClipShareGradNorm(
+                                                      options_.clip_grad_norm));
+    } else {
+      try {
+        outcome->grad_norm = torch::nn::utils::clip_grad_norm_(
+            parameters_, options_.clip_grad_norm);
+      } catch (const std::exception& e) {
+        return failed(e);
+      }
+    }
+  }
+  if (!outcome->skipped) {
+    if (zero_ != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(zero_->Step());
+    } else {
+      try {
+        optimizer_.step();
+      } catch (const std::exception& e) {
+        return failed(e);
+      }
+    }
   }
   if (averager_ != nullptr) {
     DTRAIN_RETURN_IF_ERROR(averager_->AverageParameters(parameters_));

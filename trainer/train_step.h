@@ -34,6 +34,7 @@
 #include "absl/types/optional.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/model_averager.h"
+#include "dist/zero/sharded_optimizer.h"
 #include "models/model.h"
 #include "trainer/amp.h"
 
@@ -104,6 +105,12 @@ class TrainStep {
     averager_ = averager;
   }
 
+  // ZeRO (dist/zero/sharded_optimizer.h): its Step replaces the optimizer's
+  // (the optimizer given to the constructor is then not stepped), and at
+  // stage 2 unscaling and clipping work on its shares' gradients. Null: none.
+  // It must outlive the object.
+  void set_sharded_optimizer(zero::ShardedOptimizer* zero) { zero_ = zero; }
+
   // Float16 loss scaling's state (null without float16).
   const LossScaler* loss_scaler() const {
     return scaler_.has_value() ? &*scaler_ : nullptr;
@@ -121,6 +128,7 @@ class TrainStep {
   std::vector<at::Tensor> parameters_;
   absl::optional<LossScaler> scaler_;
   ddp::PeriodicModelAverager* averager_ = nullptr;
+  zero::ShardedOptimizer* zero_ = nullptr;
 
   int64_t micro_batches_ = 0;  // in the open step; 0 when none is open
   int64_t done_ = 0;           // of them so far

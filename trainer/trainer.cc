@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <sys/resource.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
 
@@ -19,6 +20,7 @@
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/join.h"
+#include "trainer/checkpoint/optimizer_state_bytes.h"
 #include "trainer/evaluation.h"
 #include "trainer/report/recorder.h"
 #include "trainer/run_assembly.h"
@@ -81,9 +83,12 @@ class Run {
                           bool together = true) {
     return outputs_->Checkpoint(next, global_step_, best_top1_, best, together);
   }
-  // The ranks' parameters checked identical, the weights and the metrics
-  // written.
+  // The ranks' parameters checked identical, the memory each rank used
+  // gathered, the weights and the metrics written.
   absl::StatusOr<TrainResult> Finish();
+  // Collective: every rank's optimizer state bytes and peak resident memory
+  // into the metrics.
+  absl::Status RecordMemory();
   void Say(const std::string& line) { recorder_->Say(line); }
 
   const TrainOptions& o_;
@@ -352,6 +357,25 @@ absl::StatusOr<TrainResult> Run::Execute() {
   return Finish();
 }
 
+absl::Status Run::RecordMemory() {
+  const torch::optim::Optimizer& stepped =
+      p_.zero != nullptr ? p_.zero->optimizer() : *p_.optimizer;
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t state, OptimizerStateBytes(stepped));
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const int world = world_.world_size;
+  // Row r of each: rank r's figure, as a sum over zeros (exact below 2^53).
+  std::vector<double> values(2 * world, 0.0);
+  values[world_.rank] = static_cast<double>(state);
+  values[world + world_.rank] = static_cast<double>(usage.ru_maxrss) * 1024;
+  DTRAIN_ASSIGN_OR_RETURN(values,
+                          p_.sync->AllReduce(values, backend::ReduceOp::kSum));
+  RunMetrics& m = recorder_->metrics();
+  m.optimizer_state_bytes.assign(values.begin(), values.begin() + world);
+  m.peak_rss_bytes.assign(values.begin() + world, values.end());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainResult> Run::Finish() {
   // Post-local SGD's ranks agree only right after an averaging.
   const bool identical =
@@ -365,6 +389,7 @@ absl::StatusOr<TrainResult> Run::Finish() {
     DTRAIN_RETURN_IF_ERROR(p_.sync->CheckIdentical(parameters));
     recorder_->metrics().ranks_identical = true;
   }
+  DTRAIN_RETURN_IF_ERROR(RecordMemory());
   DTRAIN_RETURN_IF_ERROR(outputs_->StateDict(global_step_));
   DTRAIN_RETURN_IF_ERROR(recorder_->WriteMetrics(best_top1_, global_step_));
   return TrainResult{recorder_->metrics(), p_.model};

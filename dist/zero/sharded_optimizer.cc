@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <utility>
@@ -177,6 +178,64 @@ absl::Status ShardedOptimizer::Step() {
     }
   }
   return first;
+}
+
+std::vector<at::Tensor> ShardedOptimizer::StepGradientShares() const {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& share : shares_) {
+    if (share.numel() > 0) out.push_back(share);
+  }
+  return out;
+}
+
+backend::SmallCollectives ShardedOptimizer::Sync() const {
+  const c10::Device device = ddp_.buckets().empty() ? c10::Device(c10::kCPU)
+                                                    : ddp_.buckets()[0].device;
+  return backend::SmallCollectives(
+      ddp_.backend(), device, ddp_.options().timeout,
+      absl::StrCat(Who(ddp_), ": "), "DdpOptions::timeout");
+}
+
+absl::StatusOr<bool> ShardedOptimizer::AnyRank(bool mine) {
+  if (options_.stage == 1) return mine;
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::vector<double> any,
+      Sync().AllReduce({mine ? 1.0 : 0.0}, backend::ReduceOp::kMax));
+  return any[0] > 0;
+}
+
+absl::StatusOr<double> ShardedOptimizer::ClipShareGradNorm(double max_norm) {
+  const std::string who = Who(ddp_);
+  if (options_.stage == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, ": at stage 1 the parameters' .grad are averaged: clip those"));
+  }
+  const std::vector<at::Tensor> shares = StepGradientShares();
+  double squares = 0;
+  DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+      absl::StatusCode::kInternal, absl::StrCat(who, ": gradient norm: "),
+      [&]() -> absl::Status {
+        for (const at::Tensor& share : shares) {
+          squares += share.grad().to(at::kDouble).pow(2).sum().item<double>();
+        }
+        return absl::OkStatus();
+      }));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<double> total,
+                          Sync().AllReduce({squares}, backend::ReduceOp::kSum));
+  const double norm = std::sqrt(total[0]);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    DTRAIN_RETURN_IF_ERROR(base::GuardTorch(
+        absl::StatusCode::kInternal, absl::StrCat(who, ": clipping: "),
+        [&]() -> absl::Status {
+          at::NoGradGuard no_grad;
+          for (const at::Tensor& share : shares) {
+            share.grad().mul_(coefficient);
+          }
+          return absl::OkStatus();
+        }));
+  }
+  return norm;
 }
 
 int64_t ShardedOptimizer::shard_numel() const {

@@ -57,6 +57,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "dist/backend/small_collectives.h"
 #include "dist/ddp/ddp.h"
 #include "dist/zero/reduce_scatter_hook.h"
 #include "dist/zero/shard_layout.h"
@@ -88,6 +89,24 @@ class ShardedOptimizer {
   // parameters are not to be trusted (as after a failed DDP step).
   absl::Status Step();
 
+  // Stage 2, where .grad keeps the local gradients and the averaged ones are
+  // the shares' .grad: what mixed precision unscales and checks, and
+  // clipping clips, instead of the parameters. At stage 1, DDP's parameters
+  // (their .grad averaged as without ZeRO) are, and these are unused.
+  // This rank's non-empty shares.
+  std::vector<at::Tensor> StepGradientShares() const;
+  // Collective at stage 2 (one small allreduce): whether `mine` holds on any
+  // rank, for a decision every rank must take alike (a non-finite gradient
+  // in some rank's share skips the step everywhere). At stage 1 the ranks
+  // already agree, and `mine` is returned.
+  absl::StatusOr<bool> AnyRank(bool mine);
+  // Collective at stage 2 (one small allreduce): clip_grad_norm_ over the
+  // gradients of every rank's shares: their total 2-norm, and each share's
+  // gradient scaled by max_norm / (norm + 1e-6) when that is below 1.
+  // Returns the norm before clipping. kFailedPrecondition at stage 1, where
+  // clip_grad_norm_ over the parameters does the same.
+  absl::StatusOr<double> ClipShareGradNorm(double max_norm);
+
   // The shares' optimizer: its learning rates, state and checkpoints.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // This rank's shares of the parameters, one per bucket (some empty).
@@ -104,6 +123,9 @@ class ShardedOptimizer {
   ddp::DistributedDataParallel& ddp() const { return ddp_; }
 
  private:
+  // The small collectives of AnyRank and ClipShareGradNorm.
+  backend::SmallCollectives Sync() const;
+
   ShardedOptimizer(ddp::DistributedDataParallel& ddp,
                    const ShardedOptimizerOptions& options)
       : ddp_(ddp), options_(options) {}

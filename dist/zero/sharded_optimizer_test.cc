@@ -11,6 +11,7 @@
 #include "dist/zero/sharded_optimizer.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
@@ -181,6 +182,75 @@ TEST(ShardedOptimizerTest, FollowsUnshardedDdp) {
         }
         EXPECT_EQ(shards, kModelNumel) << what << " stage " << stage;
       }
+    }
+  }
+}
+
+// Stage 2 clips by the norm over every rank's shares, as clip_grad_norm_
+// over the averaged gradients does without ZeRO (within the rounding of
+// another summation order); AnyRank agrees on one rank's finding.
+TEST(ShardedOptimizerTest, Stage2ClipsByTheNormOverEveryShare) {
+  constexpr int kWorld = 3;
+  constexpr double kMaxNorm = 0.05;
+  std::vector<std::map<std::string, at::Tensor>> params[2];
+  std::vector<double> norms[2];
+  for (int stage : {0, 2}) {
+    std::vector<Mlp> models;
+    for (int r = 0; r < kWorld; ++r) {
+      torch::manual_seed(10);
+      models.emplace_back();
+    }
+    auto& out = params[stage / 2];
+    auto& norm = norms[stage / 2];
+    out.resize(kWorld);
+    norm.resize(kWorld);
+    RunRanks(kWorld, ddp::testing::Shm(), [&](backend::Backend& b) {
+      Mlp model = models[b.rank()];
+      auto ddp =
+          ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      std::unique_ptr<ShardedOptimizer> zero;
+      std::unique_ptr<torch::optim::Optimizer> plain;
+      if (stage == 2) {
+        auto z =
+            ShardedOptimizer::Create(**ddp, {2}, [](std::vector<at::Tensor> p) {
+              return MakeOptimizer(Kind::kSgd, p);
+            });
+        ASSERT_TRUE(z.ok()) << z.status();
+        zero = *std::move(z);
+        auto any = zero->AnyRank(b.rank() == 1);
+        ASSERT_TRUE(any.ok()) << any.status();
+        EXPECT_TRUE(*any) << "rank " << b.rank();
+      } else {
+        plain = MakeOptimizer(Kind::kSgd, model->parameters());
+      }
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE((*ddp)->PrepareForward().ok());
+        Loss(model->forward(Input(b.rank()))).backward();
+        ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
+        if (zero != nullptr) {
+          auto n = zero->ClipShareGradNorm(kMaxNorm);
+          ASSERT_TRUE(n.ok()) << n.status();
+          norm[b.rank()] = *n;
+          ASSERT_TRUE(zero->Step().ok());
+        } else {
+          norm[b.rank()] =
+              torch::nn::utils::clip_grad_norm_(model->parameters(), kMaxNorm);
+          plain->step();
+        }
+        model->zero_grad(/*set_to_none=*/false);
+      }
+      for (const auto& item : model->named_parameters()) {
+        out[b.rank()][item.key()] = item.value().detach().clone();
+      }
+    });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_GT(norms[0][r], kMaxNorm) << "the test must clip";
+    EXPECT_NEAR(norms[1][r], norms[0][r], 1e-5 * norms[0][r]) << "rank " << r;
+    for (const auto& [name, value] : params[0][r]) {
+      EXPECT_TRUE(at::allclose(params[1][r].at(name), value, 1e-5, 1e-6))
+          << "rank " << r << " " << name;
     }
   }
 }

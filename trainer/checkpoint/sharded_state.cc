@@ -9,11 +9,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/torch_compat.h"
 #include "base/torch_guard.h"
+#include "dist/backend/backend.h"
 #include "dist/backend/small_collectives.h"
+#include "dist/ddp/ddp.h"
 #include "trainer/checkpoint/optimizer_codec.h"
 
 namespace dtrain::trainer {

@@ -50,6 +50,10 @@ ABSL_FLAG(bool, sync_batchnorm, false,
           "Batch norm statistics over every rank's batch (PyTorch's "
           "SyncBatchNorm): resnet18 trains as one process on the global "
           "batch. No effect on convnet (no batch norm).");
+ABSL_FLAG(int, zero, 0,
+          "ZeRO: 1 shards the optimizer state over the ranks (each keeps "
+          "and steps 1/N, then the parameters are allgathered), 2 also "
+          "reduce-scatters the gradients; 0 off.");
 
 namespace dtrain::trainer {
 
@@ -78,6 +82,7 @@ absl::Status ReadDataParallelFlags(DataParallelOptions* o) {
   o->static_graph = absl::GetFlag(FLAGS_static_graph);
   o->sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
   o->sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
+  o->zero = absl::GetFlag(FLAGS_zero);
   return absl::OkStatus();
 }
 

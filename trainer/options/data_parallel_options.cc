@@ -55,6 +55,30 @@ absl::Status ValidateDataParallelOptions(const DataParallelOptions& o) {
                    "a communication hook averages gradients; "
                    "--sync_gradients=false averages none");
   }
+  if (o.zero < 0 || o.zero > 2) {
+    return Invalid("zero",
+                   "must be 0 (off), 1 (optimizer state sharded) or 2 "
+                   "(gradients too)");
+  }
+  if (o.zero > 0 && !o.sync_gradients) {
+    return Invalid("zero",
+                   "shards the optimizer of ranks that average gradients; "
+                   "--sync_gradients=false averages none");
+  }
+  if (o.zero > 0 && o.comm_hook == "local_sgd") {
+    // Stepping shares needs one replica; post-local SGD lets them drift.
+    return Invalid("zero",
+                   "keeps one replica of the parameters, which "
+                   "--comm_hook=local_sgd lets drift apart between averages: "
+                   "the two do not combine");
+  }
+  if (o.zero == 2 && o.comm_hook != "allreduce") {
+    return Invalid("zero",
+                   absl::StrCat("=2 averages the gradients with its own "
+                                "reduce-scatter, so --comm_hook=",
+                                o.comm_hook,
+                                " cannot be combined with it (--zero=1 can)"));
+  }
   if (o.sync_batchnorm && !o.sync_gradients)
     return Invalid("sync_batchnorm",
                    "communicates batch statistics; --sync_gradients=false "

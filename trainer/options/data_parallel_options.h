@@ -1,7 +1,8 @@
 // The data-parallel section of train's options: DDP's knobs
 // (--bucket_cap_mb, --gradient_as_bucket_view, --static_graph), its
 // communication hook and the hook's knobs (--comm_hook, --powersgd_*,
-// --local_sgd_*), whether gradients are averaged at all, and SyncBatchNorm.
+// --local_sgd_*), whether gradients are averaged at all, SyncBatchNorm, and
+// ZeRO (--zero).
 // Consumed by run_parts (MakeDdpOptions, MakeCommHook, BuildModel). A plain
 // value type.
 #ifndef DTRAIN_TRAINER_OPTIONS_DATA_PARALLEL_OPTIONS_H_
@@ -46,6 +47,9 @@ struct DataParallelOptions {
   // statistics over the global batch. No effect with one rank, or on a model
   // without batch norm (the ConvNet; the trainer says so).
   bool sync_batchnorm = false;
+  // ZeRO (dist/zero/sharded_optimizer.h): 0 off; 1 each rank keeps and steps
+  // 1/N of the optimizer state; 2 the gradients are reduce-scattered too.
+  int zero = 0;
 };
 
 // The hooks --comm_hook takes, in the order --help lists them.

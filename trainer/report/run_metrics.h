@@ -121,6 +121,11 @@ struct RunMetrics {
   absl::optional<bool> ranks_identical;
   // The checkpoint this run resumed from, if any.
   std::string resumed_from;
+  // Per rank, at the end: the bytes of the optimizer state it keeps (with
+  // --zero its shares' only) and its peak resident memory (getrusage's
+  // ru_maxrss). Empty when not measured (evaluation only).
+  std::vector<int64_t> optimizer_state_bytes;
+  std::vector<int64_t> peak_rss_bytes;
   // Rank 0's, from the process start (or the start of Train) to the first
   // step, and to the end.
   double startup_seconds = 0;
