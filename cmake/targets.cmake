@@ -1578,11 +1578,19 @@ dtrain_cc_test(dtrain_dist_zero_shard_layout_test
   DEPS dtrain_dist_zero_shard_layout dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/zero:testing
+dtrain_cc_library(dtrain_dist_zero_testing
+  EXPORT_NAME zero_testing
+  PACKAGE dist/zero
+  HDRS dist/zero/zero_testing.h
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing
+  TESTONLY)
+
 # //dist/zero:sharded_optimizer_test
 dtrain_cc_test(dtrain_dist_zero_sharded_optimizer_test
   OUTPUT dist/zero/sharded_optimizer_test
   SRCS dist/zero/sharded_optimizer_test.cc
-  DEPS dtrain_dist_zero_sharded_optimizer dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_zero_sharded_optimizer dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_zero_testing dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //examples/comm_hook:line_count_test
@@ -2727,7 +2735,7 @@ dtrain_cc_test(dtrain_trainer_checkpoint_optimizer_codec_test
 dtrain_cc_test(dtrain_trainer_checkpoint_sharded_state_test
   OUTPUT trainer/checkpoint/sharded_state_test
   SRCS trainer/checkpoint/sharded_state_test.cc
-  DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_trainer_checkpoint_sharded_state dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_trainer_checkpoint_checkpoint_testing dtrain_trainer_checkpoint_format dtrain_trainer_checkpoint_sharded_state dtrain_base_torch_compat dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_zero_sharded_optimizer dtrain_dist_zero_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 300)
 
 # //trainer/report:ddp_timeline_test

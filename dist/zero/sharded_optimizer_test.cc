@@ -27,6 +27,7 @@
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/ddp_testing.h"
 #include "dist/ddp/hooks/compress_hook.h"
+#include "dist/zero/zero_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,6 +40,7 @@ using ddp::testing::Input;
 using ddp::testing::Loss;
 using ddp::testing::Mlp;
 using ::testing::HasSubstr;
+using testing::SmallBuckets;
 
 constexpr int kSteps = 5;
 
@@ -52,15 +54,6 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
   }
   return std::make_unique<torch::optim::Adam>(
       params, torch::optim::AdamOptions(0.01).weight_decay(0.01));
-}
-
-// Small buckets, of uneven sizes that do not divide by 3 or 4.
-ddp::DdpOptions SmallBuckets() {
-  ddp::DdpOptions o;
-  o.first_bucket_cap_bytes = 600;
-  o.bucket_cap_bytes = 600;
-  o.timeout = ddp::testing::kTestTimeout;
-  return o;
 }
 
 struct Trained {

@@ -22,6 +22,7 @@
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/ddp_testing.h"
 #include "dist/zero/sharded_optimizer.h"
+#include "dist/zero/zero_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -37,6 +38,7 @@ using ddp::testing::Loss;
 using ddp::testing::Mlp;
 using testing::BitwiseEqual;
 using ::testing::HasSubstr;
+using zero::testing::SmallBuckets;
 
 std::unique_ptr<torch::optim::Optimizer> Adam(std::vector<at::Tensor> p) {
   return std::make_unique<torch::optim::Adam>(
@@ -46,15 +48,6 @@ std::unique_ptr<torch::optim::Optimizer> Adam(std::vector<at::Tensor> p) {
 std::unique_ptr<torch::optim::Optimizer> Sgd(std::vector<at::Tensor> p) {
   return std::make_unique<torch::optim::SGD>(
       p, torch::optim::SGDOptions(0.1).momentum(0.9));
-}
-
-// Small buckets of uneven sizes, so that shares cut through parameters.
-ddp::DdpOptions SmallBuckets() {
-  ddp::DdpOptions o;
-  o.first_bucket_cap_bytes = 600;
-  o.bucket_cap_bytes = 600;
-  o.timeout = ddp::testing::kTestTimeout;
-  return o;
 }
 
 struct Run {
