@@ -3,7 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <cmath>
+#include <cstddef>
 #include <map>
 #include <string>
 #include <utility>
@@ -108,6 +113,12 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
           return absl::OkStatus();
         }));
     z->flat_.push_back(std::move(flat));
+#ifdef __GLIBC__
+    // The parameters' old storage is free now, but a training process keeps
+    // freed memory (base/malloc_tuning.h): give it back, bucket by bucket,
+    // or ZeRO's resident memory would hold the model twice.
+    ::malloc_trim(0);
+#endif
   }
 
   if (options.stage == 2) {
@@ -123,8 +134,7 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
           if (options.stage == 2) {
             share.mutable_grad() = z->hook_->share(static_cast<int>(b));
           } else {
-            z->grads_.push_back(at::zeros_like(share));
-            share.mutable_grad() = z->grads_.back();
+            z->grads_.emplace_back();  // allocated only if needed (Step)
           }
           if (share.numel() > 0) stepped.push_back(share);
         }
@@ -146,6 +156,15 @@ absl::Status ShardedOptimizer::Step() {
         at::NoGradGuard no_grad;
         if (options_.stage == 1) {
           for (size_t b = 0; b < shards_.size(); ++b) {
+            if (shares_[b].numel() == 0) continue;
+            at::Tensor view = BucketGradientShare(b);
+            if (view.defined()) {
+              shares_[b].mutable_grad() = view;
+              continue;
+            }
+            // .grad is not DDP's bucket (gradient_as_bucket_view off, or
+            // replaced): the share's gradients are copied out of it.
+            if (!grads_[b].defined()) grads_[b] = at::zeros_like(shares_[b]);
             for (const ParamPiece& p : shards_[b].pieces) {
               at::Tensor into = grads_[b].narrow(0, p.share_offset, p.numel);
               const at::Tensor& grad = params_[b][p.param].grad();
@@ -156,6 +175,7 @@ absl::Status ShardedOptimizer::Step() {
                 into.zero_();
               }
             }
+            shares_[b].mutable_grad() = grads_[b];
           }
         }
         optimizer_->step();
@@ -178,6 +198,27 @@ absl::Status ShardedOptimizer::Step() {
     }
   }
   return first;
+}
+
+at::Tensor ShardedOptimizer::BucketGradientShare(size_t b) const {
+  const BucketShard& s = shards_[b];
+  at::Tensor first;
+  int64_t base = 0;  // the bucket's first element in the gradients' storage
+  for (const ParamPiece& p : s.pieces) {
+    const at::Tensor& grad = params_[b][p.param].grad();
+    if (!grad.defined() || !grad.is_contiguous()) return at::Tensor();
+    const int64_t at = grad.storage_offset() - s.param_offsets[p.param];
+    if (!first.defined()) {
+      first = grad;
+      base = at;
+    } else if (!grad.storage().is_alias_of(first.storage()) || at != base ||
+               grad.scalar_type() != first.scalar_type()) {
+      return at::Tensor();
+    }
+  }
+  if (!first.defined()) return at::Tensor();
+  return at::empty({0}, first.options())
+      .set_(first.storage(), base + s.begin, {s.length}, {1});
 }
 
 std::vector<at::Tensor> ShardedOptimizer::StepGradientShares() const {

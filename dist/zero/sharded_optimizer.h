@@ -20,11 +20,12 @@
 //   }
 //
 // Stage 1: DDP averages the gradients with its hook, as without ZeRO; Step
-// copies this rank's share of each bucket's gradients out of .grad. Stage 2:
-// Create registers a ReduceScatterHook (reduce_scatter_hook.h): each bucket
-// is reduce-scattered as backward fills it and only this rank's share is
-// averaged, half an allreduce's bytes on the wire; .grad then keeps the
-// local gradients, not their average. A DDP with another hook registered is
+// steps this rank's share of each bucket's gradients as a view of DDP's
+// bucket (with gradient_as_bucket_view; copied out of .grad without it).
+// Stage 2: Create registers a ReduceScatterHook (reduce_scatter_hook.h):
+// each bucket is reduce-scattered as backward fills it and only this rank's
+// share is averaged, half an allreduce's bytes on the wire; .grad then keeps
+// the local gradients, not their average. A DDP with another hook registered is
 // refused for stage 2, naming it.
 //
 // Parameters: Create moves each bucket's parameters into one flat tensor per
@@ -123,6 +124,10 @@ class ShardedOptimizer {
   ddp::DistributedDataParallel& ddp() const { return ddp_; }
 
  private:
+  // Stage 1: this rank's share of bucket `b`'s averaged gradients as a view
+  // of DDP's bucket, when every parameter's .grad in the share is a slice of
+  // it (gradient_as_bucket_view); otherwise undefined.
+  at::Tensor BucketGradientShare(size_t b) const;
   // The small collectives of AnyRank and ClipShareGradNorm.
   backend::SmallCollectives Sync() const;
 
@@ -139,7 +144,8 @@ class ShardedOptimizer {
   std::vector<at::Tensor> flat_;
   std::vector<std::vector<at::Tensor>> parts_;
   std::vector<at::Tensor> shares_;
-  // Stage 1: each share's gradient, copied out of .grad every step.
+  // Stage 1: each share's gradient where .grad is not DDP's bucket (copied
+  // out of .grad every step); undefined while not needed.
   std::vector<at::Tensor> grads_;
   std::shared_ptr<ReduceScatterHook> hook_;  // stage 2
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

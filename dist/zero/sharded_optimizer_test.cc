@@ -62,10 +62,15 @@ struct Trained {
   // Per rank: elements its optimizer keeps state for (Adam: two per element).
   std::vector<int64_t> state_numel;
   std::vector<int64_t> shard_numel;
+  // Per rank, stage 1: whether every share's gradient was a view of DDP's
+  // bucket (no copy) at the last step.
+  std::vector<bool> grads_in_bucket;
 };
 
 // Trains the MLP `kSteps` steps on `world` ranks; stage 0 is unsharded DDP.
-Trained Train(int world, const BackendFactory& factory, int stage, Kind kind) {
+// `views`: DDP's gradient_as_bucket_view.
+Trained Train(int world, const BackendFactory& factory, int stage, Kind kind,
+              bool views = true) {
   std::vector<Mlp> models;
   for (int r = 0; r < world; ++r) {
     torch::manual_seed(10);
@@ -75,10 +80,12 @@ Trained Train(int world, const BackendFactory& factory, int stage, Kind kind) {
   out.params.resize(world);
   out.state_numel.resize(world);
   out.shard_numel.resize(world);
+  out.grads_in_bucket.resize(world);
+  ddp::DdpOptions options = SmallBuckets();
+  options.gradient_as_bucket_view = views;
   RunRanks(world, factory, [&](backend::Backend& b) {
     Mlp model = models[b.rank()];
-    auto ddp =
-        ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
+    auto ddp = ddp::DistributedDataParallel::Create(model.ptr(), b, options);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     ASSERT_GE((*ddp)->buckets().size(), 2u);
     std::unique_ptr<ShardedOptimizer> zero;
@@ -121,6 +128,19 @@ Trained Train(int world, const BackendFactory& factory, int stage, Kind kind) {
     }
     out.state_numel[b.rank()] = state;
     out.shard_numel[b.rank()] = zero != nullptr ? zero->shard_numel() : 0;
+    if (zero != nullptr) {
+      bool in_bucket = true;
+      for (size_t k = 0; k < zero->shares().size(); ++k) {
+        const at::Tensor& share = zero->shares()[k];
+        if (share.numel() == 0) continue;
+        const at::Tensor& grad =
+            zero->bucket_parameters()[k][zero->shards()[k].pieces[0].param]
+                .grad();
+        in_bucket = in_bucket && share.grad().defined() &&
+                    share.grad().storage().is_alias_of(grad.storage());
+      }
+      out.grads_in_bucket[b.rank()] = in_bucket;
+    }
     for (const auto& item : model->named_parameters()) {
       out.params[b.rank()][item.key()] = item.value().detach().clone();
     }
@@ -174,7 +194,26 @@ TEST(ShardedOptimizerTest, FollowsUnshardedDdp) {
           shards += got.shard_numel[r];
         }
         EXPECT_EQ(shards, kModelNumel) << what << " stage " << stage;
+        if (stage == 1) {
+          for (int r = 0; r < be.world; ++r) {
+            EXPECT_TRUE(got.grads_in_bucket[r])
+                << what << " rank " << r << ": a share's gradient was copied";
+          }
+        }
       }
+      // Without bucket views, stage 1 copies the gradients of a share that
+      // spans several parameters out of .grad (a share inside one parameter
+      // is still a view, of that parameter's .grad), to the same parameters.
+      const Trained copied = Train(be.world, be.factory, 1, kind, false);
+      bool some_copied = false;
+      for (int r = 0; r < be.world; ++r) {
+        some_copied = some_copied || !copied.grads_in_bucket[r];
+        for (const auto& [name, value] : want.params[r]) {
+          EXPECT_TRUE(at::equal(copied.params[r].at(name), value))
+              << what << " without bucket views, rank " << r << " " << name;
+        }
+      }
+      EXPECT_TRUE(some_copied) << what;
     }
   }
 }

@@ -8,8 +8,9 @@ import os
 import re
 import sys
 
-# Keys whose values are timings, rates or addresses: they differ between any two runs.
-TIMING = re.compile(r"(seconds|per_second|histogram|ddp_timeline|metrics_url|^time$|_s$)")
+# Keys whose values are timings, rates, addresses or resident memory: they differ between any two
+# runs.
+TIMING = re.compile(r"(seconds|per_second|histogram|ddp_timeline|metrics_url|rss|^time$|_s$)")
 
 
 def strip(value, dirs):

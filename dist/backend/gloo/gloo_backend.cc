@@ -340,18 +340,30 @@ class GlooBackend : public Backend {
         outputs[0].view({-1}).copy_(input.view({-1}));
         return;
       }
-      at::Tensor flat = at::empty({size_ * n}, input.options());
+      // Outputs back to back (ZeRO's parameter shares) are gathered into in
+      // place, without a message-sized scratch; and with this rank's output
+      // as the input, Gloo's in-place form copies nothing.
+      const bool direct = internal::BackToBack(outputs);
+      const at::Tensor flat =
+          direct ? at::from_blob(outputs[0].data_ptr(), {size_ * n},
+                                 outputs[0].options())
+                 : at::empty({size_ * n}, input.options());
+      const bool in_place =
+          direct && input.data_ptr() == outputs[rank_].data_ptr();
       DispatchGlooType(BitsType(input), [&](auto tag) {
         using T = typename decltype(tag)::type;
         auto opts = std::make_unique<gloo::AllgatherOptions>(context_);
-        opts->setInput<T>(static_cast<T*>(input.data_ptr()),
-                          static_cast<size_t>(n));
+        if (!in_place) {
+          opts->setInput<T>(static_cast<T*>(input.data_ptr()),
+                            static_cast<size_t>(n));
+        }
         opts->setOutput<T>(static_cast<T*>(flat.data_ptr()),
                            static_cast<size_t>(size_ * n));
         RunKeepingBuffersOnFailure(
             std::move(opts),
             [](gloo::AllgatherOptions& o) { gloo::allgather(o); });
       });
+      if (direct) return;
       for (int r = 0; r < size_; ++r) {
         outputs[r].view({-1}).copy_(flat.narrow(0, r * n, n));
       }

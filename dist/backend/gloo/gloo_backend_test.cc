@@ -146,6 +146,25 @@ TEST_P(GlooCollectivesTest, BroadcastAllGatherReduceScatterBarrier) {
           ExpectEqual(outputs[p], Fill(p, n, dtype).to(at::kDouble),
                       "allgather " + what);
         }
+        // Into outputs back to back in one tensor (gathered in place), from
+        // a separate input and from this rank's own output.
+        for (bool own : {false, true}) {
+          at::Tensor whole = at::zeros({w * n}, dtype);
+          std::vector<at::Tensor> parts;
+          for (int p = 0; p < w; ++p)
+            parts.push_back(whole.narrow(0, p * n, n));
+          at::Tensor input = Fill(r, n, dtype);
+          if (own) {
+            parts[r].copy_(input);
+            input = parts[r];
+          }
+          ASSERT_TRUE(b.AllGather(parts, input)->Wait().ok()) << what;
+          for (int p = 0; p < w; ++p) {
+            ExpectEqual(parts[p], Fill(p, n, dtype).to(at::kDouble),
+                        absl::StrCat("allgather back to back",
+                                     own ? " in place " : " ", what));
+          }
+        }
         // ReduceScatter: rank r's input for slot p is Fill(r) + p; rank p
         // receives the sum.
         std::vector<at::Tensor> inputs;
