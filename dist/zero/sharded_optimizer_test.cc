@@ -64,7 +64,9 @@ struct Trained {
   std::vector<int64_t> shard_numel;
   // Per rank, stage 1: whether every share's gradient was a view of DDP's
   // bucket (no copy) at the last step.
-  std::vector<bool> grads_in_bucket;
+  // char, not bool: the ranks write their entries at once, and
+  // vector<bool> packs them into shared words.
+  std::vector<char> grads_in_bucket;
 };
 
 // Trains the MLP `kSteps` steps on `world` ranks; stage 0 is unsharded DDP.
