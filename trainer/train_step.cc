@@ -125,13 +125,15 @@ absl::Status TrainStep::StepOptimizer(StepOutcome* outcome) {
   // averaged gradients are the shares', each rank holding its own: the ranks
   // agree on non-finite values, and the norm is over every share.
   const bool shares = zero_ != nullptr && zero_->stage() == 2;
-  const std::vector<at::Tensor> grads =
-      shares ? zero_->StepGradientShares() : parameters_;
   auto failed = [](const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("optimizer step failed: ", base::ExceptionMessage(e)));
   };
   if (scaler_.has_value()) {
+    // The parameters are not copied per step: only the shares' list is made.
+    std::vector<at::Tensor> share_grads;
+    if (shares) share_grads = zero_->StepGradientShares();
+    const std::vector<at::Tensor>& grads = shares ? share_grads : parameters_;
     bool found = false;
     try {
       found = scaler_->UnscaleAndCheck(grads);
