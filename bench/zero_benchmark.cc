@@ -128,7 +128,10 @@ void BM_ShardedStep(benchmark::State& state) {
     torch::manual_seed(0);
     r.model = std::make_shared<models::ConvNetImpl>();
     r.model->train();
-    auto ddp = ddp::DistributedDataParallel::Create(r.model, **backend);
+    ddp::DdpOptions options;
+    options.pad_buckets_to_world_size = i == 1 && state.range(0) == 2;
+    auto ddp =
+        ddp::DistributedDataParallel::Create(r.model, **backend, options);
     if (!ddp.ok()) {
       state.SkipWithError(std::string(ddp.status().message()).c_str());
       return;

@@ -946,7 +946,7 @@ dtrain_cc_library(dtrain_dist_zero_reduce_scatter_hook
   PACKAGE dist/zero
   SRCS dist/zero/reduce_scatter_hook.cc
   HDRS dist/zero/reduce_scatter_hook.h
-  DEPS dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/zero:sharded_optimizer
 dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
@@ -1370,7 +1370,7 @@ dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
 dtrain_cc_test(dtrain_dist_ddp_ddp_knobs_test
   OUTPUT dist/ddp/ddp_knobs_test
   SRCS dist/ddp/ddp_knobs_test.cc
-  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp_hooks_allreduce_hook dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/ddp:ddp_placement_test

@@ -172,6 +172,8 @@ ddp::DdpOptions MakeDdpOptions(const TrainOptions& o) {
   d.timeout = o.launch.timeout;
   d.gradient_as_bucket_view = o.parallel.gradient_as_bucket_view;
   d.static_graph = o.parallel.static_graph;
+  // ZeRO stage 2 reduce-scatters the buckets in place.
+  d.pad_buckets_to_world_size = o.parallel.zero == 2;
   return d;
 }
 

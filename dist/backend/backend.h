@@ -127,6 +127,8 @@ class Backend {
 
   // Reduces inputs[r] across ranks and leaves the result for rank r in its
   // `output`. inputs.size() == size(), each shaped and typed like `output`.
+  // In place when `output` is inputs[rank()] and the inputs lie back to back
+  // in one tensor: the other inputs may then be left with partial results.
   virtual std::shared_ptr<Work> ReduceScatter(at::Tensor output,
                                               std::vector<at::Tensor> inputs,
                                               ReduceOp op = ReduceOp::kSum) = 0;

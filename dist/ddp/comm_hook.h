@@ -82,6 +82,10 @@ struct GradBucket {
   // hook leaves their average over ranks here by the time its work answers
   // kDone. With gradient_as_bucket_view it is the parameters' .grad.
   at::Tensor buffer;
+  // The bucket's allocation, `buffer` its first elements: world_size equal
+  // shares of it with DdpOptions::pad_buckets_to_world_size, `buffer` itself
+  // otherwise. Past `buffer`, zero unless a hook writes there.
+  at::Tensor padded;
   // Per parameter: the parameter, its name and its slice of `buffer`
   // shaped like it.
   std::vector<at::Tensor> parameters;

@@ -1,6 +1,7 @@
 // DistributedDataParallel's knobs beyond the defaults of ddp_test.cc:
-// gradients as bucket views (on by default) and off, static_graph, and the
-// bfloat16 compression hook. Ranks are threads with Gloo on 127.0.0.1.
+// gradients as bucket views (on by default) and off, static_graph, buckets
+// padded to the world size, and the bfloat16 compression hook. Ranks are
+// threads with Gloo on 127.0.0.1.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
@@ -15,6 +16,7 @@
 #include "dist/backend/backend_testing.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/ddp_testing.h"
+#include "dist/ddp/hooks/allreduce_hook.h"
 #include "dist/ddp/hooks/compress_hook.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -126,6 +128,80 @@ TEST(DdpKnobsTest, GradientsAsBucketViewsOrNot) {
         }
       });
     }
+  }
+}
+
+// The allreduce hook, keeping each bucket's buffer and allocation as Setup
+// sees them.
+class RecordingHook : public hooks::AllReduceHook {
+ public:
+  absl::Status Setup(const std::vector<GradBucket>& buckets,
+                     backend::Backend&) override {
+    for (const GradBucket& b : buckets) {
+      buffers.push_back(b.buffer);
+      padded.push_back(b.padded);
+    }
+    return absl::OkStatus();
+  }
+  std::vector<at::Tensor> buffers;
+  std::vector<at::Tensor> padded;
+};
+
+// Padded buckets (for an in-place reduce-scatter) hold N equal shares, the
+// gradients first and zeros after them, and average as unpadded ones do.
+TEST(DdpKnobsTest, BucketsPaddedToTheWorldSize) {
+  constexpr int kThree = 3;
+  std::vector<at::Tensor> want;
+  for (int r = 0; r < kThree; ++r) {
+    Mlp local = MakeModel();
+    Loss(local->forward(Input(r))).backward();
+    const auto params = local->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (want.size() <= i) {
+        want.push_back(params[i].grad().clone());
+      } else {
+        want[i] += params[i].grad();
+      }
+    }
+  }
+  for (at::Tensor& g : want) g /= kThree;
+  for (bool pad : {false, true}) {
+    std::vector<Mlp> models;
+    for (int r = 0; r < kThree; ++r) models.push_back(MakeModel());
+    RunRanks(kThree, Gloo(), [&](backend::Backend& b) {
+      Mlp model = models[b.rank()];
+      DdpOptions options;
+      options.first_bucket_cap_bytes = 600;
+      options.bucket_cap_bytes = 600;
+      options.pad_buckets_to_world_size = pad;
+      auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      auto hook = std::make_shared<RecordingHook>();
+      ASSERT_TRUE((*ddp)->RegisterCommHook(hook).ok());
+      ASSERT_GE(hook->buffers.size(), 2u);
+      bool some_padding = false;
+      for (size_t k = 0; k < hook->buffers.size(); ++k) {
+        const at::Tensor& buffer = hook->buffers[k];
+        const at::Tensor& padded = hook->padded[k];
+        const int64_t n = buffer.numel();
+        EXPECT_EQ(n, (*ddp)->buckets()[k].numel);
+        EXPECT_EQ(padded.numel(), pad ? (n + kThree - 1) / kThree * kThree : n)
+            << "bucket " << k;
+        EXPECT_EQ(buffer.data_ptr(), padded.data_ptr());
+        some_padding = some_padding || padded.numel() > n;
+      }
+      EXPECT_EQ(some_padding, pad);
+      ASSERT_TRUE((*ddp)->PrepareForward().ok());
+      Loss(model->forward(Input(b.rank()))).backward();
+      ASSERT_TRUE((*ddp)->SynchronizeGradients().ok());
+      ExpectGradients(*model, want, pad ? "padded" : "unpadded");
+      for (size_t k = 0; k < hook->padded.size(); ++k) {
+        const int64_t n = hook->buffers[k].numel();
+        const at::Tensor tail =
+            hook->padded[k].narrow(0, n, hook->padded[k].numel() - n);
+        EXPECT_EQ(tail.count_nonzero().item<int64_t>(), 0) << "bucket " << k;
+      }
+    });
   }
 }
 

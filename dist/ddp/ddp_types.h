@@ -54,6 +54,12 @@ struct DdpOptions {
   // incomplete gradients silently. The first step's buckets all go out at
   // its end (no overlap that step).
   bool static_graph = false;
+  // Each bucket's allocation holds world_size * ceil(numel / world_size)
+  // elements, the extra ones zero and never written by backward
+  // (GradBucket::padded), so that a hook can reduce-scatter the bucket in
+  // place in N equal shares: ZeRO stage 2 (dist/zero) needs it. At most
+  // world_size - 1 elements more per bucket.
+  bool pad_buckets_to_world_size = false;
   // Bounds each wait for a collective, on top of the backend's own timeout
   // (which already bounds every collective).
   absl::Duration timeout = absl::InfiniteDuration();

@@ -132,26 +132,32 @@ absl::Status Reducer::AddBucket(
   const at::Tensor& first = trainable[a.members.front()].second;
   int64_t numel = 0;
   for (int m : a.members) numel += trainable[m].second.numel();
+  const int64_t world = comm_.world_size();
+  const int64_t allocated = options_.pad_buckets_to_world_size
+                                ? (numel + world - 1) / world * world
+                                : numel;
   // The bucket lives where the backend reduces it with the fewest copies
   // (shm: shared memory); only CPU buckets, since backends allocate CPU
   // tensors. Every rank buckets the same checked parameters the same way,
   // so every rank makes the same allocations in the same order.
   if (first.is_cpu()) {
     absl::StatusOr<at::Tensor> flat =
-        comm_.backend().AllocateBuffer(numel, first.scalar_type());
+        comm_.backend().AllocateBuffer(allocated, first.scalar_type());
     if (!flat.ok()) {
       return absl::Status(
           flat.status().code(),
           absl::StrCat(
-              comm_.prefix(), "allocating bucket ", index, " (", numel, " x ",
-              c10::toString(first.scalar_type()),
+              comm_.prefix(), "allocating bucket ", index, " (", allocated,
+              " x ", c10::toString(first.scalar_type()),
               ") through the backend failed: ", flat.status().message()));
     }
-    b.grad.buffer = *std::move(flat);
+    b.grad.padded = *std::move(flat);
   } else {
-    b.grad.buffer = at::zeros({numel}, first.options());
+    b.grad.padded = at::zeros({allocated}, first.options());
   }
-  b.grad.buffer.set_requires_grad(false);
+  b.grad.padded.set_requires_grad(false);
+  b.grad.buffer =
+      allocated == numel ? b.grad.padded : b.grad.padded.narrow(0, 0, numel);
   b.grad.index = index;
   int64_t offset = 0;
   for (int m : a.members) {

@@ -4,29 +4,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "base/torch_guard.h"
 
 namespace dtrain::zero {
 namespace {
 
-// Waits for the reduce-scatter; a local failure (copying into the scratch
-// bucket) is reported once the collective, issued regardless, is done.
+// Waits for the reduce-scatter.
 class ScatterWork : public ddp::BucketWork {
  public:
-  ScatterWork(ddp::BucketComm& comm, std::shared_ptr<backend::Work> work,
-              absl::Status local)
-      : comm_(comm), work_(std::move(work)), local_(std::move(local)) {}
+  ScatterWork(ddp::BucketComm& comm, std::shared_ptr<backend::Work> work)
+      : comm_(comm), work_(std::move(work)) {}
   absl::StatusOr<Progress> Continue() override {
-    const absl::Status waited = comm_.Wait(*work_, "reduce_scatter");
-    DTRAIN_RETURN_IF_ERROR(local_);
-    DTRAIN_RETURN_IF_ERROR(waited);
+    DTRAIN_RETURN_IF_ERROR(comm_.Wait(*work_, "reduce_scatter"));
     return Progress::kDone;
   }
 
  private:
   ddp::BucketComm& comm_;
   std::shared_ptr<backend::Work> work_;
-  absl::Status local_;
 };
 
 }  // namespace
@@ -41,28 +35,28 @@ absl::Status ReduceScatterHook::Setup(
   rank_ = backend.rank();
   const int world = backend.size();
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const at::Tensor& buffer = buckets[b].buffer;
+    const ddp::GradBucket& bucket = buckets[b];
+    const at::Tensor& buffer = bucket.buffer;
     const BucketShard& s = shards_[b];
     if (buffer.numel() != s.numel) {
       return absl::InvalidArgumentError(
           absl::StrCat("reduce_scatter hook: bucket ", b, " has ",
                        buffer.numel(), " elements, planned for ", s.numel));
     }
-    at::Tensor scratch;
-    if (buffer.is_cuda()) {
-      scratch = at::zeros({world * s.share}, buffer.options());
-    } else {
-      DTRAIN_ASSIGN_OR_RETURN(
-          scratch,
-          backend.AllocateBuffer(world * s.share, buffer.scalar_type()));
+    if (bucket.padded.numel() != world * s.share) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reduce_scatter hook: bucket ", b, " is allocated with ",
+          bucket.padded.numel(), " elements, not ", world, " shares of ",
+          s.share,
+          ": create DDP with DdpOptions::pad_buckets_to_world_size, "
+          "so that the reduce-scatter runs in place"));
     }
     std::vector<at::Tensor> parts;
     for (int r = 0; r < world; ++r) {
-      parts.push_back(scratch.narrow(0, r * s.share, s.share));
+      parts.push_back(bucket.padded.narrow(0, r * s.share, s.share));
     }
     shares_.push_back(parts[rank_].narrow(0, 0, s.length));
     parts_.push_back(std::move(parts));
-    scratch_.push_back(std::move(scratch));
   }
   return absl::OkStatus();
 }
@@ -77,22 +71,11 @@ int64_t ReduceScatterHook::CommunicatedBytes(
 std::unique_ptr<ddp::BucketWork> ReduceScatterHook::Launch(
     ddp::GradBucket& bucket, ddp::BucketComm& comm) {
   const int b = bucket.index;
-  // A LibTorch error here must not leave the other ranks waiting: the
-  // collective is issued anyway and the failure reported by its wait.
-  absl::Status copied = base::GuardTorch(
-      absl::StatusCode::kInternal,
-      absl::StrCat("copying ", bucket.description, " to reduce-scatter it: "),
-      [&]() -> absl::Status {
-        scratch_[b]
-            .narrow(0, 0, bucket.buffer.numel())
-            .copy_(bucket.buffer.view({-1}));
-        return absl::OkStatus();
-      });
-  std::shared_ptr<backend::Work> work =
-      comm.ReduceScatter(parts_[b][rank_], parts_[b],
-                         backend::ReduceOp::kAverage, "reduce_scatter");
-  return std::make_unique<ScatterWork>(comm, std::move(work),
-                                       std::move(copied));
+  // In place: this rank's share is one of the inputs, and the padding past
+  // the bucket's gradients is zero on every rank.
+  return std::make_unique<ScatterWork>(
+      comm, comm.ReduceScatter(parts_[b][rank_], parts_[b],
+                               backend::ReduceOp::kAverage, "reduce_scatter"));
 }
 
 }  // namespace dtrain::zero

@@ -1,10 +1,11 @@
 // ZeRO stage 2's communication hook (sharded_optimizer.h registers it): each
 // bucket is reduce-scattered as soon as backward fills it, so each rank
 // receives the average of its own share only, and the wire carries half of
-// an allreduce's bytes. The bucket is copied into a padded scratch bucket
-// first (shared memory on CPU: the shm backend's reduce-scatter then copies
-// nothing); the average lands in this rank's share of it (share()). The
-// bucket's own buffer, and so .grad, keeps the local gradients.
+// an allreduce's bytes. The reduce-scatter runs in place in DDP's bucket,
+// allocated padded to N shares (DdpOptions::pad_buckets_to_world_size): no
+// copy and no second buffer. The average lands in this rank's share of the
+// bucket (share()); the rest of the bucket, and so of .grad, is left with
+// unspecified values (the local gradients, or partial sums).
 //
 // Thread safety and lifetimes: as every CommHook (comm_hook.h).
 #ifndef DTRAIN_DIST_ZERO_REDUCE_SCATTER_HOOK_H_
@@ -25,7 +26,8 @@ namespace dtrain::zero {
 
 class ReduceScatterHook : public ddp::CommHook {
  public:
-  // `shards`: this rank's (PlanShards), one per DDP bucket.
+  // `shards`: this rank's (PlanShards), one per DDP bucket. Setup fails
+  // with kInvalidArgument on a DDP without padded buckets.
   explicit ReduceScatterHook(std::vector<BucketShard> shards)
       : shards_(std::move(shards)) {}
 
@@ -44,7 +46,6 @@ class ReduceScatterHook : public ddp::CommHook {
  private:
   const std::vector<BucketShard> shards_;
   int rank_ = 0;
-  std::vector<at::Tensor> scratch_;             // per bucket, padded
   std::vector<std::vector<at::Tensor>> parts_;  // per bucket, per rank
   std::vector<at::Tensor> shares_;              // per bucket
 };

@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
         ddp.comm_hook().name(),
         "' hook: use stage 1 with it, or no hook with stage 2"));
   }
+  if (options.stage == 2 && !ddp.options().pad_buckets_to_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who,
+        ": stage 2 reduce-scatters DDP's buckets in place, in N equal shares: "
+        "create DDP with DdpOptions::pad_buckets_to_world_size"));
+  }
   backend::Backend& backend = ddp.backend();
   const int rank = backend.rank();
   const int world = backend.size();

@@ -4,6 +4,9 @@
 // steps, only its share of every bucket (shard_layout.h: 1/N of it), then
 // the ranks allgather the updated parameters.
 //
+//   ddp::DdpOptions options;
+//   options.pad_buckets_to_world_size = true;  // stage 2's in-place scatter
+//   ... DistributedDataParallel::Create(module, backend, options) ...
 //   DTRAIN_ASSIGN_OR_RETURN(
 //       std::unique_ptr<zero::ShardedOptimizer> zero,
 //       zero::ShardedOptimizer::Create(*ddp, {/*stage=*/2},
@@ -23,10 +26,11 @@
 // steps this rank's share of each bucket's gradients as a view of DDP's
 // bucket (with gradient_as_bucket_view; copied out of .grad without it).
 // Stage 2: Create registers a ReduceScatterHook (reduce_scatter_hook.h):
-// each bucket is reduce-scattered as backward fills it and only this rank's
-// share is averaged, half an allreduce's bytes on the wire; .grad then keeps
-// the local gradients, not their average. A DDP with another hook registered is
-// refused for stage 2, naming it.
+// each bucket is reduce-scattered in place as backward fills it and only this
+// rank's share is averaged, half an allreduce's bytes on the wire and no
+// memory beyond DDP's buckets; .grad then holds unspecified values outside
+// this rank's share. A DDP with another hook registered, or without
+// DdpOptions::pad_buckets_to_world_size, is refused for stage 2.
 //
 // Parameters: Create moves each bucket's parameters into one flat tensor per
 // bucket (padded to N shares; shared memory on CPU, where the shm backend's
@@ -79,7 +83,7 @@ class ShardedOptimizer {
  public:
   // Collective. Call after DDP's Create and before the first synchronised
   // step. kInvalidArgument for a stage other than 1 or 2, a stage-2 DDP with
-  // a hook of its own or without gradient sync, or a factory that makes no
+  // a hook of its own or without padded buckets, or a factory that makes no
   // optimizer; the backend's error when allocating fails.
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
       ddp::DistributedDataParallel& ddp, const ShardedOptimizerOptions& options,
@@ -90,11 +94,10 @@ class ShardedOptimizer {
   // parameters are not to be trusted (as after a failed DDP step).
   absl::Status Step();
 
-  // Stage 2, where .grad keeps the local gradients and the averaged ones are
-  // the shares' .grad: what mixed precision unscales and checks, and
-  // clipping clips, instead of the parameters. At stage 1, DDP's parameters
-  // (their .grad averaged as without ZeRO) are, and these are unused.
-  // This rank's non-empty shares.
+  // Stage 2, where the averaged gradients are only the shares' .grad: what
+  // mixed precision unscales and checks, and clipping clips, instead of the
+  // parameters. At stage 1, DDP's parameters (their .grad averaged as without
+  // ZeRO) are, and these are unused. This rank's non-empty shares.
   std::vector<at::Tensor> StepGradientShares() const;
   // Collective at stage 2 (one small allreduce): whether `mine` holds on any
   // rank, for a decision every rank must take alike (a non-finite gradient

@@ -292,12 +292,23 @@ TEST(ShardedOptimizerTest, Stage2ClipsByTheNormOverEveryShare) {
 TEST(ShardedOptimizerTest, RefusesBadStagesAndAStage2WithAHook) {
   RunRanks(2, ddp::testing::Gloo(), [&](backend::Backend& b) {
     Mlp model;
-    auto ddp =
-        ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
-    ASSERT_TRUE(ddp.ok()) << ddp.status();
     auto adam = [](std::vector<at::Tensor> p) {
       return MakeOptimizer(Kind::kAdam, p);
     };
+    ddp::DdpOptions unpadded = SmallBuckets();
+    unpadded.pad_buckets_to_world_size = false;
+    auto plain = ddp::DistributedDataParallel::Create(model.ptr(), b, unpadded);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    auto in_place = ShardedOptimizer::Create(**plain, {2}, adam);
+    EXPECT_EQ(in_place.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(in_place.status().message()),
+                HasSubstr("create DDP with "
+                          "DdpOptions::pad_buckets_to_world_size"));
+    plain->reset();
+
+    auto ddp =
+        ddp::DistributedDataParallel::Create(model.ptr(), b, SmallBuckets());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
     auto three = ShardedOptimizer::Create(**ddp, {3}, adam);
     EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(three.status().message()),

@@ -9,11 +9,12 @@ namespace dtrain::zero::testing {
 
 // DDP options with small buckets of uneven sizes for ddp::testing::Mlp, so
 // that there are several buckets and shares cut through parameters (the
-// buckets do not divide by 3 or 4).
+// buckets do not divide by 3 or 4), padded for stage 2.
 inline ddp::DdpOptions SmallBuckets() {
   ddp::DdpOptions o;
   o.first_bucket_cap_bytes = 600;
   o.bucket_cap_bytes = 600;
+  o.pad_buckets_to_world_size = true;
   o.timeout = ddp::testing::kTestTimeout;
   return o;
 }

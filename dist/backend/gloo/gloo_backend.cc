@@ -379,11 +379,24 @@ class GlooBackend : public Backend {
     return Enqueue(*what, [this, output, inputs, op]() mutable {
       const int64_t n = output.numel();
       if (n == 0) return;
-      std::vector<at::Tensor> flat_inputs;
-      for (const at::Tensor& t : inputs)
-        flat_inputs.push_back(Staged(t).view({-1}));
-      // The ring reduces in place: a copy, so that the inputs stay as given.
-      at::Tensor flat = at::cat(flat_inputs);
+      // The ring reduces in place. With the output this rank's own input and
+      // the inputs back to back (ZeRO stage 2's padded bucket), in the
+      // inputs themselves (the other ranks' parts are left with partial
+      // sums, as backend.h allows); otherwise in a copy, so that the inputs
+      // stay as given.
+      const bool in_place = internal::BackToBack(inputs) &&
+                            output.data_ptr() == inputs[rank_].data_ptr() &&
+                            output.scalar_type() != at::kBFloat16;
+      at::Tensor flat;
+      if (in_place) {
+        flat =
+            at::from_blob(inputs[0].data_ptr(), {size_ * n}, output.options());
+      } else {
+        std::vector<at::Tensor> flat_inputs;
+        for (const at::Tensor& t : inputs)
+          flat_inputs.push_back(Staged(t).view({-1}));
+        flat = at::cat(flat_inputs);
+      }
       DispatchGlooType(flat.scalar_type(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         RingReduceScatter(context_, flat.data_ptr(), static_cast<size_t>(n),
@@ -391,7 +404,7 @@ class GlooBackend : public Backend {
       });
       at::Tensor mine = flat.narrow(0, rank_ * n, n);
       if (op == ReduceOp::kAverage) mine.div_(size_);
-      output.view({-1}).copy_(mine);
+      if (!in_place) output.view({-1}).copy_(mine);
     });
   }
 

@@ -183,6 +183,21 @@ TEST_P(GlooCollectivesTest, BroadcastAllGatherReduceScatterBarrier) {
               out, Expected(op, w, n) + r,
               absl::StrCat("reduce_scatter ", ReduceOpName(op), " ", what));
         }
+        // In place: the inputs back to back in one tensor, the output this
+        // rank's own part of it.
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+          if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+          at::Tensor whole = at::cat(inputs);
+          std::vector<at::Tensor> parts;
+          for (int p = 0; p < w; ++p)
+            parts.push_back(whole.narrow(0, p * n, n));
+          ASSERT_TRUE(b.ReduceScatter(parts[r], parts, op)->Wait().ok())
+              << what;
+          ExpectEqual(parts[r],
+                      Expected(op, w, n) + (op == ReduceOp::kSum ? w * r : r),
+                      absl::StrCat("reduce_scatter in place ", ReduceOpName(op),
+                                   " ", what));
+        }
       }
     }
     ASSERT_TRUE(b.Barrier()->Wait().ok());
