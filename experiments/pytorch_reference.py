@@ -42,6 +42,11 @@ hook sends two buckets' allreduces to the ranks in different orders there.
         experiments/pytorch_reference.py --comm_hook=powersgd \\
         --powersgd_rank=2 --powersgd_start_step=10
 
+--zero=1 wraps the optimizer in PyTorch's ZeroRedundancyOptimizer
+(parameters_as_bucket_view=True), as train's --zero=1 shards its state; the
+metrics JSON then has each rank's optimizer_state_bytes and peak_rss_bytes,
+as train's does (with or without --zero).
+
 Needs Debian's python3-torch (PyTorch 1.13 on Debian 12, 2.6 on Debian 13,
 2.14 on testing) and python3-torchvision (for --model=resnet18): run it with
 /usr/bin/python3.
@@ -228,6 +233,10 @@ def _parser():
               "false: no gradient averaging (every step under no_sync(); "
               "the no-communication bound, not a way to train).")
     p.set_defaults(sync_gradients=True)
+    flag("zero", type=int, default=0,
+         help="1: PyTorch's ZeroRedundancyOptimizer (optimizer state "
+         "sharded, parameters_as_bucket_view) around --optimizer; 0: none. "
+         "PyTorch has no stage 2 outside FSDP: 2 is refused.")
     flag("intra_op_threads", type=int, default=1,
          help="torch.set_num_threads (and OpenBLAS's threads) per process.")
     flag("metrics_json", default="",
@@ -358,6 +367,16 @@ def _resolve_and_validate(o):
     if o.comm_hook != "allreduce" and not o.sync_gradients:
         bad("comm_hook", "a communication hook averages gradients; "
             "--sync_gradients=false averages none")
+    if o.zero not in (0, 1):
+        bad("zero", f"{o.zero} is not 0 or 1: PyTorch's "
+            "ZeroRedundancyOptimizer shards the optimizer state only (stage "
+            "1); its stage 2 is FSDP, which this reference does not run")
+    if o.zero and not o.sync_gradients:
+        bad("zero", "a sharded optimizer needs the averaged gradients of "
+            "every rank; --sync_gradients=false averages none")
+    if o.zero and o.comm_hook == "local_sgd":
+        bad("zero", "post-local SGD averages parameters, which a sharded "
+            "optimizer's ranks do not each hold whole in their state")
     if o.intra_op_threads < 1:
         bad("intra_op_threads", "must be >= 1")
     if o.progress not in ("auto", "bar", "lines", "none"):
@@ -571,6 +590,15 @@ def create_model(args, worker, in_channels, image_size):
 
 def create_optimizer(args, model):
     import torch
+    if args.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        kinds = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam,
+                 "adamw": torch.optim.AdamW, "adadelta": torch.optim.Adadelta}
+        extra = {"momentum": args.momentum} if args.optimizer == "sgd" else {}
+        return ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=kinds[args.optimizer],
+            parameters_as_bucket_view=True, lr=args.lr,
+            weight_decay=args.weight_decay, **extra)
     if args.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=args.lr,
                                momentum=args.momentum,
@@ -809,6 +837,7 @@ def _config(args, worker):
         "local_sgd_start_step": args.local_sgd_start_step,
         "local_sgd_period": args.local_sgd_period,
         "sync_gradients": args.sync_gradients,
+        "zero": args.zero,
         "intra_op_threads": args.intra_op_threads,
         "timeout_seconds": float(args.timeout),
         "world_size": worker.world_size,
@@ -941,8 +970,33 @@ def train_and_validate(args, worker):
         if stopped:
             worker.say(f"stopped at --max_steps={args.max_steps}")
             break
+    run.update(_memory(optimizer, worker))
     _write_metrics(args, worker, run, state)
     return 0
+
+
+def _memory(optimizer, worker):
+    """Per rank, as train's metrics: the bytes of optimizer state the rank
+    keeps (with ZeroRedundancyOptimizer, its local optimizer's) and its peak
+    resident memory (ru_maxrss). A collective."""
+    import resource
+    import torch
+    import torch.distributed as dist
+    local = getattr(optimizer, "optim", optimizer)
+    state = 0
+    for per_param in local.state.values():
+        for value in per_param.values():
+            if torch.is_tensor(value):
+                state += value.numel() * value.element_size()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    mine = [0.0] * (2 * worker.world_size)
+    mine[worker.rank] = state
+    mine[worker.world_size + worker.rank] = rss
+    every = _all_reduce(mine, dist.ReduceOp.SUM, worker.device)
+    return {
+        "optimizer_state_bytes": [int(v) for v in every[:worker.world_size]],
+        "peak_rss_bytes": [int(v) for v in every[worker.world_size:]],
+    }
 
 
 def register_comm_hook(ddp, args):

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The PyTorch reference training (experiments/pytorch_reference.py) as users run it next to our
-# C++ trainer: one process alone, two ranks under our launcher, without gradient sync, with
-# PyTorch's communication hooks under train's flags (fp16, post-local SGD, PowerSGD; fp16 and bf16
-# refused where its Gloo cannot sum float16 or bfloat16), and failing clearly on a bad flag. Its
+# C++ trainer: one process alone, two ranks under our launcher (with and without PyTorch's
+# ZeroRedundancyOptimizer, each rank's optimizer state and peak memory reported), without gradient
+# sync, with PyTorch's communication hooks under train's flags (fp16, post-local SGD, PowerSGD;
+# fp16 and bf16 refused where its Gloo cannot sum float16 or bfloat16), and failing clearly on a
+# bad flag. Its
 # --probe answers what this torch can do, and the scaling sweep skips PyTorch's NCCL runs with that
 # reason. Skips where Debian's python3-torch is not installed.
 set -uo pipefail
@@ -63,7 +65,30 @@ else
   [[ $(json "$tmp/two.json" 'm["global_step"]') == 3 ]] || fail "two ranks: global step"
   [[ $(json "$tmp/two.json" 'm["config"]["world_size"]') == 2 ]] || fail "two ranks: world size"
   [[ $(json "$tmp/two.json" 'm["epochs"][0]["val_top1"]') == None ]] || fail "two ranks: validated"
+  [[ $(json "$tmp/two.json" 'int(len(set(m["optimizer_state_bytes"])) == 1 and
+      len(m["optimizer_state_bytes"]) == 2 and m["optimizer_state_bytes"][0] > 0 and
+      min(m["peak_rss_bytes"]) > 0 and m["config"]["zero"] == 0)') == 1 ]] \
+    || fail "two ranks: memory metrics: $(cat "$tmp/two.json")"
 fi
+
+# 2b. The same with PyTorch's ZeroRedundancyOptimizer (--zero=1): each rank keeps the state of its
+# own parameters only, together the unsharded state; PyTorch has no stage 2 outside FSDP.
+port=$(free_port)
+run zero 120 "$launch" --nproc_per_node=2 --master_port="$port" -- "$py" "$script" "${small[@]}" \
+  --max_steps=3 --skip_validation --progress=none --zero=1 --metrics_json="$tmp/zero.json"
+if [[ $rc -ne 0 ]]; then
+  fail "zero: exit $rc: $(tail -5 "$tmp/zero.err")"
+elif [[ -f $tmp/two.json ]]; then
+  full=$(json "$tmp/two.json" 'm["optimizer_state_bytes"][0]')
+  got=$(json "$tmp/zero.json" 'json.dumps([sum(m["optimizer_state_bytes"]),
+      int(max(m["optimizer_state_bytes"]) < sum(m["optimizer_state_bytes"])), m["config"]["zero"],
+      m["global_step"]])')
+  [[ $got == "[$full, 1, 1, 3]" ]] || fail "zero: state per rank, config, steps: $got (full $full)"
+fi
+run zero2 60 "$py" "$script" --zero=2
+[[ $rc -eq 2 ]] || fail "zero=2: exit $rc, want 2"
+grep -q -- '--zero: 2 is not 0 or 1' "$tmp/zero2.err" \
+  || fail "zero=2: message: $(cat "$tmp/zero2.err")"
 
 # 3. Without gradient sync (the no-communication bound), with the sweep's knobs: --static_graph is
 # not applied there (PyTorch 2.6's DDP fails on it under no_sync), and says so.
