@@ -69,7 +69,8 @@ EXPECTED = {  # the sweep's metric families and their types (docs/MONITORING.md)
 }
 # The no-sync trainings run only at np > 1 (the dashboard takes the epoch itself as the bound at 1).
 SIZES = {"ddp_no_communication_epoch_duration_seconds": {"2"}}
-LABELS = ("implementation", "backend", "model", "comm_hook", "world_size", "batch_size", "run_id")
+LABELS = ("implementation", "backend", "model", "comm_hook", "zero", "world_size", "batch_size",
+          "run_id")
 
 
 def http(method, url, data=None):
@@ -184,7 +185,7 @@ def wait_scraped(prom, gateway_metrics, run_id, deadline_s):
 
 
 VARIABLES = {"run_id": None, "backend": ".*", "model": ".*", "implementation": ".*", "rank": ".*",
-             "comm_hook": ".*",
+             "comm_hook": ".*", "zero": ".*",
              "__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600",
              "__range_ms": "3600000", "__interval_ms": "15000"}
 
@@ -364,7 +365,7 @@ def fake_exposition(out, run_id):
             if ws > 1:
                 values["ddp_no_communication_epoch_duration_seconds"] = bound
             labels = (f'implementation="{impl}",backend="{backend}",model="convnet",'
-                      f'comm_hook="allreduce",world_size="{ws}",batch_size="{bs}",'
+                      f'comm_hook="allreduce",zero="0",world_size="{ws}",batch_size="{bs}",'
                       f'run_id="{run_id}"')
             for name, v in values.items():
                 gauges[name].append(f"{name}{{{labels}}} {v!r}")

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/types/optional.h"
 #include "base/status_macros.h"
 #include "experiments/sweep.h"
@@ -203,11 +204,14 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
   std::map<std::string, int> most_procs;
   for (const ResultRow& r : rows) {
     if (r.runs == 0) continue;
-    // A hook other than the default is a line of its own.
-    const std::string hook = r.comm_hook == kDefaultCommHook ? "" : r.comm_hook;
-    const std::string slug =
-        absl::StrCat(r.backend, "_", r.model, "_", r.implementation,
-                     hook.empty() ? "" : "_", hook);
+    // A hook other than the default, or a ZeRO stage, is a line of its own.
+    const std::string hook =
+        absl::StrCat(r.comm_hook == kDefaultCommHook ? "" : r.comm_hook,
+                     r.comm_hook != kDefaultCommHook && r.zero != 0 ? " " : "",
+                     r.zero == 0 ? "" : absl::StrCat("zero", r.zero));
+    const std::string slug = absl::StrCat(
+        r.backend, "_", r.model, "_", r.implementation, hook.empty() ? "" : "_",
+        absl::StrReplaceAll(hook, {{" ", "_"}}));
     if (by_line.find(slug) == by_line.end()) {
       if (by_model.find(r.model) == by_model.end()) models.push_back(r.model);
       by_model[r.model].push_back(

@@ -22,6 +22,7 @@ prometheus::Labels LabelsOf(const ResultRow& r, const std::string& run_id) {
           {"backend", r.backend},
           {"model", r.model},
           {"comm_hook", r.comm_hook},
+          {"zero", absl::StrCat(r.zero)},
           {"world_size", absl::StrCat(r.world_size)},
           {"batch_size", absl::StrCat(r.batch_size)},
           {"run_id", run_id}};

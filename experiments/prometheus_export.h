@@ -1,7 +1,7 @@
 // The sweep's results as Prometheus metrics, named by Prometheus's
 // conventions (base units, _seconds, _ratio, _total), one series per
 // configuration with labels {implementation, backend, model, comm_hook,
-// world_size, batch_size, run_id}:
+// zero, world_size, batch_size, run_id}:
 //
 //   ddp_epoch_duration_seconds                   median epoch time
 //   ddp_no_communication_epoch_duration_seconds  the same without gradient sync

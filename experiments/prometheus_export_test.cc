@@ -37,8 +37,8 @@ TEST(PrometheusExportTest, SeriesCarryTheConfigurationLabels) {
   EXPECT_THAT(text,
               HasSubstr("ddp_speedup_ratio{backend=\"gloo\",batch_size=\"64\","
                         "comm_hook=\"allreduce\",implementation=\"dtrain\","
-                        "model=\"convnet\",run_id=\"r1\",world_size=\"2\"} "
-                        "1.8"));
+                        "model=\"convnet\",run_id=\"r1\",world_size=\"2\","
+                        "zero=\"0\"} 1.8"));
   EXPECT_THAT(text, HasSubstr("# TYPE ddp_step_duration_seconds histogram"));
   // Cumulative buckets: 5 steps <= 25 ms, 8 <= 50 ms, all 9 at +Inf.
   EXPECT_THAT(text, HasSubstr("le=\"0.025\"} 5"));
@@ -57,7 +57,16 @@ TEST(PrometheusExportTest, SeriesCarryTheConfigurationLabels) {
               HasSubstr("ddp_step_communication_seconds{backend=\"gloo\","
                         "batch_size=\"64\",comm_hook=\"fp16\","
                         "implementation=\"dtrain\",model=\"convnet\","
-                        "run_id=\"r1\",world_size=\"2\"} 0.004"));
+                        "run_id=\"r1\",world_size=\"2\",zero=\"0\"} 0.004"));
+  // A ZeRO stage is a label of its own.
+  ResultRow zero = Row(2);
+  zero.zero = 1;
+  metrics.Update({Row(2), zero});
+  EXPECT_THAT(ExpositionText(metrics),
+              HasSubstr("ddp_speedup_ratio{backend=\"gloo\",batch_size=\"64\","
+                        "comm_hook=\"allreduce\",implementation=\"dtrain\","
+                        "model=\"convnet\",run_id=\"r1\",world_size=\"2\","
+                        "zero=\"1\"} 1.8"));
 }
 
 TEST(PrometheusExportTest, UpdateReplacesEverySeries) {

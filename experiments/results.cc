@@ -25,16 +25,16 @@
 namespace dtrain::experiments {
 namespace {
 
-// A row: implementation, backend, model, hook, processes, batch.
+// A row: implementation, backend, model, hook, ZeRO stage, processes, batch.
 using Key = std::tuple<std::string, std::string, std::string, std::string, int,
-                       int64_t>;
+                       int, int64_t>;
 // A no-communication bound, every hook's: the same without the hook.
 using BoundKey =
     std::tuple<std::string, std::string, std::string, int, int64_t>;
 
 Key KeyOf(const RunConfig& c) {
-  return {c.implementation, c.backend,    c.model,
-          c.comm_hook,      c.world_size, c.batch_size};
+  return {c.implementation, c.backend,    c.model,     c.comm_hook,
+          c.zero,           c.world_size, c.batch_size};
 }
 
 BoundKey BoundKeyOf(const RunConfig& c) {
@@ -109,6 +109,11 @@ absl::StatusOr<std::vector<std::vector<std::string>>> SplitCsv(
 
 }  // namespace
 
+std::string Variant(const ResultRow& row) {
+  return row.zero == 0 ? row.comm_hook
+                       : absl::StrCat(row.comm_hook, " zero", row.zero);
+}
+
 std::string DeviceOf(const std::string& backend) {
   return backend == "nccl" ? "cuda" : "cpu";
 }
@@ -121,7 +126,8 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
   std::vector<BaseKey> order;
   std::map<BaseKey, std::map<std::string, std::vector<double>>> pooled;
   for (const ResultRow& r : rows) {
-    if (r.world_size != 1 || r.run_samples_per_second.empty()) continue;
+    if (r.world_size != 1 || r.zero != 0 || r.run_samples_per_second.empty())
+      continue;
     const BaseKey key{r.model, DeviceOf(r.backend), r.comm_hook};
     if (pooled.find(key) == pooled.end()) order.push_back(key);
     std::vector<double>& runs = pooled[key][r.implementation];
@@ -236,9 +242,10 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
   for (const Key& key : order) {
     ResultRow row;
     std::tie(row.implementation, row.backend, row.model, row.comm_hook,
-             row.world_size, row.batch_size) = key;
+             row.zero, row.world_size, row.batch_size) = key;
     row.train_flags = synced[key].front()->config.train_flags;
-    std::vector<double> sps, epoch, step, wall, startup, exposed, data, p50;
+    std::vector<double> sps, epoch, step, wall, startup, exposed, data, p50,
+        state, rss;
     for (const RunRecord* r : synced[key]) {
       if (!r->ok) {
         ++row.failed;
@@ -255,6 +262,8 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
       exposed.push_back(r->exposed_communication_seconds);
       data.push_back(r->data_seconds);
       p50.push_back(r->step_seconds_p50);
+      state.push_back(static_cast<double>(r->optimizer_state_bytes));
+      rss.push_back(static_cast<double>(r->peak_rss_bytes));
       if (row.step_histogram.size() < r->step_histogram.size())
         row.step_histogram.resize(r->step_histogram.size(), 0);
       for (size_t i = 0; i < r->step_histogram.size(); ++i)
@@ -270,6 +279,8 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
       row.exposed_communication_seconds = Median(exposed);
       row.data_seconds = Median(data);
       row.step_seconds_p50 = Median(p50);
+      row.optimizer_state_bytes = static_cast<int64_t>(Median(state));
+      row.peak_rss_bytes = static_cast<int64_t>(Median(rss));
       const auto [lo, hi] = std::minmax_element(sps.begin(), sps.end());
       row.spread =
           row.samples_per_second > 0 ? (*hi - *lo) / row.samples_per_second : 0;
@@ -287,16 +298,17 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
     }
     rows.push_back(row);
   }
-  // One process communicates nothing: the default hook's one-process row is
-  // its own bound, and that of the other hooks' one-process rows (where it
-  // ran), which then show what a hook adds by itself.
+  // One process communicates nothing: the default hook's one-process row
+  // without ZeRO is its own bound, and that of the other hooks' and ZeRO's
+  // one-process rows (where it ran), which then show what a hook or ZeRO
+  // adds by itself.
   for (ResultRow& row : rows) {
     if (row.runs == 0 || row.world_size != 1 || row.bound_samples_per_second)
       continue;
     const ResultRow* plain = &row;
     for (const ResultRow& other : rows) {
       if (other.runs > 0 && other.comm_hook == kDefaultCommHook &&
-          other.implementation == row.implementation &&
+          other.zero == 0 && other.implementation == row.implementation &&
           other.backend == row.backend && other.model == row.model &&
           other.world_size == row.world_size &&
           other.batch_size == row.batch_size) {
@@ -360,7 +372,11 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
   }
   const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
   bool hooks = false;  // any hook but the default
-  for (const ResultRow& r : rows) hooks |= r.comm_hook != kDefaultCommHook;
+  bool zero = false;   // any ZeRO stage
+  for (const ResultRow& r : rows) {
+    hooks |= r.comm_hook != kDefaultCommHook;
+    zero |= r.zero != 0;
+  }
   std::vector<std::string> parts;
   for (const SpeedupBaseline& b : baselines) {
     parts.push_back(absl::StrFormat(
@@ -390,6 +406,15 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
       {"impl", "backend", "model", "hook", "procs", "batch/proc", "epoch s",
        "spread", "samples/s", "speedup", "efficiency", "vs no-comm",
        "comm ms/step", "exposed comm", "wall s"}};
+  // With ZeRO: the memory it is for, per rank.
+  if (zero) {
+    cells[0].push_back("state MiB");
+    cells[0].push_back("peak MiB");
+  }
+  auto mib = [](int64_t bytes) {
+    return bytes > 0 ? absl::StrFormat("%.1f", bytes / 1048576.0)
+                     : std::string("-");
+  };
   bool marked = false;
   for (const ResultRow& r : rows) {
     std::string procs = absl::StrCat(r.world_size);
@@ -398,9 +423,10 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
       marked = true;
     }
     if (r.runs == 0) {
-      cells.push_back({r.implementation, r.backend, r.model, r.comm_hook, procs,
+      cells.push_back({r.implementation, r.backend, r.model, Variant(r), procs,
                        absl::StrCat(r.batch_size), "FAILED", "", "", "", "", "",
                        "", "", ""});
+      if (zero) cells.back().insert(cells.back().end(), {"", ""});
       continue;
     }
     const absl::optional<double> comm_ms =
@@ -411,7 +437,7 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
         r.implementation,
         r.backend,
         r.model,
-        r.comm_hook,
+        Variant(r),
         procs,
         absl::StrCat(r.batch_size),
         absl::StrFormat("%.2f", r.epoch_seconds),
@@ -425,6 +451,10 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
         Percent(r.exposed_share),
         absl::StrFormat("%.1f", r.wall_seconds),
     });
+    if (zero) {
+      cells.back().push_back(mib(r.optimizer_state_bytes));
+      cells.back().push_back(mib(r.peak_rss_bytes));
+    }
   }
   // impl, backend, model and hook are text.
   out += AlignColumns(cells, 4);
@@ -440,7 +470,11 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
   }
   out += absl::StrCat(
       "hook: DDP's communication hook (--comm_hooks; ", kDefaultCommHook,
-      ": plain averaging)\n"
+      ": plain averaging)",
+      zero ? ", and the ZeRO stage (--zero_stages): zero1 shards the "
+             "optimizer state, zero2 the gradients' averaging too"
+           : "",
+      "\n"
       "spread: (max - min) / median samples/s over a configuration's runs "
       "(\"1 run\": not measured)\n"
       "efficiency: speedup / processes\n"
@@ -458,7 +492,11 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
       "gradient averaging (epoch s / steps) minus the same step of the bound; "
       "below 0 where the two runs' noise is larger\n"
       "exposed comm: gradient-allreduce wait that backward did not hide, "
-      "slowest rank, share of the epoch\n");
+      "slowest rank, share of the epoch\n",
+      zero ? "state MiB, peak MiB: the largest rank's optimizer state and "
+             "peak resident memory (ru_maxrss, which counts shared memory "
+             "every process touches)\n"
+           : "");
   return out;
 }
 
@@ -610,7 +648,8 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
       "samples_per_second_min,samples_per_second_max,"
       "speedup_baseline_samples_per_second,step_seconds,no_comm_step_seconds,"
       "communication_seconds_per_step,no_comm_step_seconds_p50,"
-      "communication_seconds_per_step_p50,train_flags\n";
+      "communication_seconds_per_step_p50,zero,optimizer_state_bytes,"
+      "peak_rss_bytes,train_flags\n";
   auto opt = [](const absl::optional<double>& v) {
     return v ? absl::StrFormat("%.6g", *v) : std::string();
   };
@@ -643,7 +682,9 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
              opt(r.speedup_baseline), absl::StrFormat("%.6g", r.step_seconds),
              opt(r.bound_step_seconds), opt(r.communication_seconds_per_step),
              opt(r.bound_step_seconds_p50),
-             opt(r.communication_seconds_per_step_p50),
+             opt(r.communication_seconds_per_step_p50), absl::StrCat(r.zero),
+             absl::StrCat(r.optimizer_state_bytes),
+             absl::StrCat(r.peak_rss_bytes),
              // Flags hold no commas (the runner's list flags split
              // at them): one field, spaces between.
              absl::StrJoin(r.train_flags, " ")},
@@ -688,6 +729,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"backend", r.backend},
         {"model", r.model},
         {"comm_hook", r.comm_hook},
+        {"zero", r.zero},
         {"world_size", r.world_size},
         {"batch_size", r.batch_size},
         {"runs", r.runs},
@@ -716,6 +758,8 @@ std::string ToJson(const std::vector<ResultRow>& rows,
          opt(r.communication_seconds_per_step_p50)},
         {"startup_seconds", r.startup_seconds},
         {"wall_seconds", r.wall_seconds},
+        {"optimizer_state_bytes", r.optimizer_state_bytes},
+        {"peak_rss_bytes", r.peak_rss_bytes},
         {"train_flags", r.train_flags},
     });
   }
@@ -728,6 +772,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"backend", r.config.backend},
         {"model", r.config.model},
         {"comm_hook", r.config.comm_hook},
+        {"zero", r.config.zero},
         {"world_size", r.config.world_size},
         {"batch_size", r.config.batch_size},
         {"sync_gradients", r.config.sync_gradients},
@@ -737,6 +782,8 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"epoch_seconds", r.epoch_seconds},
         {"samples_per_second", r.samples_per_second},
         {"steps", r.steps},
+        {"optimizer_state_bytes", r.optimizer_state_bytes},
+        {"peak_rss_bytes", r.peak_rss_bytes},
         {"wall_seconds", r.wall_seconds},
         {"log", r.log_path},
         {"metrics", r.metrics_path},

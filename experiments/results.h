@@ -38,6 +38,7 @@ struct ResultRow {
   std::string backend;
   std::string model;
   std::string comm_hook = kDefaultCommHook;
+  int zero = 0;  // ZeRO stage
   int world_size = 1;
   int64_t batch_size = 0;
   int runs = 0;       // successful repeats
@@ -80,6 +81,10 @@ struct ResultRow {
   // Summed over repeats.
   std::vector<int64_t> step_histogram;
   double step_seconds_sum = 0;
+  // Medians over the successful repeats of the largest rank's optimizer
+  // state and peak resident memory (0 where the metrics do not say).
+  int64_t optimizer_state_bytes = 0;
+  int64_t peak_rss_bytes = 0;
   // The flags every training of the sweep had beyond its own (the knobs,
   // --train_flags): RunConfig::train_flags of its first run.
   std::vector<std::string> train_flags;
@@ -96,7 +101,8 @@ struct ResultRow {
 // 1.00x). Every hook's rows share it too: a hook's speedup then says whether
 // it trains faster than plain averaging, its one-process row what the hook
 // costs by itself. A sweep without the default hook has one baseline per
-// hook instead, from that hook's own one-process runs.
+// hook instead, from that hook's own one-process runs. ZeRO's rows share
+// their hook's baseline, set by the runs without ZeRO.
 struct SpeedupBaseline {
   std::string model;
   std::string device;          // "cpu" or "cuda"
@@ -116,11 +122,15 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
 const SpeedupBaseline* BaselineOf(const ResultRow& row,
                                   const std::vector<SpeedupBaseline>& all);
 
+// The row's hook and ZeRO stage as the table shows them: "allreduce",
+// "fp16", "allreduce zero1".
+std::string Variant(const ResultRow& row);
+
 // "cpu" or "cuda": the device a backend trains on.
 std::string DeviceOf(const std::string& backend);
 
-// One row per (implementation, backend, model, hook, world size, batch
-// size) of the synchronised runs, in the order they first appear; the
+// One row per (implementation, backend, model, hook, ZeRO stage, world size,
+// batch size) of the synchronised runs, in the order they first appear; the
 // no-sync runs fill the bound columns of every hook's row, SpeedupBaselines
 // the speedups.
 std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records);

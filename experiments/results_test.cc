@@ -110,12 +110,14 @@ TEST(ResultsTest, CsvHasOneLinePerRowAndAHeader) {
                              "step_seconds,no_comm_step_seconds,"
                              "communication_seconds_per_step,"
                              "no_comm_step_seconds_p50,"
-                             "communication_seconds_per_step_p50,"
+                             "communication_seconds_per_step_p50,zero,"
+                             "optimizer_state_bytes,peak_rss_bytes,"
                              "train_flags\n"));
-  // No bound run at 2 processes: those stay empty.
-  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000,0.025,,,,,\n"));
+  // No bound run at 2 processes: those stay empty. No ZeRO, and memory not
+  // measured by these records.
+  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000,0.025,,,,,0,0,0,\n"));
   // One process is its own bound: communication adds nothing.
-  EXPECT_THAT(csv, HasSubstr(",3000,3000,3000,0.04,0.04,0,0.036,0,\n"));
+  EXPECT_THAT(csv, HasSubstr(",3000,3000,3000,0.04,0.04,0,0.036,0,0,0,0,\n"));
 }
 
 // Each backend's own one-process run would move a speedup with that run's
@@ -202,6 +204,61 @@ TEST(ResultsTest, CommunicationPerStepIsTheStepMinusTheBounds) {
 // and JSON); the no-sync runs are the bound of every hook's row; every hook
 // divides by the allreduce one-process baseline, so a hook's one-process row
 // shows what it costs by itself (against the allreduce row, its bound there).
+// ZeRO's stages are rows of their own, read against plain DDP's: the same
+// baseline and bound, their memory per rank in the table, CSV and JSON.
+TEST(ResultsTest, ZeroStagesAreRowsOfTheirOwnWithTheirMemory) {
+  auto with = [](RunRecord r, int zero, int64_t state, int64_t rss) {
+    r.config.zero = zero;
+    r.optimizer_state_bytes = state;
+    r.peak_rss_bytes = rss;
+    return r;
+  };
+  constexpr int64_t kMiB = 1 << 20;
+  const std::vector<RunRecord> records = {
+      with(Record(1, true, 3000), 0, 40 * kMiB, 400 * kMiB),
+      with(Record(1, true, 2900), 1, 40 * kMiB, 401 * kMiB),
+      with(Record(2, true, 4800), 0, 40 * kMiB, 410 * kMiB),
+      with(Record(2, true, 5100), 1, 20 * kMiB, 390 * kMiB),
+      with(Record(2, true, 5000, 1), 1, 20 * kMiB, 392 * kMiB),
+      with(Record(2, true, 5000), 2, 20 * kMiB, 388 * kMiB),
+      Record(2, false, 6000),
+  };
+  const std::vector<ResultRow> rows = Summarize(records);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[1].zero, 1);
+  EXPECT_EQ(Variant(rows[1]), "allreduce zero1");
+  EXPECT_EQ(Variant(rows[2]), "allreduce");
+  EXPECT_EQ(rows[3].runs, 2);
+  EXPECT_EQ(rows[3].optimizer_state_bytes, 20 * kMiB);
+  EXPECT_EQ(rows[3].peak_rss_bytes, 391 * kMiB);  // the median of 390, 392
+  // One baseline, plain DDP's one-process run.
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  ASSERT_EQ(baselines.size(), 1u);
+  EXPECT_DOUBLE_EQ(baselines[0].samples_per_second, 3000);
+  EXPECT_DOUBLE_EQ(*rows[3].speedup, 5050.0 / 3000);
+  EXPECT_DOUBLE_EQ(*rows[4].speedup, 5000.0 / 3000);
+  // The no-sync run bounds every stage; at 1 process plain DDP's row does.
+  EXPECT_DOUBLE_EQ(*rows[4].communication_efficiency, 5000.0 / 6000);
+  EXPECT_DOUBLE_EQ(*rows[1].bound_samples_per_second, 3000);
+
+  const std::string table = FormatTable(rows, Machine{2, "", 1});
+  EXPECT_THAT(table, HasSubstr("allreduce zero1"));
+  EXPECT_THAT(table, HasSubstr("state MiB"));
+  EXPECT_THAT(table, HasSubstr("zero1 shards the optimizer state"));
+  EXPECT_THAT(table, HasSubstr("20.0     391.0\n"));
+  EXPECT_THAT(ToCsv(rows), HasSubstr(absl::StrCat(",1,", 20 * kMiB, ",",
+                                                  391 * kMiB, ",\n")));
+  const nlohmann::json json =
+      nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
+  EXPECT_EQ(json["results"][3]["zero"], 1);
+  EXPECT_EQ(json["results"][3]["peak_rss_bytes"], 391 * kMiB);
+  EXPECT_EQ(json["runs"][5]["zero"], 2);
+  // Without ZeRO the table keeps its columns.
+  EXPECT_THAT(
+      FormatTable(Summarize({Record(1, true, 3000)}), Machine{2, "", 1}),
+      Not(HasSubstr("state MiB")));
+}
+
 TEST(ResultsTest, HooksAreRowsOfTheirOwnOverOneBoundAndOneBaseline) {
   const std::vector<RunRecord> records = {
       Record(1, true, 3000),

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -137,6 +139,7 @@ std::vector<std::string> TrainingCommand(const RunConfig& c, const Programs& p,
   // Both trainers take the same hook flag and knobs.
   if (c.comm_hook != kDefaultCommHook)
     cmd.push_back(absl::StrCat("--comm_hook=", c.comm_hook));
+  if (c.zero > 0) cmd.push_back(absl::StrCat("--zero=", c.zero));
   cmd.insert(cmd.end(), c.train_flags.begin(), c.train_flags.end());
   return cmd;
 }
@@ -184,6 +187,16 @@ absl::Status ReadMetrics(const std::string& path, RunRecord* r) {
     }
     r->samples_per_second =
         r->epoch_seconds > 0 ? r->samples / r->epoch_seconds : 0;
+    auto largest = [&m](const char* key) -> int64_t {
+      int64_t most = 0;
+      if (m.contains(key)) {
+        for (const nlohmann::json& v : m.at(key))
+          most = std::max(most, v.get<int64_t>());
+      }
+      return most;
+    };
+    r->optimizer_state_bytes = largest("optimizer_state_bytes");
+    r->peak_rss_bytes = largest("peak_rss_bytes");
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": unreadable metrics: ", e.what()));

@@ -48,12 +48,17 @@ struct RunRecord {
   // Over trainer/report/run_metrics.h's StepHistogramBounds().
   std::vector<int64_t> step_histogram;
   double step_seconds_sum = 0;
+  // The largest over the ranks, at the end; 0 where the metrics do not say
+  // (files from before they were measured).
+  int64_t optimizer_state_bytes = 0;
+  int64_t peak_rss_bytes = 0;
 };
 
 // The command line that runs this node's share of `config` (for logs and for
 // tests): config.ProcessesPerNode() ranks, and with config.nnodes > 1 the
 // launcher's --nnodes, --node_rank and --master_addr; the training's flags,
-// --comm_hook for a hook other than the default, then config.train_flags.
+// --comm_hook for a hook other than the default, --zero for a ZeRO stage,
+// then config.train_flags.
 // An empty `metrics_path` asks for no metrics file.
 std::vector<std::string> TrainingCommand(const RunConfig& config,
                                          const Programs& programs,

@@ -82,6 +82,16 @@ TEST(RunTrainingTest, HooksAndTrainFlagsGoToBothTrainers) {
   c.train_flags.clear();
   EXPECT_THAT(absl::StrJoin(TrainingCommand(c, p, 0, "", 1), " "),
               Not(HasSubstr("--comm_hook")));
+  // A ZeRO stage is --zero, to both; none is not spelled out.
+  EXPECT_THAT(absl::StrJoin(TrainingCommand(c, p, 0, "", 1), " "),
+              Not(HasSubstr("--zero")));
+  c.zero = 1;
+  for (const char* impl : {"dtrain", "pytorch"}) {
+    c.implementation = impl;
+    EXPECT_THAT(absl::StrJoin(TrainingCommand(c, p, 0, "", 1), " "),
+                HasSubstr(" --zero=1"))
+        << impl;
+  }
 }
 
 TEST(RunTrainingTest, OverNodesEachNodeStartsItsShare) {
@@ -169,6 +179,18 @@ TEST(RunTrainingTest, ReadsMetricsAndRejectsGarbage) {
   EXPECT_DOUBLE_EQ(r.samples_per_second, 600);
   EXPECT_DOUBLE_EQ(r.startup_seconds, 0.5);
   EXPECT_EQ(r.step_histogram, (std::vector<int64_t>{40, 7}));
+  EXPECT_EQ(r.optimizer_state_bytes, 0);  // not in this file
+  {
+    std::ofstream out(path);
+    out << R"({"format": "dtrain.metrics.v1", "startup_seconds": 0.5,
+      "optimizer_state_bytes": [300, 200], "peak_rss_bytes": [4000, 5000],
+      "epochs": [{"epoch_seconds": 10, "samples": 6000, "steps": 47,
+                  "exposed_communication_seconds": 1, "data_seconds": 0.2,
+                  "step_seconds_p50": 0.2, "step_seconds_p90": 0.3}]})";
+  }
+  ASSERT_TRUE(ReadMetrics(path, &r).ok());
+  EXPECT_EQ(r.optimizer_state_bytes, 300);  // the largest rank's
+  EXPECT_EQ(r.peak_rss_bytes, 5000);
   {
     std::ofstream out(path);
     out << "{\"format\": \"dtrain.metrics.v1\", \"epochs\": [";  // truncated

@@ -16,6 +16,11 @@
 //   bazel run //experiments:scaling -- --comm_hooks=allreduce,powersgd
 //       --powersgd_rank=2 --powersgd_start_step=10 --reference=pytorch
 //
+// ZeRO against DDP, with memory per rank, ours and PyTorch's
+// ZeroRedundancyOptimizer (stage 1):
+//   bazel run //experiments:scaling -- --zero_stages=0,1,2 --models=resnet18
+//       --train_flags=--optimizer=adam --reference=pytorch
+//
 // Over several nodes, as torchrun: the same command on every node (K = 0, 1,
 // ...), world sizes counting all processes; node 0 measures and reports.
 //   bazel run //experiments:scaling -- --backends=nccl --world_sizes=2,4
@@ -74,6 +79,13 @@ ABSL_FLAG(std::vector<std::string>, comm_hooks,
           "no-communication bound runs once for all. Speedups divide by the "
           "allreduce one-process baseline (without allreduce in the list: "
           "each hook's own).");
+ABSL_FLAG(std::vector<std::string>, zero_stages,
+          std::vector<std::string>({"0"}),
+          "ZeRO stages (train's --zero), each with runs of its own for every "
+          "hook it combines with: 0 (none, required: ZeRO's rows are read "
+          "against DDP's), 1 (optimizer state sharded), 2 (gradients too; "
+          "with the allreduce hook only). The table then adds each "
+          "configuration's optimizer state and peak memory per rank.");
 // DDP's knobs: train's flags of the same names, for every training (ours and
 // PyTorch's); unset, the trainers' defaults.
 ABSL_FLAG(std::optional<int64_t>, powersgd_rank, std::nullopt,
@@ -356,6 +368,17 @@ int Main(int argc, char** argv) {
       return fail(s);
   }
   o.world_sizes.assign(sizes->begin(), sizes->end());
+  absl::StatusOr<std::vector<int64_t>> stages =
+      Numbers(absl::GetFlag(FLAGS_zero_stages), "zero_stages");
+  if (!stages.ok()) return fail(stages.status());
+  for (int64_t z : *stages) {
+    // PlanSweep names the stages it takes; this keeps the narrowing safe.
+    if (z < 0 || z > 2) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--zero_stages: ", z, " is not 0, 1 or 2")));
+    }
+  }
+  o.zero_stages.assign(stages->begin(), stages->end());
   absl::StatusOr<std::vector<int64_t>> batches =
       Numbers(absl::GetFlag(FLAGS_batch_sizes), "batch_sizes");
   if (!batches.ok()) return fail(batches.status());

@@ -42,6 +42,7 @@ constexpr OwnFlag kOwnFlags[] = {
     {"shm", "--backends"},
     {"sync_gradients", "--bound"},
     {"comm_hook", "--comm_hooks"},
+    {"zero", "--zero_stages"},
     {"fp16_allreduce", "--comm_hooks=fp16"},
     {"metrics_json", "--output_dir"},
     {"small_input_stem", "--models=resnet18"},
@@ -121,6 +122,28 @@ absl::Status CheckHooks(const std::vector<std::string>& hooks) {
   return absl::OkStatus();
 }
 
+// --zero_stages: 0, 1 or 2, each once, 0 among them.
+absl::Status CheckZeroStages(const std::vector<int>& stages) {
+  std::set<int> seen;
+  for (int z : stages) {
+    if (z < 0 || z > 2) {
+      return Invalid("zero_stages",
+                     absl::StrCat(z,
+                                  " is not 0 (none), 1 or 2 (train's "
+                                  "--zero)"));
+    }
+    if (!seen.insert(z).second) {
+      return Invalid("zero_stages", absl::StrCat(z, " given twice"));
+    }
+  }
+  if (seen.count(0) == 0) {
+    return Invalid("zero_stages",
+                   "must include 0: ZeRO's rows are read against plain "
+                   "DDP's (speedup baseline, one-process bound)");
+  }
+  return absl::OkStatus();
+}
+
 // The flags every training gets: the knobs', then --train_flags, each
 // --name[=value], none the sweep's own, none twice.
 absl::StatusOr<std::vector<std::string>> TrainFlags(const SweepOptions& o) {
@@ -164,9 +187,13 @@ absl::StatusOr<std::vector<std::string>> TrainFlags(const SweepOptions& o) {
   return flags;
 }
 
-// The hook in a run's name, after `separator`; nothing for the default.
-std::string HookPart(const std::string& hook, absl::string_view separator) {
-  return hook == kDefaultCommHook ? "" : absl::StrCat(separator, hook);
+// The hook and ZeRO stage in a run's name, each after `separator`; nothing
+// for the default hook and stage 0.
+std::string HookPart(const std::string& hook, int zero,
+                     absl::string_view separator) {
+  return absl::StrCat(
+      hook == kDefaultCommHook ? "" : absl::StrCat(separator, hook),
+      zero == 0 ? "" : absl::StrCat(separator, "zero", zero));
 }
 
 }  // namespace
@@ -207,14 +234,14 @@ int64_t DefaultBatchSize(int world_size) {
 
 std::string RunConfig::Name() const {
   return absl::StrCat(implementation, " ", backend, " ", model,
-                      HookPart(comm_hook, " "), " np=", world_size,
+                      HookPart(comm_hook, zero, " "), " np=", world_size,
                       " bs=", batch_size, sync_gradients ? "" : " no-sync",
                       repeat > 0 ? absl::StrCat(" #", repeat + 1) : "");
 }
 
 std::string RunConfig::Slug() const {
   return absl::StrCat(implementation, "_", backend, "_", model,
-                      HookPart(comm_hook, "_"), "_np", world_size, "_bs",
+                      HookPart(comm_hook, zero, "_"), "_np", world_size, "_bs",
                       batch_size, sync_gradients ? "_sync" : "_nosync", "_r",
                       repeat);
 }
@@ -246,6 +273,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   if (o.models.empty()) return Invalid("models", "empty");
   if (o.backends.empty()) return Invalid("backends", "empty");
   DTRAIN_RETURN_IF_ERROR(CheckHooks(o.comm_hooks));
+  DTRAIN_RETURN_IF_ERROR(CheckZeroStages(o.zero_stages));
   DTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> train_flags,
                           TrainFlags(o));
   if (o.nnodes < 1) {
@@ -327,6 +355,23 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
     }
     return "";
   };
+  // Why a ZeRO stage cannot run with `hook` (for `impl`); empty if it can.
+  auto zero_missing = [&](const std::string& impl, const std::string& hook,
+                          int zero) -> std::string {
+    if (zero == 0) return "";
+    if (hook == "local_sgd") {
+      return "post-local SGD averages parameters that ZeRO's ranks do not "
+             "each keep the state of";
+    }
+    if (zero == 2 && hook != kDefaultCommHook) {
+      return "stage 2 averages gradients with its own reduce-scatter hook";
+    }
+    if (zero == 2 && impl == "pytorch") {
+      return "PyTorch's ZeroRedundancyOptimizer is stage 1 (its stage 2 is "
+             "FSDP)";
+    }
+    return "";
+  };
   const int first_port =
       o.master_port == 0 && o.nnodes > 1 ? kDefaultMasterPort : o.master_port;
   // Counts every configuration the flags name, planned or skipped: the same
@@ -397,17 +442,31 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
           } else {
             skipped = false;
           }
-          // Each hook's synchronised runs, then the no-sync runs (the
-          // bound of every hook: they average nothing).
-          std::vector<std::pair<std::string, bool>> kinds;
-          for (const std::string& hook : o.comm_hooks)
-            kinds.push_back({hook, true});
-          if (n > 1 && o.bound) kinds.push_back({kDefaultCommHook, false});
-          for (const auto& [hook, sync] : kinds) {
+          // Each hook's synchronised runs at each ZeRO stage, then the
+          // no-sync runs (the bound of every hook and stage: they average
+          // nothing).
+          struct Kind {
+            std::string hook;
+            int zero;
+            bool sync;
+          };
+          std::vector<Kind> kinds;
+          for (const std::string& hook : o.comm_hooks) {
+            for (int zero : o.zero_stages) kinds.push_back({hook, zero, true});
+          }
+          if (n > 1 && o.bound) kinds.push_back({kDefaultCommHook, 0, false});
+          for (const auto& [hook, zero, sync] : kinds) {
             bool skip_hook = skipped;
             if (const std::string why = hook_missing(impl, hook, backend);
                 !skipped && !why.empty()) {
               skip(absl::StrCat(impl, " ", hook), why);
+              skip_hook = true;
+            }
+            if (const std::string why = zero_missing(impl, hook, zero);
+                !skip_hook && !why.empty()) {
+              skip(absl::StrCat(impl == "pytorch" ? "pytorch " : "", "zero",
+                                zero, HookPart(hook, 0, " ")),
+                   why);
               skip_hook = true;
             }
             for (int r = 0; r < o.repeats; ++r, ++slot) {
@@ -417,6 +476,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.backend = backend;
               c.model = model;
               c.comm_hook = hook;
+              c.zero = zero;
               c.world_size = n;
               c.batch_size = batch;
               c.max_steps = model == "convnet" ? o.convnet_max_steps

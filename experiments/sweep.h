@@ -1,8 +1,9 @@
 // The scaling sweep's plan: which trainings to run, from the runner's flags.
 // For each implementation (ours, optionally PyTorch's), backend, model and
 // process count it runs the training with gradient averaging, once per DDP
-// communication hook, and for more than one process also without (the
-// no-communication bound, one run for all hooks: it averages nothing),
+// communication hook and ZeRO stage, and for more than one process also
+// without (the no-communication bound, one run for all hooks and stages: it
+// averages nothing),
 // `repeats` times each. DDP's knobs (the hooks' own, bucket views, static
 // graph) and any further flags go to every training, ours and PyTorch's.
 //
@@ -85,6 +86,10 @@ struct SweepOptions {
   std::vector<std::string> models = {"convnet", "resnet18"};
   // DDP communication hooks (kCommHooks), each with runs of its own.
   std::vector<std::string> comm_hooks = {kDefaultCommHook};
+  // ZeRO stages (train's --zero; 0: none), each with runs of its own for
+  // every hook it combines with. Must hold 0: ZeRO's rows are read against
+  // plain DDP's (speedup baseline, one-process bound).
+  std::vector<int> zero_stages = {0};
   // For every training: the knobs' flags (KnobFlags), then these
   // (--train_flags), each "--name=value" or "--name".
   DdpKnobs knobs;
@@ -131,6 +136,7 @@ struct RunConfig {
   std::string model;
   // The no-sync runs: kDefaultCommHook (they average nothing).
   std::string comm_hook = kDefaultCommHook;
+  int zero = 0;  // ZeRO stage; 0 for the no-sync runs
   int world_size = 1;
   int64_t batch_size = 0;  // per process
   int64_t max_steps = 0;   // 0: whole epochs
@@ -150,10 +156,12 @@ struct RunConfig {
   int ProcessesPerNode() const { return world_size / nnodes; }
 
   // "dtrain gloo convnet np=2 bs=64" (+ " no-sync", " #2"), a hook other
-  // than the default after the model: "dtrain gloo convnet fp16 np=2 bs=64".
+  // than the default and a ZeRO stage after the model: "dtrain gloo convnet
+  // fp16 np=2 bs=64", "dtrain gloo resnet18 zero1 np=2 bs=64".
   std::string Name() const;
   // A file-name-safe form: "dtrain_gloo_convnet_np2_bs64_sync_r0",
-  // "dtrain_gloo_convnet_fp16_np2_bs64_sync_r0".
+  // "dtrain_gloo_convnet_fp16_np2_bs64_sync_r0",
+  // "dtrain_gloo_resnet18_zero1_np2_bs64_sync_r0".
   std::string Slug() const;
 };
 
@@ -176,11 +184,17 @@ struct SweepPlan {
 // Python torch lacks CUDA, NCCL or devices (python_torch), and its fp16 or
 // bf16 runs on Gloo where that Gloo cannot sum float16 or bfloat16.
 //
+// Also skipped: ZeRO stage 2 with a hook other than the default (its
+// reduce-scatter is the hook), ZeRO with local_sgd, and PyTorch's stage 2
+// (its ZeroRedundancyOptimizer is stage 1).
+//
 // Within a backend, model and process count: per implementation each hook's
-// runs in comm_hooks' order, then the no-sync run; repeats outermost.
+// runs in comm_hooks' order, each hook's ZeRO stages in zero_stages' order,
+// then the no-sync run; repeats outermost.
 //
 // kInvalidArgument naming the flag for: an unknown backend, model or hook, a
-// hook given twice, world sizes below 1, a batch list whose length is
+// hook given twice, ZeRO stages other than 0, 1 and 2, given twice or
+// without 0, world sizes below 1, a batch list whose length is
 // neither 1 nor that of the world sizes, a global batch not divisible by a
 // world size, repeats < 1, knobs outside train's ranges (--powersgd_rank,
 // --local_sgd_period < 1, --powersgd_start_step, --local_sgd_start_step < 0,

@@ -414,6 +414,62 @@ TEST(SweepTest, HooksRunSideBySideOverOneBound) {
   EXPECT_EQ(plan->runs[0].Slug(), "dtrain_gloo_convnet_np1_bs128_sync_r0");
 }
 
+// ZeRO's stages run beside plain DDP for each hook they combine with, over
+// the one bound; the combinations train refuses, and PyTorch's stage 2, are
+// skipped with the reason, their ports kept.
+TEST(SweepTest, ZeroStagesRunBesideDdpOverOneBound) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"resnet18"};
+  o.world_sizes = {2};
+  o.comm_hooks = {"allreduce", "fp16", "local_sgd"};
+  o.zero_stages = {0, 1, 2};
+  o.reference_pytorch = true;
+  o.master_port = 30000;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> names;
+  for (const RunConfig& c : plan->runs) names.push_back(c.Name());
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "dtrain gloo resnet18 np=2 bs=64",
+                         "dtrain gloo resnet18 zero1 np=2 bs=64",
+                         "dtrain gloo resnet18 zero2 np=2 bs=64",
+                         "dtrain gloo resnet18 fp16 np=2 bs=64",
+                         "dtrain gloo resnet18 fp16 zero1 np=2 bs=64",
+                         "dtrain gloo resnet18 local_sgd np=2 bs=64",
+                         "dtrain gloo resnet18 np=2 bs=64 no-sync",
+                         "pytorch gloo resnet18 np=2 bs=64",
+                         "pytorch gloo resnet18 zero1 np=2 bs=64",
+                         "pytorch gloo resnet18 fp16 np=2 bs=64",
+                         "pytorch gloo resnet18 fp16 zero1 np=2 bs=64",
+                         "pytorch gloo resnet18 local_sgd np=2 bs=64",
+                         "pytorch gloo resnet18 np=2 bs=64 no-sync"));
+  EXPECT_EQ(plan->runs[1].zero, 1);
+  EXPECT_EQ(plan->runs[1].Slug(),
+            "dtrain_gloo_resnet18_zero1_np2_bs64_sync_r0");
+  EXPECT_EQ(plan->runs[4].Slug(),
+            "dtrain_gloo_resnet18_fp16_zero1_np2_bs64_sync_r0");
+  EXPECT_EQ(plan->runs[6].zero, 0);  // the bound
+  // 10 kinds per implementation: ports of the skipped ones kept.
+  EXPECT_EQ(plan->runs[7].master_port, 30000 + 10);
+  std::vector<std::string> skipped;
+  for (const Skipped& k : plan->skipped)
+    skipped.push_back(absl::StrCat(k.what, ": ", k.why));
+  EXPECT_THAT(
+      skipped,
+      ::testing::UnorderedElementsAre(
+          "zero2 fp16: stage 2 averages gradients with its own reduce-scatter "
+          "hook",
+          HasSubstr("zero1 local_sgd: post-local SGD averages parameters"),
+          HasSubstr("zero2 local_sgd: post-local SGD"),
+          "pytorch zero2: PyTorch's ZeroRedundancyOptimizer is stage 1 (its "
+          "stage 2 is FSDP)",
+          "pytorch zero2 fp16: stage 2 averages gradients with its own "
+          "reduce-scatter hook",
+          HasSubstr("pytorch zero1 local_sgd"),
+          HasSubstr("pytorch zero2 local_sgd")));
+}
+
 // Ports count every configuration the flags name, skipped ones too: a node
 // that skips PyTorch's bf16 runs (its torch's Gloo cannot sum bfloat16)
 // gives every other run the port every node gives it.
@@ -548,6 +604,19 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
        "--comm_hooks: unknown hook 'topk'; known: allreduce, fp16, bf16, "
        "powersgd, local_sgd"},
       {SetHooks({"fp16", "fp16"}), "--comm_hooks: 'fp16' given twice"},
+      {[](SweepOptions& o) {
+         o.zero_stages = {0, 3};
+       },
+       "--zero_stages: 3 is not 0 (none), 1 or 2"},
+      {[](SweepOptions& o) {
+         o.zero_stages = {0, 1, 1};
+       },
+       "--zero_stages: 1 given twice"},
+      {[](SweepOptions& o) { o.zero_stages = {1}; },
+       "--zero_stages: must include 0"},
+      {[](SweepOptions& o) { o.train_flags = {"--zero=1"}; },
+       "--train_flags: --zero is set by the sweep for every run; use "
+       "--zero_stages"},
       {[](SweepOptions& o) { o.knobs.powersgd_rank = 0; },
        "--powersgd_rank: 0 is not >= 1"},
       {[](SweepOptions& o) { o.knobs.powersgd_start_step = -1; },
