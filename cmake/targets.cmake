@@ -2071,7 +2071,7 @@ dtrain_cc_library(dtrain_experiments_results
   PACKAGE experiments
   SRCS experiments/results.cc
   HDRS experiments/results.h
-  DEPS dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
+  DEPS dtrain_experiments_run_training dtrain_experiments_sweep dtrain_tp_absl)
 
 # //experiments:plots
 dtrain_cc_library(dtrain_experiments_plots
@@ -2089,6 +2089,22 @@ dtrain_cc_library(dtrain_experiments_prometheus_export
   HDRS experiments/prometheus_export.h
   DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_prometheus_core dtrain_tp_prometheus_pull dtrain_tp_prometheus_push dtrain_trainer_report_run_metrics)
 
+# //experiments:results_table
+dtrain_cc_library(dtrain_experiments_results_table
+  EXPORT_NAME experiments_results_table
+  PACKAGE experiments
+  SRCS experiments/results_table.cc
+  HDRS experiments/results_table.h
+  DEPS dtrain_experiments_results dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl)
+
+# //experiments:results_files
+dtrain_cc_library(dtrain_experiments_results_files
+  EXPORT_NAME experiments_results_files
+  PACKAGE experiments
+  SRCS experiments/results_files.cc
+  HDRS experiments/results_files.h
+  DEPS dtrain_experiments_results dtrain_experiments_results_table dtrain_experiments_run_training dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
+
 # //trainer:train
 dtrain_cc_binary(dtrain_trainer_train
   OUTPUT trainer/train
@@ -2098,7 +2114,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_cc_binary(dtrain_experiments_scaling
   OUTPUT experiments/scaling
   SRCS experiments/scaling_main.cc
-  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_metrics_server dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl
+  DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_results_files dtrain_experiments_results_table dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_metrics_server dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl
   DATA experiments/pytorch_reference.py
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train)
 
@@ -2148,7 +2164,7 @@ dtrain_sh_test(dtrain_experiments_pytorch_reference_test
 dtrain_cc_test(dtrain_experiments_results_test
   OUTPUT experiments/results_test
   SRCS experiments/results_test.cc
-  DEPS dtrain_experiments_results dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  DEPS dtrain_experiments_results dtrain_experiments_results_files dtrain_experiments_results_table dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)
 
 # //experiments:run_training_test

@@ -1,9 +1,9 @@
 // The sweep's results: repeats combined into one row per configuration
 // (implementation, backend, model, communication hook, processes, batch;
 // median and spread), speedup against one baseline per model, both
-// efficiencies and the time communication adds to a step; printed as a
-// table (with the machine, the repeats and the baseline in its header) and
-// written as CSV and JSON. The CSV's columns and units: docs/FORMATS.md.
+// efficiencies and the time communication adds to a step; the machine they
+// ran on. Printed as a table by results_table.h and written as CSV and JSON
+// by results_files.h (the CSV's columns and units: docs/FORMATS.md).
 //
 //   speedup                   samples/s(N processes) / the model's baseline
 //                             (SpeedupBaseline below), the same for every
@@ -24,9 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
@@ -162,52 +159,6 @@ bool Oversubscribed(const Machine& machine, int world_size);
 // How the rows' runs were repeated: "single run per configuration" when
 // every row has at most one, else "median of up to N runs".
 std::string DescribeRepeats(const std::vector<ResultRow>& rows);
-
-// The final table as printed and saved (table.txt): a header naming the
-// machine's cores, the repeats (or "single run"), each model's speedup
-// baseline and the flags every training had (if any); the aligned table, a
-// row per configuration with its hook, a process count beyond the cores
-// marked with '*'; then a legend of the columns, including why "vs no-comm"
-// can exceed 100%.
-std::string FormatTable(const std::vector<ResultRow>& rows,
-                        const Machine& machine);
-
-// FormatTable's text followed by a "skipped WHAT: WHY" line per skipped
-// configuration: what the sweep prints and saves as table.txt.
-std::string TableText(const std::vector<ResultRow>& rows,
-                      const Machine& machine,
-                      const std::vector<std::string>& skipped);
-
-// //experiments:sim_cluster's combined table, printed at its end: a line per
-// row of its combined CSV (every link rate's results.csv rows, with
-// link_rate, measured_link_gbit, hosts and ranks_per_host in front), aligned
-// as FormatTable's, with the hook and the communication per step where the
-// CSV has them (sweeps before hooks did not); then where the CSV is, and the
-// cores of the machine every simulated host shares, with a note where a run
-// had more ranks. `csv` is the file's text (\n or \r\n line ends, no quoted
-// fields), `csv_path` where it is. Errors for a missing column, a field that
-// does not parse, or no rows.
-absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
-                                             const std::string& csv_path,
-                                             const Machine& machine);
-
-// ClusterTableText of the file at `csv_path`.
-absl::StatusOr<std::string> ReadClusterTable(const std::string& csv_path,
-                                             const Machine& machine);
-
-// Writes <dir>/table.txt (TableText), results.csv and results.json, each
-// atomically, and returns their paths in that order. Stops at the first
-// that cannot be written, with its error.
-absl::StatusOr<std::vector<std::string>> WriteResults(
-    const std::string& dir, const std::vector<ResultRow>& rows,
-    const std::vector<RunRecord>& records,
-    const std::vector<std::string>& skipped, const Machine& machine);
-
-std::string ToCsv(const std::vector<ResultRow>& rows);
-std::string ToJson(const std::vector<ResultRow>& rows,
-                   const std::vector<RunRecord>& records,
-                   const std::vector<std::string>& skipped,
-                   const Machine& machine);
 
 }  // namespace dtrain::experiments
 

@@ -55,6 +55,8 @@
 #include "experiments/plots.h"
 #include "experiments/prometheus_export.h"
 #include "experiments/results.h"
+#include "experiments/results_files.h"
+#include "experiments/results_table.h"
 #include "experiments/run_training.h"
 #include "experiments/sweep.h"
 
