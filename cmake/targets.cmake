@@ -213,6 +213,21 @@ dtrain_cc_test(dtrain_base_process_liveness_test
   DEPS dtrain_base_process_liveness dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //base:process_memory
+dtrain_cc_library(dtrain_base_process_memory
+  EXPORT_NAME base_process_memory
+  PACKAGE base
+  SRCS base/process_memory.cc
+  HDRS base/process_memory.h
+  DEPS dtrain_tp_absl)
+
+# //base:process_memory_test
+dtrain_cc_test(dtrain_base_process_memory_test
+  OUTPUT base/process_memory_test
+  SRCS base/process_memory_test.cc
+  DEPS dtrain_base_process_memory dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //base:rank_status
 dtrain_cc_library(dtrain_base_rank_status
   EXPORT_NAME base_rank_status
@@ -1996,7 +2011,7 @@ dtrain_cc_library(dtrain_trainer
   PACKAGE trainer
   SRCS trainer/trainer.cc
   HDRS trainer/trainer.h
-  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
+  DEPS dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_process_memory dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags

@@ -1,6 +1,5 @@
 #include "trainer/trainer.h"
 
-#include <sys/resource.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
 
@@ -15,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/process_memory.h"
 #include "base/rank_status.h"
 #include "base/status_macros.h"
 #include "data/loader.h"
@@ -361,18 +361,21 @@ absl::Status Run::RecordMemory() {
   const torch::optim::Optimizer& stepped =
       p_.zero != nullptr ? p_.zero->optimizer() : *p_.optimizer;
   DTRAIN_ASSIGN_OR_RETURN(const int64_t state, OptimizerStateBytes(stepped));
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
+  // Without /proc/self/smaps_rollup (not Linux) PSS is 0: not measured.
+  const base::ProcessMemory memory =
+      base::ReadProcessMemory().value_or(base::ProcessMemory{});
   const int world = world_.world_size;
   // Row r of each: rank r's figure, as a sum over zeros (exact below 2^53).
-  std::vector<double> values(2 * world, 0.0);
+  std::vector<double> values(3 * world, 0.0);
   values[world_.rank] = static_cast<double>(state);
-  values[world + world_.rank] = static_cast<double>(usage.ru_maxrss) * 1024;
+  values[world + world_.rank] = static_cast<double>(memory.peak_rss_bytes);
+  values[2 * world + world_.rank] = static_cast<double>(memory.pss_bytes);
   DTRAIN_ASSIGN_OR_RETURN(values,
                           p_.sync->AllReduce(values, backend::ReduceOp::kSum));
   RunMetrics& m = recorder_->metrics();
   m.optimizer_state_bytes.assign(values.begin(), values.begin() + world);
-  m.peak_rss_bytes.assign(values.begin() + world, values.end());
+  m.peak_rss_bytes.assign(values.begin() + world, values.begin() + 2 * world);
+  m.pss_bytes.assign(values.begin() + 2 * world, values.end());
   return absl::OkStatus();
 }
 

@@ -38,8 +38,9 @@ for stage in 1 2; do
   # Adam: two float32 tensors per element; the ConvNet's 300426 elements in shares of 150213.
   [[ $(json "$tmp/zero$stage.json" 'm["optimizer_state_bytes"]') == "[1201704, 1201704]" ]] ||
     fail "stage $stage: state bytes $(json "$tmp/zero$stage.json" 'm["optimizer_state_bytes"]')"
-  [[ $(json "$tmp/zero$stage.json" 'len(m["peak_rss_bytes"]) == 2 and min(m["peak_rss_bytes"]) > 0') == True ]] ||
-    fail "stage $stage: peak memory per rank missing"
+  [[ $(json "$tmp/zero$stage.json" 'len(m["peak_rss_bytes"]) == 2 and min(m["peak_rss_bytes"]) > 0
+      and len(m["pss_bytes"]) == 2 and 0 < max(m["pss_bytes"]) <= max(m["peak_rss_bytes"])') == True ]] ||
+    fail "stage $stage: peak memory or PSS per rank missing: $(cat "$tmp/zero$stage.json")"
   grep -q "ZeRO stage $stage: this rank keeps the optimizer state of 150213 of 300426" \
     "$tmp/zero$stage.err" || fail "stage $stage: no ZeRO line: $(cat "$tmp/zero$stage.err")"
 done

@@ -10,7 +10,7 @@ import sys
 
 # Keys whose values are timings, rates, addresses or resident memory: they differ between any two
 # runs.
-TIMING = re.compile(r"(seconds|per_second|histogram|ddp_timeline|metrics_url|rss|^time$|_s$)")
+TIMING = re.compile(r"(seconds|per_second|histogram|ddp_timeline|metrics_url|rss|pss|^time$|_s$)")
 
 
 def strip(value, dirs):

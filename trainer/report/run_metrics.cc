@@ -175,6 +175,7 @@ std::string ToJson(const RunMetrics& m) {
       {"resumed_from", m.resumed_from},
       {"optimizer_state_bytes", m.optimizer_state_bytes},
       {"peak_rss_bytes", m.peak_rss_bytes},
+      {"pss_bytes", m.pss_bytes},
       {"startup_seconds", m.startup_seconds},
       {"wall_seconds", m.wall_seconds},
       {"metrics_url", m.metrics_url},

@@ -122,10 +122,14 @@ struct RunMetrics {
   // The checkpoint this run resumed from, if any.
   std::string resumed_from;
   // Per rank, at the end: the bytes of the optimizer state it keeps (with
-  // --zero its shares' only) and its peak resident memory (getrusage's
-  // ru_maxrss). Empty when not measured (evaluation only).
+  // --zero its shares' only), its peak resident memory (getrusage's
+  // ru_maxrss, which counts in full every shared page the rank touched) and
+  // its proportional set size (PSS: shared pages divided among the processes
+  // that map them; 0 where not measured). Empty when not measured
+  // (evaluation only).
   std::vector<int64_t> optimizer_state_bytes;
   std::vector<int64_t> peak_rss_bytes;
+  std::vector<int64_t> pss_bytes;
   // Rank 0's, from the process start (or the start of Train) to the first
   // step, and to the end.
   double startup_seconds = 0;
