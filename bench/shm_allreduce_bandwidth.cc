@@ -14,7 +14,10 @@
 // repeat's time is the slowest rank's; the table shows the median repeat.
 // Before the sizes, Barrier() is timed the same way: the latency floor of
 // each backend (handing a collective to its worker thread and back, and one
-// synchronisation). Rank 0 prints. The backend "shm_buffers" is the shm
+// synchronisation). Rank 0 prints. The backend "two_hosts" is the
+// hierarchical backend with the processes split over two simulated hosts
+// (the first half on one): shared memory within each, Gloo over loopback
+// between the two leaders. The backend "shm_buffers" is the shm
 // backend on tensors from AllocateBuffer (one per size and column), which
 // take the zero-copy paths; there reduce_scatter's output and allgather's
 // input are the rank's own share of the buffer, as a sharded optimizer has
@@ -26,6 +29,8 @@
 //   bazel run //bench:shm_allreduce_bandwidth -- --backends=shm,shm_buffers
 //   bazel run //bench:shm_allreduce_bandwidth -- --backends=shm_buffers
 //       --collectives=allreduce,reduce_scatter
+//   bazel run //bench:shm_allreduce_bandwidth -- --processes=4
+//       --backends=two_hosts --collectives=allreduce,reduce_scatter
 //
 // Prints a table (algbw = bytes / time; busbw = algbw * 2(n-1)/n for
 // allreduce, (n-1)/n for the others; the last column is the second column's
@@ -78,6 +83,7 @@
 #include "bench/sweep.h"
 #include "dist/backend/backend.h"
 #include "dist/backend/gloo/gloo_backend.h"
+#include "dist/backend/hierarchical/hierarchical_backend.h"
 #include "dist/backend/shm/shm_backend.h"
 #include "dist/store/tcp_store.h"
 
@@ -85,7 +91,8 @@ ABSL_FLAG(int, processes, 2, "Ranks, each a process of its own.");
 ABSL_FLAG(std::vector<std::string>, backends,
           std::vector<std::string>({"shm", "gloo"}),
           "Backends to measure side by side (shm, shm_buffers: shm on its "
-          "own buffers, gloo); with two, the last column is the second's "
+          "own buffers, gloo, two_hosts: the hierarchical backend over two "
+          "simulated hosts); with two, the last column is the second's "
           "time over the first's.");
 ABSL_FLAG(std::vector<std::string>, collectives,
           std::vector<std::string>({"allreduce"}),
@@ -188,10 +195,14 @@ absl::StatusOr<Config> ConfigFromFlags() {
     }
   }
   for (const std::string& b : c.backends) {
-    if (b != "shm" && b != "shm_buffers" && b != "gloo") {
+    if (b != "shm" && b != "shm_buffers" && b != "gloo" && b != "two_hosts") {
       return absl::InvalidArgumentError(
           absl::StrCat("--backends: unknown backend '", b,
-                       "' (want shm, shm_buffers or gloo)"));
+                       "' (want shm, shm_buffers, gloo or two_hosts)"));
+    }
+    if (b == "two_hosts" && c.processes < 2) {
+      return absl::InvalidArgumentError(
+          "--backends=two_hosts: needs --processes=2 or more, one host each");
     }
   }
   DTRAIN_ASSIGN_OR_RETURN(
@@ -429,6 +440,13 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
     o.slot_bytes = c.slot_bytes;
     return backend::CreateShmBackend(group, o);
   }
+  if (name == "two_hosts") {
+    backend::HierarchicalBackendOptions o;
+    o.gloo.hostname = "127.0.0.1";
+    o.shm_slot_bytes = c.slot_bytes;
+    o.host_key = rank < (c.processes + 1) / 2 ? "host a" : "host b";
+    return backend::CreateHierarchicalBackend(group, o);
+  }
   backend::GlooBackendOptions o;
   o.hostname = "127.0.0.1";
   return backend::CreateGlooBackend(group, o);
@@ -453,7 +471,8 @@ void PrintHeader(const Config& c, int blas_threads) {
       "# %s: %s (sum, float32) between %d processes of this host, "
       "%d intra-op thread(s) each (BLAS: %s); shm slot %lld B; gloo over "
       "loopback TCP (default algorithm); shm_buffers: shm on tensors from "
-      "AllocateBuffer (zero-copy); per size the median of %d "
+      "AllocateBuffer (zero-copy); two_hosts: hierarchical, half the "
+      "processes on each of two simulated hosts; per size the median of %d "
       "repeats of about %g ms, interleaved across backends\n",
       kName, absl::StrJoin(c.collectives, " and ").c_str(), c.processes,
       at::get_num_threads(),

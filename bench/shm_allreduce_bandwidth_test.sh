@@ -59,10 +59,12 @@ tail -1 "$tmp/buffers.out" >"$tmp/buffers.json"
 cat "$tmp/buffers.out"
 
 # The collectives of a sharded optimizer against allreduce of the same bytes: reduce_scatter and
-# allgather on each backend, zero-copy and not, every size correct (sizes round down to whole
+# allgather on each backend, zero-copy and not, and hierarchical over two simulated hosts (2 + 1
+# processes), every size correct (sizes round down to whole
 # float32 elements per rank: 4 bytes per process); two collectives on two backends are refused.
 for spec in "shm_buffers allreduce,reduce_scatter" "shm reduce_scatter,allgather" \
-    "gloo allgather,reduce_scatter" "shm_buffers allgather"; do
+    "gloo allgather,reduce_scatter" "shm_buffers allgather" "two_hosts allreduce,reduce_scatter" \
+    "two_hosts allgather"; do
   read -r backend collectives <<<"$spec"
   name=${backend}_${collectives/,/_}
   "$driver" --processes=3 --backends="$backend" --collectives="$collectives" --min_bytes=4 \
@@ -76,6 +78,11 @@ for spec in "shm_buffers allreduce,reduce_scatter" "shm reduce_scatter,allgather
     || fail "$spec: $(cat "$tmp/$name.json")"
   cat "$tmp/$name.out"
 done
+"$driver" --processes=1 --backends=two_hosts >/dev/null 2>"$tmp/flag.err"
+rc=$?
+[[ $rc -eq 2 ]] || fail "two_hosts on one process: exit $rc, want 2"
+grep -q -- '--backends=two_hosts: needs --processes=2 or more' "$tmp/flag.err" \
+  || fail "two_hosts on one process: $(cat "$tmp/flag.err")"
 "$driver" --backends=shm,gloo --collectives=allreduce,allgather >/dev/null 2>"$tmp/flag.err"
 rc=$?
 [[ $rc -eq 2 ]] || fail "two collectives on two backends: exit $rc, want 2"

@@ -901,6 +901,14 @@ dtrain_sh_test(dtrain_bench_nccl_allreduce_bandwidth_test
   TIMEOUT 60
   ARGS bench/nccl_allreduce_bandwidth)
 
+# //dist/backend/hierarchical:host_layout
+dtrain_cc_library(dtrain_dist_backend_hierarchical_host_layout
+  EXPORT_NAME backend_hierarchical_host_layout
+  PACKAGE dist/backend/hierarchical
+  SRCS dist/backend/hierarchical/host_layout.cc
+  HDRS dist/backend/hierarchical/host_layout.h
+  DEPS dtrain_base_atomic_file dtrain_dist_store dtrain_tp_absl)
+
 # //dist/backend/shm:group_barrier
 dtrain_cc_library(dtrain_dist_backend_shm_group_barrier
   EXPORT_NAME backend_shm_group_barrier
@@ -933,11 +941,19 @@ dtrain_cc_library(dtrain_dist_backend_shm
   HDRS dist/backend/shm/shm_backend.h
   DEPS dtrain_dist_backend_shm_group_barrier dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
 
+# //dist/backend/hierarchical:hierarchical
+dtrain_cc_library(dtrain_dist_backend_hierarchical
+  EXPORT_NAME backend_hierarchical
+  PACKAGE dist/backend/hierarchical
+  SRCS dist/backend/hierarchical/hierarchical_backend.cc
+  HDRS dist/backend/hierarchical/hierarchical_backend.h
+  DEPS dtrain_dist_backend_hierarchical_host_layout dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
+
 # //bench:shm_allreduce_bandwidth
 dtrain_cc_binary(dtrain_bench_shm_allreduce_bandwidth
   OUTPUT bench/shm_allreduce_bandwidth
   SRCS bench/shm_allreduce_bandwidth.cc
-  DEPS dtrain_bench_forked_ranks dtrain_bench_sweep dtrain_base_compute_threads dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_bench_forked_ranks dtrain_bench_sweep dtrain_base_compute_threads dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:shm_allreduce_bandwidth_test
 dtrain_sh_test(dtrain_bench_shm_allreduce_bandwidth_test
@@ -1115,22 +1131,6 @@ dtrain_cc_test(dtrain_dist_backend_device_choice_test
   SRCS dist/backend/device_choice_test.cc
   DEPS dtrain_dist_backend_device_choice dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //dist/backend/hierarchical:host_layout
-dtrain_cc_library(dtrain_dist_backend_hierarchical_host_layout
-  EXPORT_NAME backend_hierarchical_host_layout
-  PACKAGE dist/backend/hierarchical
-  SRCS dist/backend/hierarchical/host_layout.cc
-  HDRS dist/backend/hierarchical/host_layout.h
-  DEPS dtrain_base_atomic_file dtrain_dist_store dtrain_tp_absl)
-
-# //dist/backend/hierarchical:hierarchical
-dtrain_cc_library(dtrain_dist_backend_hierarchical
-  EXPORT_NAME backend_hierarchical
-  PACKAGE dist/backend/hierarchical
-  SRCS dist/backend/hierarchical/hierarchical_backend.cc
-  HDRS dist/backend/hierarchical/hierarchical_backend.h
-  DEPS dtrain_dist_backend_hierarchical_host_layout dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_shm dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend/stall:stall
 dtrain_cc_library(dtrain_dist_backend_stall
