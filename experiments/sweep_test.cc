@@ -592,6 +592,9 @@ std::function<void(SweepOptions&)> SetTrainFlags(
     std::vector<std::string> flags) {
   return [flags](SweepOptions& o) { o.train_flags = flags; };
 }
+std::function<void(SweepOptions&)> SetZeroStages(std::vector<int> stages) {
+  return [stages](SweepOptions& o) { o.zero_stages = stages; };
+}
 
 TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
   struct Case {
@@ -604,16 +607,9 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
        "--comm_hooks: unknown hook 'topk'; known: allreduce, fp16, bf16, "
        "powersgd, local_sgd"},
       {SetHooks({"fp16", "fp16"}), "--comm_hooks: 'fp16' given twice"},
-      {[](SweepOptions& o) {
-         o.zero_stages = {0, 3};
-       },
-       "--zero_stages: 3 is not 0 (none), 1 or 2"},
-      {[](SweepOptions& o) {
-         o.zero_stages = {0, 1, 1};
-       },
-       "--zero_stages: 1 given twice"},
-      {[](SweepOptions& o) { o.zero_stages = {1}; },
-       "--zero_stages: must include 0"},
+      {SetZeroStages({0, 3}), "--zero_stages: 3 is not 0 (none), 1 or 2"},
+      {SetZeroStages({0, 1, 1}), "--zero_stages: 1 given twice"},
+      {SetZeroStages({1}), "--zero_stages: must include 0"},
       {[](SweepOptions& o) { o.train_flags = {"--zero=1"}; },
        "--train_flags: --zero is set by the sweep for every run; use "
        "--zero_stages"},
