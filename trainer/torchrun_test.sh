@@ -20,9 +20,9 @@ python=/usr/bin/python3
 torchrun=("$python" "$torchrun_py")
 export OMP_NUM_THREADS=1
 
-# 64 steps: long enough (about a second) that the kill in part 3 lands between the first checkpoint
-# and the end of training, which 8 steps (0.2 s) did not always leave room for.
-small=(--train_limit=4096 --batch_size=32 --max_steps=64 --skip_validation --progress=none
+# 128 steps: long enough (2-3 s) that the kill in part 3 lands between the first checkpoint and the
+# end of training, which 8 steps (0.2 s) did not always leave room for, nor 64 on a loaded machine.
+small=(--train_limit=8192 --batch_size=32 --max_steps=128 --skip_validation --progress=none
        --timeout=60)
 
 # The reference: the project's launcher.
@@ -73,7 +73,11 @@ if wait_until 120 has_checkpoint; then
   for pid in $(pgrep -P "$agent"); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RANK=1 && victim=$pid
   done
-  [[ -n $victim ]] && kill -KILL "$victim"
+  if [[ -z $victim ]]; then
+    fail "kill: no worker with RANK=1 among torchrun's children: $(pgrep -aP "$agent")"
+  elif ! kill -KILL "$victim" 2>/dev/null; then
+    fail "kill: rank 1 (pid $victim) had already exited: the run ended before the kill"
+  fi
 else
   fail "kill: no checkpoint was written: $(tail -5 "$tmp/kill.out")"
 fi
