@@ -94,7 +94,8 @@ wait_for_text "$tmp/stop.out" "Begin training" || fail "stop: training never beg
 sleep 1
 victim=
 for pid in $(pgrep -P "$launcher"); do
-  tr '\0' '\n' <"/proc/$pid/environ" | grep -qx RANK=1 && victim=$pid
+  # No pipe: under pipefail, grep -q leaving early can fail the pipeline (tr's SIGPIPE).
+  grep -qxz RANK=1 "/proc/$pid/environ" && victim=$pid
 done
 stopped=$(now)
 kill -STOP "$victim"

@@ -78,7 +78,8 @@ rank_pid() {
   local p
   for p in $(ip netns pids "$b" 2>/dev/null); do
     [[ $(cat "/proc/$p/comm" 2>/dev/null) == train ]] || continue
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1" && echo "$p" && return 0
+    # No pipe: under pipefail, grep -q leaving early can fail the pipeline (tr's SIGPIPE).
+    grep -qxz "RANK=$1" "/proc/$p/environ" 2>/dev/null && echo "$p" && return 0
   done
   return 1
 }

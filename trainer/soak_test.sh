@@ -111,7 +111,7 @@ for ((i = 1; i <= runs_max; i++)); do
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
     victim=
     for pid in $(pgrep -P "$job"); do
-      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$victim_rank" && victim=$pid
+      grep -qxz "RANK=$victim_rank" "/proc/$pid/environ" 2>/dev/null && victim=$pid
     done
     if [[ -n $victim ]] && kill "-$fault" "$victim" 2>/dev/null; then
       what="$fault rank $victim_rank after ${delay_ms} ms"

@@ -20,9 +20,9 @@ python=/usr/bin/python3
 torchrun=("$python" "$torchrun_py")
 export OMP_NUM_THREADS=1
 
-# 128 steps: long enough (2-3 s) that the kill in part 3 lands between the first checkpoint and the
-# end of training, which 8 steps (0.2 s) did not always leave room for, nor 64 on a loaded machine.
-small=(--train_limit=8192 --batch_size=32 --max_steps=128 --skip_validation --progress=none
+# 64 steps: long enough (about a second) that the kill in part 3 lands between the first checkpoint
+# and the end of training, which 8 steps (0.2 s) did not always leave room for.
+small=(--train_limit=4096 --batch_size=32 --max_steps=64 --skip_validation --progress=none
        --timeout=60)
 
 # The reference: the project's launcher.
@@ -71,7 +71,8 @@ has_checkpoint() { compgen -G "$tmp/kill_ck/checkpoint-*.dtc" >/dev/null; }
 if wait_until 120 has_checkpoint; then
   victim=
   for pid in $(pgrep -P "$agent"); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RANK=1 && victim=$pid
+    # No pipe: under pipefail, grep -q leaving early can fail the pipeline (tr's SIGPIPE).
+    grep -qxz RANK=1 "/proc/$pid/environ" 2>/dev/null && victim=$pid
   done
   if [[ -z $victim ]]; then
     fail "kill: no worker with RANK=1 among torchrun's children: $(pgrep -aP "$agent")"
