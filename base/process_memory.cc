@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 
 namespace dtrain::base {
 
@@ -45,9 +46,7 @@ absl::StatusOr<ProcessMemory> ReadProcessMemory() {
   while ((n = std::fread(chunk, 1, sizeof(chunk), f)) > 0)
     text.append(chunk, n);
   std::fclose(f);
-  absl::StatusOr<int64_t> pss = ParsePssBytes(text);
-  if (!pss.ok()) return pss.status();
-  m.pss_bytes = *pss;
+  DTRAIN_ASSIGN_OR_RETURN(m.pss_bytes, ParsePssBytes(text));
   return m;
 }
 

@@ -219,7 +219,7 @@ dtrain_cc_library(dtrain_base_process_memory
   PACKAGE base
   SRCS base/process_memory.cc
   HDRS base/process_memory.h
-  DEPS dtrain_tp_absl)
+  DEPS dtrain_base_status_macros dtrain_tp_absl)
 
 # //base:process_memory_test
 dtrain_cc_test(dtrain_base_process_memory_test
