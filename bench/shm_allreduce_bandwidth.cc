@@ -17,12 +17,12 @@
 // synchronisation). Rank 0 prints. The backend "two_hosts" is the
 // hierarchical backend with the processes split over two simulated hosts
 // (the first half on one): shared memory within each, Gloo over loopback
-// between the two leaders. The backend "shm_buffers" is the shm
-// backend on tensors from AllocateBuffer (one per size and column), which
-// take the zero-copy paths; there reduce_scatter's output and allgather's
-// input are the rank's own share of the buffer, as a sharded optimizer has
-// them. A size is the bytes of allreduce's tensor, reduce_scatter's input
-// and allgather's output alike.
+// between the two leaders. The backends "shm_buffers" and
+// "two_hosts_buffers" are those two on tensors from AllocateBuffer (one per
+// size and column), which take the zero-copy paths; there reduce_scatter's
+// output and allgather's input are the rank's own share of the buffer, as a
+// sharded optimizer has them. A size is the bytes of allreduce's tensor,
+// reduce_scatter's input and allgather's output alike.
 //
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=2
 //   bazel run //bench:shm_allreduce_bandwidth -- --processes=4 --max_bytes=1M
@@ -69,6 +69,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -92,7 +93,8 @@ ABSL_FLAG(std::vector<std::string>, backends,
           std::vector<std::string>({"shm", "gloo"}),
           "Backends to measure side by side (shm, shm_buffers: shm on its "
           "own buffers, gloo, two_hosts: the hierarchical backend over two "
-          "simulated hosts); with two, the last column is the second's "
+          "simulated hosts, two_hosts_buffers: the same on its own buffers); "
+          "with two, the last column is the second's "
           "time over the first's.");
 ABSL_FLAG(std::vector<std::string>, collectives,
           std::vector<std::string>({"allreduce"}),
@@ -195,14 +197,15 @@ absl::StatusOr<Config> ConfigFromFlags() {
     }
   }
   for (const std::string& b : c.backends) {
-    if (b != "shm" && b != "shm_buffers" && b != "gloo" && b != "two_hosts") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--backends: unknown backend '", b,
-                       "' (want shm, shm_buffers, gloo or two_hosts)"));
+    if (b != "shm" && b != "shm_buffers" && b != "gloo" && b != "two_hosts" &&
+        b != "two_hosts_buffers") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backends: unknown backend '", b,
+          "' (want shm, shm_buffers, gloo, two_hosts or two_hosts_buffers)"));
     }
-    if (b == "two_hosts" && c.processes < 2) {
-      return absl::InvalidArgumentError(
-          "--backends=two_hosts: needs --processes=2 or more, one host each");
+    if (absl::StartsWith(b, "two_hosts") && c.processes < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backends=", b, ": needs --processes=2 or more, one host each"));
     }
   }
   DTRAIN_ASSIGN_OR_RETURN(
@@ -306,14 +309,14 @@ absl::StatusOr<Prepared> Prepare(backend::Backend& b, const Config& c,
                                  int64_t bytes) {
   const int64_t numel = bytes / 4;
   at::Tensor t;
-  if (column.backend == "shm_buffers") {
+  const bool in_place = absl::EndsWith(column.backend, "_buffers");
+  if (in_place) {
     DTRAIN_ASSIGN_OR_RETURN(t, b.AllocateBuffer(numel, at::kFloat));
   } else {
     t = at::empty({numel}, at::kFloat);
   }
   const int p = c.processes;
   const float sum = p * (p + 1) / 2.0f;
-  const bool in_place = column.backend == "shm_buffers";
   std::vector<at::Tensor> shares;
   for (int r = 0; r < p && column.collective != "allreduce"; ++r) {
     shares.push_back(t.narrow(0, r * (numel / p), numel / p));
@@ -440,7 +443,7 @@ absl::StatusOr<std::unique_ptr<backend::Backend>> Connect(
     o.slot_bytes = c.slot_bytes;
     return backend::CreateShmBackend(group, o);
   }
-  if (name == "two_hosts") {
+  if (name == "two_hosts" || name == "two_hosts_buffers") {
     backend::HierarchicalBackendOptions o;
     o.gloo.hostname = "127.0.0.1";
     o.shm_slot_bytes = c.slot_bytes;
@@ -472,7 +475,8 @@ void PrintHeader(const Config& c, int blas_threads) {
       "%d intra-op thread(s) each (BLAS: %s); shm slot %lld B; gloo over "
       "loopback TCP (default algorithm); shm_buffers: shm on tensors from "
       "AllocateBuffer (zero-copy); two_hosts: hierarchical, half the "
-      "processes on each of two simulated hosts; per size the median of %d "
+      "processes on each of two simulated hosts (two_hosts_buffers: on "
+      "tensors from AllocateBuffer); per size the median of %d "
       "repeats of about %g ms, interleaved across backends\n",
       kName, absl::StrJoin(c.collectives, " and ").c_str(), c.processes,
       at::get_num_threads(),

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "base/status_macros.h"
 #include "dist/backend/collective.h"
 #include "dist/backend/hierarchical/host_layout.h"
@@ -48,6 +51,8 @@ class HierarchicalBackend : public Backend {
       : rank_(rank),
         size_(RankCount(layout)),
         layout_(std::move(layout)),
+        widest_(Widest(layout_)),
+        in_rank_order_(InRankOrder(layout_)),
         local_(std::move(local)),
         leaders_(std::move(leaders)),
         local_step_(LocalStepName()),
@@ -131,6 +136,7 @@ class HierarchicalBackend : public Backend {
                       local_->AllocateBuffer(numel, dtype);
                   if (!t.ok()) return Local(t.status());
                   buffer = *std::move(t);
+                  RecordBuffer(buffer);
                   return absl::OkStatus();
                 })
             ->Wait());
@@ -168,10 +174,16 @@ class HierarchicalBackend : public Backend {
 
   // Within the host, among the leaders, back within the host. The leader
   // divides for kAverage, so that the broadcast carries the final values.
+  // A tensor in a buffer from AllocateBuffer is reduced to the leader only
+  // and broadcast from its buffer, copying nothing through the slots.
   absl::Status Reduce(const at::Tensor& t, ReduceOp op,
                       const std::string& label) {
-    if (local_ != nullptr)
+    if (local_ != nullptr && InBuffer({t})) {
+      DTRAIN_RETURN_IF_ERROR(
+          Local(ShmReduceToRankZero(*local_, t.view({-1}), Partial(op))));
+    } else if (local_ != nullptr) {
       DTRAIN_RETURN_IF_ERROR(Local(local_->AllReduce(t, Partial(op), label)));
+    }
     if (leaders_ != nullptr) {
       DTRAIN_RETURN_IF_ERROR(
           Leaders(leaders_->AllReduce(t, Partial(op), label)));
@@ -182,92 +194,150 @@ class HierarchicalBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // Each host's ranks' shares side by side in a block (padded to the widest
-  // host): summed within the host, reduce-scattered among the leaders by
-  // block, so that the network carries (hosts - 1) / hosts of the data once
-  // where an allreduce carries it twice, then each leader hands its ranks
-  // the host's block and each keeps its share.
+  // Both work on every host's ranks' shares side by side in a block of
+  // `widest_` shares (padded where hosts differ in size), the blocks in host
+  // order, in shared memory: the caller's own tensors when they lie back to
+  // back in a buffer from AllocateBuffer and the hosts hold consecutive ranks
+  // (then the blocks are the tensors as they lie), a scratch buffer
+  // otherwise.
+  //
+  // Reduce-scatter: summed to each leader, reduce-scattered among the
+  // leaders by block, so that the network carries (hosts - 1) / hosts of the
+  // data once where an allreduce carries it twice, then each rank copies its
+  // host's block from its leader's buffer and keeps its share. No rank but
+  // the leader writes more than its host's block.
   absl::Status Scatter(const at::Tensor& output,
                        const std::vector<at::Tensor>& inputs, ReduceOp op) {
     const int64_t n = output.numel();
-    const std::vector<std::vector<int>>& hosts = layout_.hosts;
-    int64_t widest = 0;
-    for (const std::vector<int>& h : hosts)
-      widest = std::max<int64_t>(widest, h.size());
-    const int64_t block = widest * n;
-    at::Tensor all = at::zeros({static_cast<int64_t>(hosts.size()) * block},
-                               output.options());
-    for (size_t g = 0; g < hosts.size(); ++g) {
-      for (size_t j = 0; j < hosts[g].size(); ++j) {
-        all.narrow(0, g * block + j * n, n)
-            .copy_(inputs[hosts[g][j]].reshape({-1}));
-      }
+    if (n == 0) return absl::OkStatus();
+    const bool direct = in_rank_order_ && InBuffer(inputs);
+    at::Tensor work;
+    if (direct) {
+      work =
+          at::from_blob(inputs[0].data_ptr(), {size_ * n}, inputs[0].options());
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(work, WorkArea(n, output.scalar_type()));
+      for (int r = 0; r < size_; ++r)
+        Share(work, r, n).copy_(inputs[r].reshape({-1}));
     }
-    if (local_ != nullptr)
-      DTRAIN_RETURN_IF_ERROR(Local(local_->AllReduce(all, Partial(op))));
-    at::Tensor mine = all.narrow(0, layout_.host * block, block);
+    const int64_t block = widest_ * n;
+    const int hosts = static_cast<int>(layout_.hosts.size());
+    if (local_ != nullptr) {
+      DTRAIN_RETURN_IF_ERROR(Local(ShmReduceToRankZero(
+          *local_, work.narrow(0, 0, hosts * block), Partial(op))));
+    }
+    at::Tensor mine = work.narrow(0, layout_.host * block, block);
     if (leaders_ != nullptr) {
       std::vector<at::Tensor> blocks;
-      for (size_t g = 0; g < hosts.size(); ++g)
-        blocks.push_back(all.narrow(0, g * block, block));
+      for (int g = 0; g < hosts; ++g)
+        blocks.push_back(work.narrow(0, g * block, block));
       DTRAIN_RETURN_IF_ERROR(
           Leaders(leaders_->ReduceScatter(mine, blocks, Partial(op))));
       if (op == ReduceOp::kAverage) mine.div_(size_);
     }
     if (local_ != nullptr)
       DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(mine, 0)));
-    output.view({-1}).copy_(mine.narrow(0, layout_.local_rank * n, n));
+    const at::Tensor share = Share(work, rank_, n);
+    if (share.data_ptr() != output.data_ptr()) output.view({-1}).copy_(share);
     return absl::OkStatus();
   }
 
-  // Within the host into the outputs of its ranks; among the leaders, each
-  // sending its host's block padded to the largest host's size; then each
-  // leader hands its ranks everything from the other hosts.
+  // Allgather: each rank's input into its share of its leader's buffer,
+  // gathered among the leaders by block, then each rank copies the other
+  // hosts' blocks from its leader's buffer.
   absl::Status Gather(const std::vector<at::Tensor>& outputs,
                       const at::Tensor& input) {
-    const std::vector<int>& here = layout_.hosts[layout_.host];
-    std::vector<at::Tensor> mine;
-    for (int r : here) mine.push_back(outputs[r]);
-    if (local_ != nullptr) {
-      DTRAIN_RETURN_IF_ERROR(Local(local_->AllGather(mine, input)));
-    } else {
-      mine[0].copy_(input);
-    }
-    if (layout_.hosts.size() == 1) return absl::OkStatus();
     const int64_t n = input.numel();
+    if (n == 0) return absl::OkStatus();
+    const bool direct = in_rank_order_ && InBuffer(outputs);
+    at::Tensor work;
+    if (direct) {
+      work = at::from_blob(outputs[0].data_ptr(), {size_ * n},
+                           outputs[0].options());
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(work, WorkArea(n, input.scalar_type()));
+    }
+    const int64_t block = widest_ * n;
+    const int hosts = static_cast<int>(layout_.hosts.size());
+    if (local_ != nullptr) {
+      std::vector<at::Tensor> here;
+      for (int r : layout_.hosts[layout_.host])
+        here.push_back(Share(work, r, n));
+      DTRAIN_RETURN_IF_ERROR(Local(local_->AllGather(here, input.view({-1}))));
+    } else {
+      Share(work, rank_, n).copy_(input.reshape({-1}));
+    }
     if (leaders_ != nullptr) {
-      int64_t widest = 0;
-      for (const std::vector<int>& h : layout_.hosts)
-        widest = std::max<int64_t>(widest, h.size());
-      at::Tensor send = at::zeros({widest * n}, input.options());
-      for (size_t j = 0; j < mine.size(); ++j)
-        send.narrow(0, j * n, n).copy_(mine[j].reshape({-1}));
-      std::vector<at::Tensor> received;
-      for (size_t h = 0; h < layout_.hosts.size(); ++h)
-        received.push_back(at::empty_like(send));
-      DTRAIN_RETURN_IF_ERROR(Leaders(leaders_->AllGather(received, send)));
-      for (size_t h = 0; h < layout_.hosts.size(); ++h) {
-        for (size_t j = 0; j < layout_.hosts[h].size(); ++j) {
-          outputs[layout_.hosts[h][j]].view({-1}).copy_(
-              received[h].narrow(0, j * n, n));
-        }
-      }
+      std::vector<at::Tensor> blocks;
+      for (int g = 0; g < hosts; ++g)
+        blocks.push_back(work.narrow(0, g * block, block));
+      DTRAIN_RETURN_IF_ERROR(
+          Leaders(leaders_->AllGather(blocks, blocks[layout_.host])));
     }
     if (local_ != nullptr) {
-      at::Tensor all = at::empty({size_ * n}, input.options());
-      if (layout_.leader()) {
-        for (int r = 0; r < size_; ++r)
-          all.narrow(0, r * n, n).copy_(outputs[r].reshape({-1}));
+      // The blocks before this host's and those after it.
+      const int64_t before = layout_.host * block;
+      const int64_t after = (layout_.host + 1) * block;
+      if (before > 0) {
+        DTRAIN_RETURN_IF_ERROR(
+            Local(local_->Broadcast(work.narrow(0, 0, before), 0)));
       }
-      DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(all, 0)));
-      if (!layout_.leader()) {
-        for (int r = 0; r < size_; ++r) {
-          if (layout_.HostOf(r) != layout_.host)
-            outputs[r].view({-1}).copy_(all.narrow(0, r * n, n));
-        }
+      if (after < hosts * block) {
+        DTRAIN_RETURN_IF_ERROR(Local(local_->Broadcast(
+            work.narrow(0, after, hosts * block - after), 0)));
       }
+    }
+    if (!direct) {
+      for (int r = 0; r < size_; ++r)
+        outputs[r].view({-1}).copy_(Share(work, r, n));
     }
     return absl::OkStatus();
+  }
+
+  // Rank r's share of `n` elements in a work area: its host's block, its
+  // place among the host's ranks.
+  at::Tensor Share(const at::Tensor& work, int r, int64_t n) const {
+    const int host = layout_.HostOf(r);
+    const std::vector<int>& ranks = layout_.hosts[host];
+    const int64_t j = std::find(ranks.begin(), ranks.end(), r) - ranks.begin();
+    return work.narrow(0, (host * widest_ + j) * n, n);
+  }
+
+  // A scratch work area for shares of `n` elements: in shared memory where
+  // the host has other ranks (every rank of the host asks for the same, in
+  // the same collective, so the allocation is a collective of the host's
+  // ranks like any other), grown to the next power of two and kept, since
+  // the shm backend keeps every buffer's mappings until it goes.
+  absl::StatusOr<at::Tensor> WorkArea(int64_t n, at::ScalarType dtype) {
+    const int64_t numel =
+        static_cast<int64_t>(layout_.hosts.size()) * widest_ * n;
+    if (local_ == nullptr) return at::empty({numel}, at::TensorOptions(dtype));
+    at::Tensor& scratch = scratch_[dtype];
+    if (!scratch.defined() || scratch.numel() < numel) {
+      int64_t grown = 1;
+      while (grown < numel) grown *= 2;
+      absl::StatusOr<at::Tensor> t = local_->AllocateBuffer(grown, dtype);
+      if (!t.ok()) return Local(t.status());
+      scratch = *std::move(t);
+      RecordBuffer(scratch);
+    }
+    return scratch.narrow(0, 0, numel);
+  }
+
+  // Whether `parts` lie back to back inside one buffer from AllocateBuffer.
+  bool InBuffer(absl::Span<const at::Tensor> parts) const {
+    if (!internal::BackToBack(parts)) return false;
+    const auto begin = reinterpret_cast<uintptr_t>(parts[0].data_ptr());
+    const auto end =
+        begin + parts.size() * parts[0].numel() * parts[0].element_size();
+    for (const auto& [base, bytes] : buffers_) {
+      if (begin >= base && end <= base + bytes) return true;
+    }
+    return false;
+  }
+  void RecordBuffer(const at::Tensor& t) {
+    buffers_.emplace_back(reinterpret_cast<uintptr_t>(t.data_ptr()),
+                          t.numel() * t.element_size());
   }
 
   // Waits for a step of the inner backends and says which step failed.
@@ -305,6 +375,25 @@ class HierarchicalBackend : public Backend {
                                  internal::kCollectiveDtypes);
   };
 
+  static int64_t Widest(const HostLayout& layout) {
+    int64_t widest = 0;
+    for (const std::vector<int>& h : layout.hosts)
+      widest = std::max<int64_t>(widest, h.size());
+    return widest;
+  }
+  // Hosts of one size holding consecutive ranks, as launchers start them:
+  // the shares in host order are then the shares in rank order.
+  static bool InRankOrder(const HostLayout& layout) {
+    int next = 0;
+    for (const std::vector<int>& h : layout.hosts) {
+      if (h.size() != layout.hosts[0].size()) return false;
+      for (int r : h) {
+        if (r != next++) return false;
+      }
+    }
+    return true;
+  }
+
   static int RankCount(const HostLayout& layout) {
     int n = 0;
     for (const std::vector<int>& h : layout.hosts)
@@ -315,10 +404,16 @@ class HierarchicalBackend : public Backend {
   const int rank_;
   const int size_;
   const HostLayout layout_;
+  const int64_t widest_;      // The most ranks on one host.
+  const bool in_rank_order_;  // InRankOrder(layout_).
   const std::unique_ptr<Backend> local_;
   const std::unique_ptr<Backend> leaders_;
   const std::string local_step_;
   const std::string leaders_step_;
+  // The worker's only: where AllocateBuffer's buffers lie (address, bytes),
+  // and the scratch work areas by dtype.
+  std::vector<std::pair<uintptr_t, int64_t>> buffers_;
+  std::map<at::ScalarType, at::Tensor> scratch_;
   internal::OrderedWorker worker_;  // Last: drains before the rest goes.
 };
 

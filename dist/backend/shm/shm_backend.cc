@@ -67,6 +67,8 @@ enum class InPlaceKind : uint64_t {
   kAllReduce = 0x7a65726f636f7079,      // "zerocopy"
   kReduceScatter = 0x7a63736361747472,  // "zcscattr"
   kAllGather = 0x7a63676174686572,      // "zcgather"
+  kBroadcast = 0x7a6362726f616463,      // "zcbroadc"
+  kReduce = 0x7a63726564756365,         // "zcreduce"
 };
 
 const char* InPlaceName(InPlaceKind kind) {
@@ -77,6 +79,10 @@ const char* InPlaceName(InPlaceKind kind) {
       return "reduce_scatter";
     case InPlaceKind::kAllGather:
       return "allgather";
+    case InPlaceKind::kBroadcast:
+      return "broadcast";
+    case InPlaceKind::kReduce:
+      return "reduce";
   }
   return "?";
 }
@@ -91,7 +97,7 @@ struct InPlaceRequest {
   int64_t offset;  // Bytes into the buffer.
   int64_t numel;
   int32_t dtype;
-  int32_t op;
+  int32_t op;  // The ReduceOp; a broadcast's root.
 };
 static_assert(std::has_unique_object_representations_v<InPlaceRequest>,
               "compared with memcmp");
@@ -145,9 +151,9 @@ class ShmBackend : public Backend {
         internal::PrepareAllReduce(name_, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer =
-              FindInBuffer(InPlaceKind::kAllReduce, {tensor}, op)) {
-        return ReduceInBuffers(*in_buffer, deadline);
+      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
+              InPlaceKind::kAllReduce, {tensor}, static_cast<int32_t>(op))) {
+        return ReduceInBuffers(*in_buffer, /*to_all=*/true, deadline);
       }
       return Reduce(tensor, op, deadline, /*destination=*/-1, tensor);
     });
@@ -174,6 +180,24 @@ class ShmBackend : public Backend {
     return *tensor;
   }
 
+  // ShmReduceToRankZero (shm_backend.h).
+  std::shared_ptr<Work> ReduceToRankZero(at::Tensor tensor, ReduceOp op) {
+    absl::StatusOr<internal::Description> what =
+        internal::PrepareAllReduce(name_, check_, tensor, op, {});
+    if (!what.ok()) return CompletionWork::Failed(what.status());
+    what->op = "reduce";
+    return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
+      if (tensor.numel() == 0) return absl::OkStatus();
+      std::optional<InPlaceRequest> in_buffer = FindInBuffer(
+          InPlaceKind::kReduce, {tensor}, static_cast<int32_t>(op));
+      if (!in_buffer) {
+        return absl::InvalidArgumentError(
+            "the tensor does not lie in a buffer from AllocateBuffer");
+      }
+      return ReduceInBuffers(*in_buffer, /*to_all=*/false, deadline);
+    });
+  }
+
   int64_t zero_copy_collectives() const {
     return zero_copy_collectives_.load(std::memory_order_relaxed);
   }
@@ -183,6 +207,10 @@ class ShmBackend : public Backend {
         internal::PrepareBroadcast(name_, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, root](absl::Time deadline) {
+      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
+              InPlaceKind::kBroadcast, {tensor}, static_cast<int32_t>(root))) {
+        return BroadcastInBuffers(*in_buffer, deadline);
+      }
       char* data = static_cast<char*>(tensor.data_ptr());
       const int64_t total = tensor.numel() * tensor.element_size();
       for (int64_t off = 0; off < total; off += slot_bytes_) {
@@ -204,7 +232,7 @@ class ShmBackend : public Backend {
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input](absl::Time deadline) {
       if (std::optional<InPlaceRequest> in_buffer =
-              FindInBuffer(InPlaceKind::kAllGather, outputs, ReduceOp::kSum)) {
+              FindInBuffer(InPlaceKind::kAllGather, outputs, 0)) {
         return GatherInBuffers(*in_buffer, input, deadline);
       }
       std::vector<char*> out;
@@ -223,8 +251,8 @@ class ShmBackend : public Backend {
         name_, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer =
-              FindInBuffer(InPlaceKind::kReduceScatter, inputs, op)) {
+      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
+              InPlaceKind::kReduceScatter, inputs, static_cast<int32_t>(op))) {
         return ReduceScatterInBuffers(*in_buffer, output, deadline);
       }
       return ReduceScatterThroughSlots(output, inputs, op, deadline);
@@ -375,10 +403,10 @@ class ShmBackend : public Backend {
   // The zero-copy request for `parts` when they lie back to back, in order,
   // entirely inside one of this rank's buffers (an allreduce passes one
   // part; reduce_scatter and allgather one per rank); otherwise the copying
-  // path.
+  // path. `op` is the ReduceOp, or a broadcast's root.
   std::optional<InPlaceRequest> FindInBuffer(InPlaceKind kind,
                                              absl::Span<const at::Tensor> parts,
-                                             ReduceOp op) const {
+                                             int32_t op) const {
     if (!internal::BackToBack(parts)) return std::nullopt;
     const int64_t numel = parts[0].numel();
     const auto begin = reinterpret_cast<uintptr_t>(parts[0].data_ptr());
@@ -391,7 +419,7 @@ class ShmBackend : public Backend {
                               static_cast<int64_t>(begin - base),
                               numel,
                               static_cast<int32_t>(parts[0].scalar_type()),
-                              static_cast<int32_t>(op)};
+                              op};
       }
     }
     return std::nullopt;
@@ -409,8 +437,9 @@ class ShmBackend : public Backend {
       }
     }
     if (differ.empty()) return absl::OkStatus();
-    const int64_t parts =
-        request.kind == InPlaceKind::kAllReduce ? 1 : int64_t{size_};
+    const bool per_rank = request.kind == InPlaceKind::kReduceScatter ||
+                          request.kind == InPlaceKind::kAllGather;
+    const int64_t parts = per_rank ? int64_t{size_} : 1;
     return absl::InvalidArgumentError(absl::StrCat(
         "rank(s) ", absl::StrJoin(differ, ", "), " did not ",
         InPlaceName(request.kind), " the same part of shared buffer #",
@@ -421,7 +450,8 @@ class ShmBackend : public Backend {
   // The zero-copy allreduce: every rank reduces its own share of the tensor
   // in rank order straight from all ranks' buffers and writes the result into
   // all of them, between two barriers. Shares and per-element order are
-  // those of Reduce, so the results are the same bits.
+  // those of Reduce, so the results are the same bits. Without `to_all`, the
+  // reduce to rank 0: the result goes into rank 0's buffer only.
   //
   // Safe beside the copying collectives: it writes the slots only before its
   // first barrier and reads them only before its second (Reduce's rule), and
@@ -429,7 +459,7 @@ class ShmBackend : public Backend {
   // only by rank r, between the barriers; each rank writes its own buffer
   // only before the first (its input) or after the second, by when every
   // rank has finished reading and writing it.
-  absl::Status ReduceInBuffers(const InPlaceRequest& request,
+  absl::Status ReduceInBuffers(const InPlaceRequest& request, bool to_all,
                                absl::Time deadline) {
     DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
     const SharedBuffer& b = buffers_[request.buffer];
@@ -452,7 +482,7 @@ class ShmBackend : public Backend {
       // the block goes to the others' while in cache.
       DTRAIN_RETURN_IF_ERROR(
           shm::ReduceInOrder(dtype, op, inputs, lo, hi, first));
-      for (int r = 1; r < size_; ++r) {
+      for (int r = 1; r < size_ && to_all; ++r) {
         std::memcpy(b.data[r] + request.offset + lo * element,
                     first + lo * element, (hi - lo) * element);
       }
@@ -490,6 +520,22 @@ class ShmBackend : public Backend {
         std::memcpy(out + lo * element, first + lo * element,
                     (hi - lo) * element);
       }
+    }
+    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
+    return barrier_.Arrive(deadline);
+  }
+
+  // The zero-copy broadcast: between two barriers every other rank copies
+  // the root's part of its buffer into its own; the root's is only read.
+  absl::Status BroadcastInBuffers(const InPlaceRequest& request,
+                                  absl::Time deadline) {
+    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
+    const SharedBuffer& b = buffers_[request.buffer];
+    const int root = request.op;
+    if (rank_ != root) {
+      std::memcpy(b.data[rank_] + request.offset, b.data[root] + request.offset,
+                  request.numel * c10::elementSize(static_cast<at::ScalarType>(
+                                      request.dtype)));
     }
     zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
     return barrier_.Arrive(deadline);
@@ -604,6 +650,17 @@ class ShmBackend : public Backend {
 };
 
 }  // namespace
+
+std::shared_ptr<Work> ShmReduceToRankZero(Backend& shm, at::Tensor tensor,
+                                          ReduceOp op) {
+  auto* b = dynamic_cast<ShmBackend*>(&shm);
+  if (b == nullptr) {
+    return CompletionWork::Failed(absl::InvalidArgumentError(
+        absl::StrCat("[rank ", shm.rank(), "] ", shm.name(),
+                     ": a reduce to rank 0 needs the shm backend")));
+  }
+  return b->ReduceToRankZero(std::move(tensor), op);
+}
 
 int64_t ShmZeroCopyCollectivesForTesting(const Backend& backend) {
   const auto* shm = dynamic_cast<const ShmBackend*>(&backend);

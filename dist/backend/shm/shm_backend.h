@@ -16,6 +16,9 @@
 // the copying path. Other tensors, including ones only partly inside a
 // buffer, take the copying path.
 //
+// A Broadcast of a part of such a buffer copies straight from the root's
+// buffer into each rank's, between two barriers.
+//
 // ReduceScatter and AllGather, the collectives of a sharded optimizer, copy
 // nothing either when their per-rank tensors lie back to back, in rank order,
 // inside one buffer (at the same offset on every rank): a reduce_scatter
@@ -70,6 +73,16 @@ struct ShmBackendOptions {
 // does not arrive within the timeout.
 absl::StatusOr<std::unique_ptr<Backend>> CreateShmBackend(
     const Membership& group, const ShmBackendOptions& options = {});
+
+// For the hierarchical backend (hierarchical_backend.h), where only a host's
+// leader needs the host's sum: reduces `tensor` over the ranks of `shm` into
+// rank 0's, in place, with the bits shm's AllReduce gives; the other ranks'
+// tensors stay as they were. Every rank must pass the same part of a buffer
+// from shm.AllocateBuffer: kInvalidArgument otherwise (on every rank, as any
+// collective's failure), and when `shm` is not an shm backend. Issued and
+// ordered as shm's collectives are.
+std::shared_ptr<Work> ShmReduceToRankZero(Backend& shm, at::Tensor tensor,
+                                          ReduceOp op);
 
 // For tests only: how many of `backend`'s collectives (allreduce,
 // reduce_scatter, allgather) took a zero-copy path so far, or -1 when it is

@@ -194,6 +194,85 @@ TEST(ShmBackendTest, BufferAllReduceHasTheCopyingPathsBits) {
   }
 }
 
+// A broadcast of a part of a buffer copies straight from the root's buffer:
+// every rank gets the root's bytes, from every root, for every dtype.
+TEST(ShmBackendTest, BufferBroadcastFromEveryRoot) {
+  for (int w : {1, 2, 3, 4}) {
+    testing::RunRanks(w, Shm(256), [&](Backend& b) {
+      const int64_t before = ShmZeroCopyCollectivesForTesting(b);
+      int64_t expected_zero_copy = 0;
+      for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kLong}) {
+        absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(3000, dtype);
+        ASSERT_TRUE(buffer.ok()) << buffer.status();
+        for (int root = 0; root < w; ++root) {
+          // Past a slot, at an odd offset.
+          at::Tensor part = buffer->narrow(0, 7, 2900);
+          part.copy_(OpValues(2900, b.rank(), dtype));
+          ASSERT_TRUE(b.Broadcast(part, root)->Wait().ok());
+          ++expected_zero_copy;
+          EXPECT_TRUE(SameBytes(part, OpValues(2900, root, dtype)))
+              << c10::toString(dtype) << " root " << root << " rank "
+              << b.rank();
+        }
+      }
+      EXPECT_EQ(ShmZeroCopyCollectivesForTesting(b) - before,
+                expected_zero_copy);
+    });
+  }
+}
+
+TEST(ShmBackendTest, RanksThatDisagreeOnTheRootFailNotHang) {
+  testing::RunRanks(2, Shm(4096, absl::Seconds(20)), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(64, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    const absl::Status s = b.Broadcast(*buffer, b.rank())->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("did not broadcast"));
+  });
+}
+
+// The hierarchical backend's first step: rank 0 gets the allreduce's bits,
+// the others keep their values.
+TEST(ShmBackendTest, ReduceToRankZeroHasTheAllReducesBits) {
+  for (int w : {1, 2, 3, 4}) {
+    testing::RunRanks(w, Shm(256), [&](Backend& b) {
+      for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kInt}) {
+        absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(5000, dtype);
+        ASSERT_TRUE(buffer.ok()) << buffer.status();
+        for (ReduceOp op :
+             {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+          if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+          for (int64_t n : {int64_t{1}, int64_t{77}, int64_t{4999}}) {
+            const at::Tensor values = OpValues(n, b.rank(), dtype);
+            at::Tensor all = values.clone();
+            ASSERT_TRUE(b.AllReduce(all, op)->Wait().ok());
+            at::Tensor shared = buffer->narrow(0, 5000 - n, n);
+            shared.copy_(values);
+            ASSERT_TRUE(ShmReduceToRankZero(b, shared, op)->Wait().ok());
+            EXPECT_TRUE(SameBytes(shared, b.rank() == 0 ? all : values))
+                << c10::toString(dtype) << " " << ReduceOpName(op) << " n=" << n
+                << " w=" << w << " rank " << b.rank();
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(ShmBackendTest, ReduceToRankZeroOutsideABufferFailsOnEveryRank) {
+  testing::RunRanks(2, Shm(4096, absl::Seconds(20)), [&](Backend& b) {
+    absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(64, at::kFloat);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    at::Tensor t = b.rank() == 0 ? *buffer : at::ones({64});
+    const absl::Status s = ShmReduceToRankZero(b, t, ReduceOp::kSum)->Wait();
+    EXPECT_FALSE(s.ok());
+    if (b.rank() == 1) {
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr("does not lie in a buffer from AllocateBuffer"));
+    }
+  });
+}
+
 TEST(ShmBackendTest, TensorsOnlyPartlyInABufferTakeTheCopyingPath) {
   testing::RunRanks(2, Shm(256), [&](Backend& b) {
     absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(960, at::kFloat);
