@@ -293,6 +293,63 @@ TEST(HierarchicalBackendTest, BuffersWorkOnEveryLayout) {
   }
 }
 
+// A sharded optimizer's collectives on its own buffers, in place (the rank's
+// share is reduce_scatter's output and allgather's input): right on every
+// layout, and each reduce_scatter share with the bits of the allreduce of the
+// same values (two hosts: the leaders' sum of two is the same either way).
+// Then ordinary tensors again, through the kept scratch buffer, grown.
+TEST(HierarchicalBackendTest, ShardedCollectivesInBuffersOnEveryLayout) {
+  for (const std::vector<std::string>& hosts : Layouts()) {
+    const int w = static_cast<int>(hosts.size());
+    const std::vector<at::Tensor> inputs = RandomPerRank(w, w * 3000);
+    testing::RunRanks(w, OnHosts(hosts), [&](Backend& b) {
+      const int me = b.rank();
+      const std::string where = absl::StrCat(
+          hosts[0], hosts[1], hosts[2], w > 3 ? hosts[3] : "", " rank ", me);
+      absl::StatusOr<at::Tensor> buffer =
+          b.AllocateBuffer(w * 3000 + 5, at::kFloat);
+      ASSERT_TRUE(buffer.ok()) << buffer.status();
+      for (int64_t n : {int64_t{1}, int64_t{333}, int64_t{3000}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+          at::Tensor all = inputs[me].narrow(0, 0, w * n).clone();
+          ASSERT_TRUE(b.AllReduce(all, op)->Wait().ok());
+          at::Tensor part = buffer->narrow(0, 5, w * n);
+          part.copy_(inputs[me].narrow(0, 0, w * n));
+          std::vector<at::Tensor> shares;
+          for (int r = 0; r < w; ++r)
+            shares.push_back(part.narrow(0, r * n, n));
+          ASSERT_TRUE(b.ReduceScatter(shares[me], shares, op)->Wait().ok());
+          EXPECT_TRUE(at::equal(shares[me].view(at::kInt),
+                                all.narrow(0, me * n, n).view(at::kInt)))
+              << where << " n=" << n << " " << ReduceOpName(op);
+          shares[me].fill_(me + 1);
+          ASSERT_TRUE(b.AllGather(shares, shares[me])->Wait().ok());
+          for (int r = 0; r < w; ++r) {
+            EXPECT_TRUE(at::equal(shares[r], at::full({n}, r + 1.0f)))
+                << where << " n=" << n << " share " << r;
+          }
+        }
+      }
+      for (int64_t n : {int64_t{10}, int64_t{5000}}) {
+        std::vector<at::Tensor> ins;
+        std::vector<at::Tensor> outs;
+        for (int r = 0; r < w; ++r) {
+          ins.push_back(at::full({n}, r * 10 + me, at::kFloat));
+          outs.push_back(at::empty({n}));
+        }
+        at::Tensor out = at::empty({n});
+        ASSERT_TRUE(b.ReduceScatter(out, ins)->Wait().ok());
+        EXPECT_TRUE(
+            at::equal(out, at::full({n}, me * 10.0f * w + w * (w - 1) / 2)))
+            << where << " n=" << n;
+        ASSERT_TRUE(b.AllGather(outs, at::full({n}, me + 1.0f))->Wait().ok());
+        for (int r = 0; r < w; ++r)
+          EXPECT_TRUE(at::equal(outs[r], at::full({n}, r + 1.0f))) << where;
+      }
+    });
+  }
+}
+
 // Messages larger than a slot at the default slot size: the mean of
 // float32 values matches the double-precision mean on every rank.
 TEST(HierarchicalBackendTest, LargeMessagesAverageToTheMean) {
