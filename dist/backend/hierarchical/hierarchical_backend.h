@@ -2,9 +2,17 @@
 // of each host (shm_backend.h) and Gloo over TCP among one leader per host
 // (gloo_backend.h), as NCCL does inside and between nodes and Horovod's
 // hierarchical allreduce does on CPUs. An allreduce is a shared-memory
-// allreduce on every host, a Gloo allreduce among the leaders, and a
+// allreduce on every host (a reduce to the leader for a tensor in a buffer
+// from AllocateBuffer), a Gloo allreduce among the leaders, and a
 // shared-memory broadcast from each leader, so every rank gets bit-identical
-// results.
+// results. A reduce_scatter is a reduce to each leader, a Gloo reduce_scatter
+// of the host blocks among the leaders, and each rank's copy of its host's
+// block; an allgather the same backwards: no full allreduce in either. They
+// run in place on the caller's tensors when these lie back to back in a
+// buffer from AllocateBuffer and the hosts hold consecutive ranks (as
+// launchers start them), and in a scratch buffer of the host's shared memory,
+// kept for the next call, otherwise; every rank of a host must pass the same
+// kind of tensors.
 //
 // Which ranks share a host comes from host_layout.h (boot id and PID
 // namespace, exchanged through the store) and is then proven by the
