@@ -933,13 +933,21 @@ dtrain_cc_library(dtrain_dist_backend_shm_segment
   HDRS dist/backend/shm/segment.h
   DEPS dtrain_base_posix_io dtrain_tp_absl)
 
+# //dist/backend/shm:shared_buffers
+dtrain_cc_library(dtrain_dist_backend_shm_shared_buffers
+  EXPORT_NAME backend_shm_shared_buffers
+  PACKAGE dist/backend/shm
+  SRCS dist/backend/shm/shared_buffers.cc
+  HDRS dist/backend/shm/shared_buffers.h
+  DEPS dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/backend/shm:shm
 dtrain_cc_library(dtrain_dist_backend_shm
   EXPORT_NAME backend_shm
   PACKAGE dist/backend/shm
   SRCS dist/backend/shm/shm_backend.cc
   HDRS dist/backend/shm/shm_backend.h
-  DEPS dtrain_dist_backend_shm_group_barrier dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend_shm_group_barrier dtrain_dist_backend_shm_reduce dtrain_dist_backend_shm_segment dtrain_dist_backend_shm_shared_buffers dtrain_base_process_liveness dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_internal dtrain_dist_backend_membership dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend/hierarchical:hierarchical
 dtrain_cc_library(dtrain_dist_backend_hierarchical

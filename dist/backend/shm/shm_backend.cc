@@ -8,9 +8,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +27,7 @@
 #include "dist/backend/shm/group_barrier.h"
 #include "dist/backend/shm/reduce.h"
 #include "dist/backend/shm/segment.h"
+#include "dist/backend/shm/shared_buffers.h"
 #include "dist/backend/work.h"
 #include "dist/store/store.h"
 
@@ -34,9 +35,15 @@ namespace dtrain::backend {
 namespace {
 
 using internal::CompletionWork;
+using shm::AlignUp;
 using shm::Control;
+using shm::FindInBuffer;
 using shm::GroupBarrier;
+using shm::InPlaceKind;
+using shm::InPlaceName;
+using shm::InPlaceRequest;
 using shm::Segment;
+using shm::SharedBuffer;
 
 // The store namespace; messages use the name the options give.
 constexpr char kName[] = "shm";
@@ -49,66 +56,11 @@ std::string OneHost(int size) {
                       absl::StrJoin(ranks, ", "));
 }
 
-constexpr int64_t AlignUp(int64_t n, int64_t to) {
-  return (n + to - 1) / to * to;
-}
 constexpr int64_t kControlBytes = AlignUp(sizeof(Control), 64);
 
 // What each rank publishes when a buffer is allocated: "<numel> <dtype>
 // <locator>", NUL-padded.
 constexpr int64_t kBufferRecordBytes = 128;
-// A zero-copy allreduce reduces its share in blocks of this many bytes, each
-// copied to the other ranks' buffers while still in cache.
-constexpr int64_t kInPlaceBlockBytes = int64_t{64} << 10;
-
-// The zero-copy collectives, each with its own mark in a request, so that
-// ranks that issue different ones disagree.
-enum class InPlaceKind : uint64_t {
-  kAllReduce = 0x7a65726f636f7079,      // "zerocopy"
-  kReduceScatter = 0x7a63736361747472,  // "zcscattr"
-  kAllGather = 0x7a63676174686572,      // "zcgather"
-  kBroadcast = 0x7a6362726f616463,      // "zcbroadc"
-  kReduce = 0x7a63726564756365,         // "zcreduce"
-};
-
-const char* InPlaceName(InPlaceKind kind) {
-  switch (kind) {
-    case InPlaceKind::kAllReduce:
-      return "allreduce";
-    case InPlaceKind::kReduceScatter:
-      return "reduce_scatter";
-    case InPlaceKind::kAllGather:
-      return "allgather";
-    case InPlaceKind::kBroadcast:
-      return "broadcast";
-    case InPlaceKind::kReduce:
-      return "reduce";
-  }
-  return "?";
-}
-
-// What a zero-copy collective works on, written into each rank's slot so that
-// every rank checks the others agree before touching their buffers. For
-// reduce_scatter and allgather, numel is per rank: the collective covers
-// size() * numel elements from offset, rank r's share at r * numel.
-struct InPlaceRequest {
-  InPlaceKind kind;
-  int64_t buffer;
-  int64_t offset;  // Bytes into the buffer.
-  int64_t numel;
-  int32_t dtype;
-  int32_t op;  // The ReduceOp; a broadcast's root.
-};
-static_assert(std::has_unique_object_representations_v<InPlaceRequest>,
-              "compared with memcmp");
-
-// Every rank's mapping of one buffer from AllocateBuffer.
-struct SharedBuffer {
-  int64_t bytes = 0;
-  std::vector<std::shared_ptr<Segment>> mappings;  // [rank_] is this rank's
-  std::vector<char*> data;                         // mappings[r]->data()
-};
-
 class ShmBackend : public Backend {
  public:
   ShmBackend(const Membership& group, const ShmBackendOptions& options,
@@ -151,9 +103,13 @@ class ShmBackend : public Backend {
         internal::PrepareAllReduce(name_, check_, tensor, op, {label});
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
-              InPlaceKind::kAllReduce, {tensor}, static_cast<int32_t>(op))) {
-        return ReduceInBuffers(*in_buffer, /*to_all=*/true, deadline);
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(buffers_, rank_, InPlaceKind::kAllReduce, {tensor},
+                           static_cast<int32_t>(op))) {
+        return InBuffers(*in_buffer, deadline, [&](const SharedBuffer& b) {
+          return shm::ReduceShare(b, *in_buffer, rank_, size_,
+                                  /*to_all=*/true);
+        });
       }
       return Reduce(tensor, op, deadline, /*destination=*/-1, tensor);
     });
@@ -188,13 +144,16 @@ class ShmBackend : public Backend {
     what->op = "reduce";
     return Enqueue(*what, [this, tensor, op](absl::Time deadline) {
       if (tensor.numel() == 0) return absl::OkStatus();
-      std::optional<InPlaceRequest> in_buffer = FindInBuffer(
-          InPlaceKind::kReduce, {tensor}, static_cast<int32_t>(op));
+      std::optional<InPlaceRequest> in_buffer =
+          FindInBuffer(buffers_, rank_, InPlaceKind::kReduce, {tensor},
+                       static_cast<int32_t>(op));
       if (!in_buffer) {
         return absl::InvalidArgumentError(
             "the tensor does not lie in a buffer from AllocateBuffer");
       }
-      return ReduceInBuffers(*in_buffer, /*to_all=*/false, deadline);
+      return InBuffers(*in_buffer, deadline, [&](const SharedBuffer& b) {
+        return shm::ReduceShare(b, *in_buffer, rank_, size_, /*to_all=*/false);
+      });
     });
   }
 
@@ -207,9 +166,13 @@ class ShmBackend : public Backend {
         internal::PrepareBroadcast(name_, check_, size_, tensor, root);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, tensor, root](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
-              InPlaceKind::kBroadcast, {tensor}, static_cast<int32_t>(root))) {
-        return BroadcastInBuffers(*in_buffer, deadline);
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(buffers_, rank_, InPlaceKind::kBroadcast, {tensor},
+                           static_cast<int32_t>(root))) {
+        return InBuffers(*in_buffer, deadline, [&](const SharedBuffer& b) {
+          shm::CopyFromRoot(b, *in_buffer, rank_);
+          return absl::OkStatus();
+        });
       }
       char* data = static_cast<char*>(tensor.data_ptr());
       const int64_t total = tensor.numel() * tensor.element_size();
@@ -231,9 +194,13 @@ class ShmBackend : public Backend {
         internal::PrepareAllGather(name_, check_, size_, outputs, input);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, outputs, input](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer =
-              FindInBuffer(InPlaceKind::kAllGather, outputs, 0)) {
-        return GatherInBuffers(*in_buffer, input, deadline);
+      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
+              buffers_, rank_, InPlaceKind::kAllGather, outputs, 0)) {
+        return InBuffers(*in_buffer, deadline, [&](const SharedBuffer& b) {
+          shm::CopyShareToAll(b, *in_buffer, rank_, size_,
+                              static_cast<const char*>(input.data_ptr()));
+          return absl::OkStatus();
+        });
       }
       std::vector<char*> out;
       for (const at::Tensor& t : outputs) {
@@ -251,9 +218,13 @@ class ShmBackend : public Backend {
         name_, check_, size_, output, inputs, op);
     if (!what.ok()) return CompletionWork::Failed(what.status());
     return Enqueue(*what, [this, output, inputs, op](absl::Time deadline) {
-      if (std::optional<InPlaceRequest> in_buffer = FindInBuffer(
-              InPlaceKind::kReduceScatter, inputs, static_cast<int32_t>(op))) {
-        return ReduceScatterInBuffers(*in_buffer, output, deadline);
+      if (std::optional<InPlaceRequest> in_buffer =
+              FindInBuffer(buffers_, rank_, InPlaceKind::kReduceScatter, inputs,
+                           static_cast<int32_t>(op))) {
+        return InBuffers(*in_buffer, deadline, [&](const SharedBuffer& b) {
+          return shm::ReduceScatterShare(b, *in_buffer, rank_, size_,
+                                         static_cast<char*>(output.data_ptr()));
+        });
       }
       return ReduceScatterThroughSlots(output, inputs, op, deadline);
     });
@@ -400,31 +371,6 @@ class ShmBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // The zero-copy request for `parts` when they lie back to back, in order,
-  // entirely inside one of this rank's buffers (an allreduce passes one
-  // part; reduce_scatter and allgather one per rank); otherwise the copying
-  // path. `op` is the ReduceOp, or a broadcast's root.
-  std::optional<InPlaceRequest> FindInBuffer(InPlaceKind kind,
-                                             absl::Span<const at::Tensor> parts,
-                                             int32_t op) const {
-    if (!internal::BackToBack(parts)) return std::nullopt;
-    const int64_t numel = parts[0].numel();
-    const auto begin = reinterpret_cast<uintptr_t>(parts[0].data_ptr());
-    const auto end = begin + parts.size() * numel * parts[0].element_size();
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      const auto base = reinterpret_cast<uintptr_t>(buffers_[i].data[rank_]);
-      if (begin >= base && end <= base + buffers_[i].bytes) {
-        return InPlaceRequest{kind,
-                              static_cast<int64_t>(i),
-                              static_cast<int64_t>(begin - base),
-                              numel,
-                              static_cast<int32_t>(parts[0].scalar_type()),
-                              op};
-      }
-    }
-    return std::nullopt;
-  }
-
   // The zero-copy collectives' first step: each rank publishes its request
   // and, once all have, checks that every rank asked for the same.
   absl::Status AgreeOn(const InPlaceRequest& request, absl::Time deadline) {
@@ -447,113 +393,16 @@ class ShmBackend : public Backend {
         request.offset, "): every rank must pass the same part of its buffer"));
   }
 
-  // The zero-copy allreduce: every rank reduces its own share of the tensor
-  // in rank order straight from all ranks' buffers and writes the result into
-  // all of them, between two barriers. Shares and per-element order are
-  // those of Reduce, so the results are the same bits. Without `to_all`, the
-  // reduce to rank 0: the result goes into rank 0's buffer only.
-  //
-  // Safe beside the copying collectives: it writes the slots only before its
-  // first barrier and reads them only before its second (Reduce's rule), and
-  // never touches the result area. Rank r's share of every buffer is written
-  // only by rank r, between the barriers; each rank writes its own buffer
-  // only before the first (its input) or after the second, by when every
-  // rank has finished reading and writing it.
-  absl::Status ReduceInBuffers(const InPlaceRequest& request, bool to_all,
-                               absl::Time deadline) {
+  // A zero-copy collective (shared_buffers.h): once every rank has agreed
+  // on the request, each does its `step` on the buffer before the second
+  // barrier. It writes the slots only before the first barrier and reads
+  // them only before the second (Reduce's rule), and never touches the
+  // result area, so it is safe beside the copying collectives.
+  absl::Status InBuffers(
+      const InPlaceRequest& request, absl::Time deadline,
+      const std::function<absl::Status(const SharedBuffer&)>& step) {
     DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
-    const SharedBuffer& b = buffers_[request.buffer];
-    const auto dtype = static_cast<at::ScalarType>(request.dtype);
-    const auto op = static_cast<ReduceOp>(request.op);
-    const int64_t element = c10::elementSize(dtype);
-    std::vector<const void*> inputs;
-    for (int r = 0; r < size_; ++r) {
-      inputs.push_back(b.data[r] + request.offset);
-    }
-    char* const first = b.data[0] + request.offset;
-    const int64_t total = request.numel;
-    const int64_t share = AlignUp((total + size_ - 1) / size_, 64);
-    const int64_t begin = std::min(total, rank_ * share);
-    const int64_t end = std::min(total, begin + share);
-    const int64_t block = kInPlaceBlockBytes / element;  // 64-element multiple
-    for (int64_t lo = begin; lo < end; lo += block) {
-      const int64_t hi = std::min(end, lo + block);
-      // Into rank 0's buffer (the result may alias the first input), then
-      // the block goes to the others' while in cache.
-      DTRAIN_RETURN_IF_ERROR(
-          shm::ReduceInOrder(dtype, op, inputs, lo, hi, first));
-      for (int r = 1; r < size_ && to_all; ++r) {
-        std::memcpy(b.data[r] + request.offset + lo * element,
-                    first + lo * element, (hi - lo) * element);
-      }
-    }
-    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
-    return barrier_.Arrive(deadline);
-  }
-
-  // The zero-copy reduce_scatter: between two barriers each rank reduces its
-  // own share straight from all ranks' buffers, in rank order (the bits of
-  // an allreduce), into rank 0's buffer block by block, as the zero-copy
-  // allreduce does, and copies each block to `output` while in cache (which
-  // may be the share in this rank's own buffer). Measured: reducing into a
-  // scratch block instead took up to twice as long (docs/PERFORMANCE.md). A
-  // share is read and written by its rank only.
-  absl::Status ReduceScatterInBuffers(const InPlaceRequest& request,
-                                      const at::Tensor& output,
-                                      absl::Time deadline) {
-    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
-    const SharedBuffer& b = buffers_[request.buffer];
-    const auto dtype = static_cast<at::ScalarType>(request.dtype);
-    const auto op = static_cast<ReduceOp>(request.op);
-    const int64_t element = c10::elementSize(dtype);
-    const int64_t share = request.offset + rank_ * request.numel * element;
-    std::vector<const void*> inputs;
-    for (int r = 0; r < size_; ++r) inputs.push_back(b.data[r] + share);
-    char* out = static_cast<char*>(output.data_ptr());
-    char* const first = b.data[0] + share;
-    const int64_t block = kInPlaceBlockBytes / element;
-    for (int64_t lo = 0; lo < request.numel; lo += block) {
-      const int64_t hi = std::min(request.numel, lo + block);
-      DTRAIN_RETURN_IF_ERROR(
-          shm::ReduceInOrder(dtype, op, inputs, lo, hi, first));
-      if (out != first) {
-        std::memcpy(out + lo * element, first + lo * element,
-                    (hi - lo) * element);
-      }
-    }
-    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
-    return barrier_.Arrive(deadline);
-  }
-
-  // The zero-copy broadcast: between two barriers every other rank copies
-  // the root's part of its buffer into its own; the root's is only read.
-  absl::Status BroadcastInBuffers(const InPlaceRequest& request,
-                                  absl::Time deadline) {
-    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
-    const SharedBuffer& b = buffers_[request.buffer];
-    const int root = request.op;
-    if (rank_ != root) {
-      std::memcpy(b.data[rank_] + request.offset, b.data[root] + request.offset,
-                  request.numel * c10::elementSize(static_cast<at::ScalarType>(
-                                      request.dtype)));
-    }
-    zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
-    return barrier_.Arrive(deadline);
-  }
-
-  // The zero-copy allgather: between two barriers each rank copies its input
-  // into its own share of every rank's buffer (the input may already be its
-  // share of its own buffer, which stays as it is).
-  absl::Status GatherInBuffers(const InPlaceRequest& request,
-                               const at::Tensor& input, absl::Time deadline) {
-    DTRAIN_RETURN_IF_ERROR(AgreeOn(request, deadline));
-    const SharedBuffer& b = buffers_[request.buffer];
-    const int64_t bytes = request.numel * input.element_size();
-    const char* in = static_cast<const char*>(input.data_ptr());
-    for (int r = 0; r < size_; ++r) {
-      char* share = b.data[r] + request.offset + rank_ * bytes;
-      if (share != in) std::memcpy(share, in, bytes);
-    }
+    DTRAIN_RETURN_IF_ERROR(step(buffers_[request.buffer]));
     zero_copy_collectives_.fetch_add(1, std::memory_order_relaxed);
     return barrier_.Arrive(deadline);
   }
