@@ -259,7 +259,8 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
     column[name] = it - names.begin();
   }
   // Columns of newer sweeps: shown where the CSV has them.
-  for (const char* name : {"comm_hook", "communication_seconds_per_step"}) {
+  for (const char* name :
+       {"comm_hook", "communication_seconds_per_step", "zero"}) {
     const auto it = std::find(names.begin(), names.end(), name);
     if (it != names.end()) column[name] = it - names.begin();
   }
@@ -314,7 +315,15 @@ absl::StatusOr<std::string> ClusterTableText(absl::string_view csv,
     std::vector<std::string> line = {
         field("link_rate"), measured.empty() ? "-" : measured,
         field("implementation"), field("backend"), field("model")};
-    if (hooks) line.push_back(field("comm_hook"));
+    if (hooks) {
+      // With the ZeRO stage, as Variant() names the sweep's rows.
+      std::string hook = field("comm_hook");
+      if (column.count("zero") > 0 && !field("zero").empty() &&
+          field("zero") != "0") {
+        absl::StrAppend(&hook, " zero", field("zero"));
+      }
+      line.push_back(std::move(hook));
+    }
     for (std::string cell : {field("hosts"), field("ranks_per_host"),
                              field("batch_size"), Opt(samples, "%.0f"),
                              Opt(bound, "%.0f"), OptPercent(communication)}) {

@@ -513,6 +513,25 @@ TEST(ResultsTest, ClusterTableShowsHooksAndCommunicationPerStep) {
           "           -            5%      0.0280       0\n")));
 }
 
+// A sweep over ZeRO stages: the hook column names the stage, as the sweep's
+// own table does.
+TEST(ResultsTest, ClusterTableNamesTheZeroStage) {
+  const std::string csv =
+      "link_rate,measured_link_gbit,hosts,ranks_per_host,implementation,"
+      "backend,model,comm_hook,world_size,batch_size,failed,"
+      "samples_per_second,no_comm_samples_per_second,communication_efficiency,"
+      "exposed_share,step_seconds_p50,zero\n"
+      "1gbit,0.95,2,2,dtrain,gloo+shm,resnet18,allreduce,4,16,0,55,64,0.85,"
+      "0.11,1.15,0\n"
+      "1gbit,0.95,2,2,dtrain,gloo+shm,resnet18,allreduce,4,16,0,47,64,0.72,"
+      "0.07,1.36,2\n";
+  absl::StatusOr<std::string> table =
+      ClusterTableText(csv, "c.csv", Machine{2, "", 2, true});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(*table, HasSubstr("resnet18  allreduce            2"));
+  EXPECT_THAT(*table, HasSubstr("resnet18  allreduce zero2      2"));
+}
+
 TEST(ResultsTest, ClusterTableErrorsNameTheFileAndWhat) {
   const Machine machine{2, "", 2, true};
   const std::string header =
