@@ -6,6 +6,16 @@
 #include <malloc.h>
 #endif
 
+// Whether a sanitizer's allocator replaces glibc's (GCC defines the
+// __SANITIZE_* macros, Clang answers __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DTRAIN_MALLOC_REPLACED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DTRAIN_MALLOC_REPLACED 1
+#endif
+#endif
+
 namespace dtrain::base {
 
 bool TuneMallocForTraining() {
@@ -17,6 +27,12 @@ bool TuneMallocForTraining() {
   return mmap_ok && trim_ok;
 #else
   return false;
+#endif
+}
+
+void ReleaseFreedMemory() {
+#if defined(__GLIBC__) && !defined(DTRAIN_MALLOC_REPLACED)
+  ::malloc_trim(0);
 #endif
 }
 

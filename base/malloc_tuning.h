@@ -17,6 +17,15 @@ namespace dtrain::base {
 // refused a setting (or the C library is not glibc).
 bool TuneMallocForTraining();
 
+// Gives the heap's free memory back to the kernel now (glibc's malloc_trim),
+// for a process that has just freed a large structure for good, which the
+// trim threshold above would otherwise keep resident. Thread-safe. Does
+// nothing without glibc, and under AddressSanitizer or ThreadSanitizer, whose
+// allocators replace glibc's: there glibc's heap is never set up, and
+// trimming it from several threads at once (ranks as threads) crashed inside
+// glibc.
+void ReleaseFreedMemory();
+
 }  // namespace dtrain::base
 
 #endif  // DTRAIN_BASE_MALLOC_TUNING_H_

@@ -993,7 +993,7 @@ dtrain_cc_library(dtrain_dist_zero_sharded_optimizer
   PACKAGE dist/zero
   SRCS dist/zero/sharded_optimizer.cc
   HDRS dist/zero/sharded_optimizer.h
-  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_zero_reduce_scatter_hook dtrain_dist_zero_shard_layout dtrain_base_malloc_tuning dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch)
 
 # //bench:zero_benchmark
 dtrain_cc_binary(dtrain_bench_zero_benchmark

@@ -3,10 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <cmath>
 #include <cstddef>
 #include <map>
@@ -14,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 
@@ -119,12 +116,10 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
           return absl::OkStatus();
         }));
     z->flat_.push_back(std::move(flat));
-#ifdef __GLIBC__
     // The parameters' old storage is free now, but a training process keeps
     // freed memory (base/malloc_tuning.h): give it back, bucket by bucket,
     // or ZeRO's resident memory would hold the model twice.
-    ::malloc_trim(0);
-#endif
+    base::ReleaseFreedMemory();
   }
 
   if (options.stage == 2) {
