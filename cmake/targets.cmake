@@ -1566,6 +1566,21 @@ dtrain_cc_test(dtrain_dist_store_c10d_store_test
   DEPS dtrain_dist_store_c10d_store dtrain_dist_store dtrain_dist_store_store_conformance dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //dist/store:failover_store
+dtrain_cc_library(dtrain_dist_store_failover_store
+  EXPORT_NAME store_failover_store
+  PACKAGE dist/store
+  SRCS dist/store/failover_store.cc
+  HDRS dist/store/failover_store.h
+  DEPS dtrain_dist_store dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
+# //dist/store:failover_store_test
+dtrain_cc_test(dtrain_dist_store_failover_store_test
+  OUTPUT dist/store/failover_store_test
+  SRCS dist/store/failover_store_test.cc
+  DEPS dtrain_dist_store_failover_store dtrain_dist_store_store_conformance dtrain_dist_store_tcp_socket dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //dist/store:file_store_test
 dtrain_cc_test(dtrain_dist_store_file_store_test
   OUTPUT dist/store/file_store_test
