@@ -130,11 +130,13 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
       if (state == PeerState::kGone) {
         gone.push_back(r);
       } else if (state == PeerState::kStopped) {
-        auto [it, first] = stopped_since.emplace(r, absl::Now());
-        if (absl::Now() - it->second < o.stopped_grace)
+        const absl::Time since =
+            stopped_since.emplace(r, absl::Now()).first->second;
+        if (absl::Now() - since < o.stopped_grace) {
           waiting.push_back(r);
-        else
+        } else {
           gone.push_back(r);
+        }
       } else {
         stopped_since.erase(r);
         waiting.push_back(r);
