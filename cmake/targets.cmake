@@ -1542,6 +1542,21 @@ dtrain_cc_test(dtrain_dist_rendezvous_launch_env_test
   DEPS dtrain_dist_rendezvous_launch_env dtrain_base_machine_limits dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/rendezvous:next_generation
+dtrain_cc_library(dtrain_dist_rendezvous_next_generation
+  EXPORT_NAME rendezvous_next_generation
+  PACKAGE dist/rendezvous
+  SRCS dist/rendezvous/next_generation.cc
+  HDRS dist/rendezvous/next_generation.h
+  DEPS dtrain_base_status_macros dtrain_dist_store dtrain_tp_absl)
+
+# //dist/rendezvous:next_generation_test
+dtrain_cc_test(dtrain_dist_rendezvous_next_generation_test
+  OUTPUT dist/rendezvous/next_generation_test
+  SRCS dist/rendezvous/next_generation_test.cc
+  DEPS dtrain_dist_rendezvous_next_generation dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //dist/rendezvous:rendezvous_test
 dtrain_cc_test(dtrain_dist_rendezvous_rendezvous_test
   OUTPUT dist/rendezvous/rendezvous_test
@@ -1564,6 +1579,21 @@ dtrain_cc_test(dtrain_dist_store_c10d_store_test
   OUTPUT dist/store/c10d_store_test
   SRCS dist/store/c10d_store_test.cc
   DEPS dtrain_dist_store_c10d_store dtrain_dist_store dtrain_dist_store_store_conformance dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //dist/store:failover_store
+dtrain_cc_library(dtrain_dist_store_failover_store
+  EXPORT_NAME store_failover_store
+  PACKAGE dist/store
+  SRCS dist/store/failover_store.cc
+  HDRS dist/store/failover_store.h
+  DEPS dtrain_dist_store dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
+# //dist/store:failover_store_test
+dtrain_cc_test(dtrain_dist_store_failover_store_test
+  OUTPUT dist/store/failover_store_test
+  SRCS dist/store/failover_store_test.cc
+  DEPS dtrain_dist_store_failover_store dtrain_dist_store_store_conformance dtrain_dist_store_tcp_socket dtrain_base_posix_io dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
 # //dist/store:file_store_test

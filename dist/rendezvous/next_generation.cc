@@ -1,0 +1,174 @@
+#include "dist/rendezvous/next_generation.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+// How often the unaccounted members are looked at again.
+constexpr absl::Duration kPoll = absl::Milliseconds(20);
+
+std::string Key(int generation, absl::string_view what) {
+  return absl::StrCat("elastic/gen/", generation, "/", what);
+}
+
+std::string MemberKey(int generation, int rank) {
+  return Key(generation, absl::StrCat("member/", rank));
+}
+
+// The closed list: members' encodings, one per line, in new-rank order.
+absl::StatusOr<std::vector<GenerationMember>> DecodeList(
+    absl::string_view text) {
+  std::vector<GenerationMember> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    DTRAIN_ASSIGN_OR_RETURN(GenerationMember m, GenerationMember::Decode(line));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::string Ranks(const std::vector<GenerationMember>& members) {
+  return absl::StrJoin(members, ", ",
+                       [](std::string* out, const GenerationMember& m) {
+                         absl::StrAppend(out, m.previous_rank);
+                       });
+}
+
+absl::StatusOr<Generation> Joined(const NextGenerationOptions& o,
+                                  std::vector<GenerationMember> members) {
+  Generation g;
+  g.generation = o.generation;
+  g.world_size = static_cast<int>(members.size());
+  g.rank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].previous_rank == o.self.previous_rank &&
+        members[i].pid == o.self.pid) {
+      g.rank = static_cast<int>(i);
+    }
+    g.committed_step = std::max(g.committed_step, members[i].committed_step);
+  }
+  if (g.rank < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", o.self.previous_rank, " was left out of generation ",
+        o.generation, ", which ranks ", Ranks(members),
+        " formed without it (it was stopped or came too late)"));
+  }
+  g.members = std::move(members);
+  return g;
+}
+
+}  // namespace
+
+std::string GenerationMember::Encode() const {
+  return absl::StrCat(previous_rank, " ", committed_step, " ", pid, " ", host);
+}
+
+absl::StatusOr<GenerationMember> GenerationMember::Decode(
+    absl::string_view text) {
+  const std::vector<std::string> parts =
+      absl::StrSplit(text, absl::MaxSplits(' ', 3));
+  GenerationMember m;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &m.previous_rank) ||
+      !absl::SimpleAtoi(parts[1], &m.committed_step) ||
+      !absl::SimpleAtoi(parts[2], &m.pid) || m.previous_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a generation member: '", text, "'"));
+  }
+  m.host = parts[3];
+  return m;
+}
+
+absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
+                                              const NextGenerationOptions& o) {
+  const int n = o.previous_world_size;
+  if (n < 1 || o.self.previous_rank < 0 || o.self.previous_rank >= n ||
+      o.min_ranks < 1 || o.generation < 1 || !o.probe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "next generation ", o.generation, ": bad options (rank ",
+        o.self.previous_rank, " of ", n, ", min_ranks ", o.min_ranks, ")"));
+  }
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + o.timeout;
+  const std::string list_key = Key(o.generation, "members");
+  DTRAIN_RETURN_IF_ERROR(store.Set(
+      MemberKey(o.generation, o.self.previous_rank), o.self.Encode()));
+
+  std::map<int, GenerationMember> registered;
+  std::map<int, absl::Time> stopped_since;
+  while (true) {
+    DTRAIN_ASSIGN_OR_RETURN(bool closed, store.Check({list_key}));
+    if (closed) {
+      DTRAIN_ASSIGN_OR_RETURN(std::string list,
+                              store.Get(list_key, absl::Seconds(10)));
+      DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> members,
+                              DecodeList(list));
+      return Joined(o, std::move(members));
+    }
+    // Who is accounted for: registered, gone, or stopped past the grace.
+    std::vector<int> waiting;
+    std::vector<int> gone;
+    for (int r = 0; r < n; ++r) {
+      if (registered.count(r) > 0) continue;
+      const std::string key = MemberKey(o.generation, r);
+      DTRAIN_ASSIGN_OR_RETURN(bool there, store.Check({key}));
+      if (there) {
+        DTRAIN_ASSIGN_OR_RETURN(std::string text,
+                                store.Get(key, absl::Seconds(10)));
+        DTRAIN_ASSIGN_OR_RETURN(registered[r], GenerationMember::Decode(text));
+        continue;
+      }
+      const PeerState state = o.probe(r);
+      if (state == PeerState::kGone) {
+        gone.push_back(r);
+      } else if (state == PeerState::kStopped) {
+        const absl::Time since =
+            stopped_since.emplace(r, absl::Now()).first->second;
+        if (absl::Now() - since < o.stopped_grace) {
+          waiting.push_back(r);
+        } else {
+          gone.push_back(r);
+        }
+      } else {
+        stopped_since.erase(r);
+        waiting.push_back(r);
+      }
+    }
+    if (waiting.empty()) {
+      std::vector<GenerationMember> members;
+      for (const auto& [r, m] : registered) members.push_back(m);
+      if (static_cast<int>(members.size()) < o.min_ranks) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "generation ", o.generation, ": ", members.size(), " ranks left (",
+            Ranks(members), "), fewer than the minimum ", o.min_ranks,
+            "; gone: ", absl::StrJoin(gone, ", ")));
+      }
+      std::string list;
+      for (const GenerationMember& m : members)
+        absl::StrAppend(&list, m.Encode(), "\n");
+      // The first proposal stands; every rank reads it back.
+      DTRAIN_ASSIGN_OR_RETURN(std::string agreed,
+                              store.CompareSet(list_key, "", list));
+      DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> final_members,
+                              DecodeList(agreed));
+      return Joined(o, std::move(final_members));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "generation ", o.generation, " not formed within ",
+          absl::FormatDuration(o.timeout), ": waiting for ranks ",
+          absl::StrJoin(waiting, ", "), " (alive or stopped, not registered)"));
+    }
+    absl::SleepFor(kPoll);
+  }
+}
+
+}  // namespace dtrain::rendezvous

@@ -1,0 +1,152 @@
+// The survivors' agreement on the next generation, with ranks as threads
+// over one in-memory store and a scripted liveness probe: a gone rank is not
+// waited for, an alive one is however late, a stopped one only for the
+// grace; a rank left out is told so; the minimum holds on every rank; and
+// every rank gets the same members in the old order.
+
+#include "dist/rendezvous/next_generation.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "dist/store/hash_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+
+NextGenerationOptions Options(int rank, int n, int64_t committed) {
+  NextGenerationOptions o;
+  o.generation = 1;
+  o.previous_world_size = n;
+  o.self.previous_rank = rank;
+  o.self.committed_step = committed;
+  o.self.pid = 1000 + rank;
+  o.self.host = "host a";
+  o.stopped_grace = absl::Milliseconds(300);
+  o.timeout = absl::Seconds(20);
+  return o;
+}
+
+// Runs FormNextGeneration for `ranks` on threads, each `delay` late.
+std::map<int, absl::StatusOr<Generation>> Form(
+    store::Store& store, int n, const std::vector<int>& ranks,
+    const std::function<PeerState(int)>& probe,
+    const std::map<int, absl::Duration>& delay = {}, int min_ranks = 1) {
+  std::mutex mu;
+  std::map<int, absl::StatusOr<Generation>> out;
+  std::vector<std::thread> threads;
+  for (int r : ranks) {
+    threads.emplace_back([&, r] {
+      if (delay.count(r) > 0) absl::SleepFor(delay.at(r));
+      NextGenerationOptions o = Options(r, n, /*committed=*/10 + r % 2);
+      o.probe = probe;
+      o.min_ranks = min_ranks;
+      absl::StatusOr<Generation> g = FormNextGeneration(store, o);
+      std::lock_guard<std::mutex> lock(mu);
+      out.emplace(r, std::move(g));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+TEST(NextGenerationTest, GoneRankIsNotWaitedForAndRanksFollowTheOldOrder) {
+  store::HashStore store;
+  auto results = Form(store, 4, {0, 1, 3}, [](int r) {
+    return r == 2 ? PeerState::kGone : PeerState::kAlive;
+  });
+  for (const auto& [r, g] : results) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->generation, 1);
+    EXPECT_EQ(g->world_size, 3);
+    EXPECT_EQ(g->rank, r == 3 ? 2 : r);
+    ASSERT_EQ(g->members.size(), 3u);
+    EXPECT_EQ(g->members[2].previous_rank, 3);
+    EXPECT_EQ(g->members[2].pid, 1003);
+    EXPECT_EQ(g->committed_step, 11);
+  }
+}
+
+TEST(NextGenerationTest, AliveRankIsWaitedForHoweverLate) {
+  store::HashStore store;
+  auto results =
+      Form(store, 3, {0, 1, 2}, [](int) { return PeerState::kAlive; },
+           {{2, absl::Seconds(1)}});
+  for (const auto& [r, g] : results) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->world_size, 3);
+    EXPECT_EQ(g->rank, r);
+  }
+}
+
+// Stopped past the grace, rank 1 is left out; when it resumes and registers
+// it is told so, naming the members.
+TEST(NextGenerationTest, StoppedRankIsLeftOutAndToldSoWhenItComesBack) {
+  store::HashStore store;
+  std::atomic<bool> resumed{false};
+  auto results = Form(store, 3, {0, 2}, [&](int r) {
+    return r == 1 && !resumed ? PeerState::kStopped : PeerState::kAlive;
+  });
+  for (const auto& [r, g] : results) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->world_size, 2);
+  }
+  resumed = true;
+  NextGenerationOptions late = Options(1, 3, 11);
+  late.probe = [](int) { return PeerState::kAlive; };
+  absl::StatusOr<Generation> g = FormNextGeneration(store, late);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(g.status().message()),
+              HasSubstr("rank 1 was left out of generation 1, which ranks "
+                        "0, 2 formed without it"));
+}
+
+TEST(NextGenerationTest, FewerThanTheMinimumFailsEveryRank) {
+  store::HashStore store;
+  auto results = Form(
+      store, 4, {0, 1},
+      [](int r) { return r >= 2 ? PeerState::kGone : PeerState::kAlive; }, {},
+      /*min_ranks=*/3);
+  for (const auto& [r, g] : results) {
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(g.status().message()),
+                HasSubstr("2 ranks left (0, 1), fewer than the minimum 3; "
+                          "gone: 2, 3"));
+  }
+}
+
+TEST(NextGenerationTest, TimeoutNamesWhoIsAwaited) {
+  store::HashStore store;
+  NextGenerationOptions o = Options(0, 3, 5);
+  o.timeout = absl::Milliseconds(200);
+  o.probe = [](int) { return PeerState::kAlive; };
+  absl::StatusOr<Generation> g = FormNextGeneration(store, o);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(g.status().message()),
+              HasSubstr("waiting for ranks 1, 2"));
+}
+
+TEST(NextGenerationTest, BadOptionsAndGarbageAreRefused) {
+  store::HashStore store;
+  NextGenerationOptions o = Options(3, 3, 0);
+  o.probe = [](int) { return PeerState::kAlive; };
+  EXPECT_EQ(FormNextGeneration(store, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(GenerationMember::Decode("1 2").ok());
+  EXPECT_FALSE(GenerationMember::Decode("x 2 3 h").ok());
+  absl::StatusOr<GenerationMember> m =
+      GenerationMember::Decode("2 40 77 node 3");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->host, "node 3");
+}
+
+}  // namespace
+}  // namespace dtrain::rendezvous
