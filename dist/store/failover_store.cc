@@ -30,6 +30,42 @@ absl::StatusOr<std::unique_ptr<StoreStandby>> StoreStandby::Start(
 
 StoreStandby::~StoreStandby() = default;
 
+namespace {
+
+// The probe, and the client it made when the endpoint serves.
+EndpointState Probe(const StoreEndpoint& e, const FailoverStoreOptions& options,
+                    std::shared_ptr<TcpStore>* client, std::string* why) {
+  // One attempt: a refusal means the process is gone, at once.
+  absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
+      e.host, e.port, absl::Now() + options.probe_timeout);
+  if (!fd.ok()) {
+    if (why != nullptr) *why = std::string(fd.status().message());
+    return EndpointState::kGone;
+  }
+  fd->Reset();
+  // Something listens there: it serves if its hello comes back in time.
+  TcpStoreOptions o = options.client;
+  o.host = e.host;
+  o.port = e.port;
+  o.is_server = false;
+  o.connect_timeout = options.probe_timeout;
+  absl::StatusOr<std::shared_ptr<TcpStore>> store = TcpStore::Create(o);
+  if (!store.ok()) {
+    if (why != nullptr) *why = std::string(store.status().message());
+    return EndpointState::kSilent;
+  }
+  if (client != nullptr) *client = *std::move(store);
+  return EndpointState::kServing;
+}
+
+}  // namespace
+
+EndpointState ProbeEndpoint(const StoreEndpoint& endpoint,
+                            const FailoverStoreOptions& options,
+                            std::string* why) {
+  return Probe(endpoint, options, nullptr, why);
+}
+
 FailoverStore::FailoverStore(std::vector<StoreEndpoint> endpoints,
                              const FailoverStoreOptions& options)
     : Store(options.client.timeout),
@@ -57,29 +93,15 @@ absl::StatusOr<int> FailoverStore::Failover() {
       why.push_back(absl::StrCat(e.ToString(), ": skipped before"));
       continue;
     }
-    // One attempt: a refusal means the process is gone, at once.
-    absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
-        e.host, e.port, absl::Now() + options_.probe_timeout);
-    if (!fd.ok()) {
+    std::shared_ptr<TcpStore> store;
+    std::string reason;
+    if (Probe(e, options_, &store, &reason) != EndpointState::kServing) {
       skipped_[i] = true;
-      why.push_back(absl::StrCat(e.ToString(), ": ", fd.status().message()));
-      continue;
-    }
-    fd->Reset();
-    // Something listens there: it is ours if its hello comes back in time.
-    TcpStoreOptions client = options_.client;
-    client.host = e.host;
-    client.port = e.port;
-    client.is_server = false;
-    client.connect_timeout = options_.probe_timeout;
-    absl::StatusOr<std::shared_ptr<TcpStore>> store = TcpStore::Create(client);
-    if (!store.ok()) {
-      skipped_[i] = true;
-      why.push_back(absl::StrCat(e.ToString(), ": ", store.status().message()));
+      why.push_back(absl::StrCat(e.ToString(), ": ", reason));
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    current_ = *std::move(store);
+    current_ = std::move(store);
     serving_ = static_cast<int>(i);
     return serving_;
   }

@@ -92,6 +92,23 @@ struct FailoverStoreOptions {
   TcpStoreOptions client;
 };
 
+// What a probe of a rank's standby found.
+enum class EndpointState {
+  kServing,  // A store server of this protocol answered.
+  kGone,     // Nothing listens there: the process is dead.
+  kSilent,   // It accepts connections but does not answer (a stopped
+             // process, whose kernel still accepts), or answers as
+             // something else.
+};
+
+// One look at `endpoint`, taking at most about probe_timeout: what the
+// elastic controller asks of a rank that has not joined the next generation
+// (dist/rendezvous/next_generation.h), and what Failover asks of each
+// candidate. `why` (when not null) receives the reason for kGone and kSilent.
+EndpointState ProbeEndpoint(const StoreEndpoint& endpoint,
+                            const FailoverStoreOptions& options,
+                            std::string* why = nullptr);
+
 class FailoverStore : public Store {
  public:
   // Connects to the lowest endpoint that answers (as Failover does).

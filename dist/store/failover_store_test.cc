@@ -161,6 +161,23 @@ TEST(FailoverStoreTest, NoServerAnsweringNamesEachEndpoint) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FailoverStoreTest, ProbeTellsServingGoneAndSilentApart) {
+  Standbys s = StartStandbys(2);
+  int port = 0;
+  absl::StatusOr<base::UniqueFd> silent =
+      internal::Listen("127.0.0.1", 0, &port);
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  EXPECT_EQ(ProbeEndpoint(s.endpoints[0], Quick()), EndpointState::kServing);
+  const StoreEndpoint gone = s.endpoints[1];
+  s.servers[1].reset();
+  std::string why;
+  EXPECT_EQ(ProbeEndpoint(gone, Quick(), &why), EndpointState::kGone);
+  EXPECT_THAT(why, HasSubstr("refused"));
+  EXPECT_EQ(ProbeEndpoint({"127.0.0.1", port}, Quick(), &why),
+            EndpointState::kSilent);
+  EXPECT_FALSE(why.empty());
+}
+
 // A child process serving a standby, which reports its port and waits to be
 // killed.
 struct Child {
