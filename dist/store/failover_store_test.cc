@@ -225,10 +225,15 @@ TEST(FailoverStoreTest, KilledAndStoppedProcessesAreSkipped) {
   ASSERT_TRUE(store->Set("k", "1").ok());
 
   ASSERT_EQ(::kill(children[1].pid, SIGSTOP), 0);
+  // A signal is delivered asynchronously: wait until the child has stopped.
+  ASSERT_EQ(::waitpid(children[1].pid, &status, WUNTRACED), children[1].pid);
+  ASSERT_TRUE(WIFSTOPPED(status));
   ASSERT_EQ(*store->Failover(), 2);
   ASSERT_TRUE(store->Set("k", "2").ok());
   // Resumed, it does not take the store back.
   ASSERT_EQ(::kill(children[1].pid, SIGCONT), 0);
+  ASSERT_EQ(::waitpid(children[1].pid, &status, WCONTINUED), children[1].pid);
+  ASSERT_TRUE(WIFCONTINUED(status));
   EXPECT_EQ(*store->Failover(), 2);
   EXPECT_EQ(*store->Get("k", absl::Seconds(1)), "2");
 
