@@ -226,8 +226,11 @@ TEST(ShmBackendTest, RanksThatDisagreeOnTheRootFailNotHang) {
     absl::StatusOr<at::Tensor> buffer = b.AllocateBuffer(64, at::kFloat);
     ASSERT_TRUE(buffer.ok()) << buffer.status();
     const absl::Status s = b.Broadcast(*buffer, b.rank())->Wait();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("did not broadcast"));
+    EXPECT_FALSE(s.ok());
+    // Each rank names the other, unless the other's abort reached it first.
+    EXPECT_TRUE(absl::StrContains(s.message(), "did not broadcast") ||
+                absl::StrContains(s.message(), "gave up"))
+        << s;
   });
 }
 
