@@ -45,6 +45,15 @@ std::string Ranks(const std::vector<GenerationMember>& members) {
 
 absl::StatusOr<Generation> Joined(const NextGenerationOptions& o,
                                   std::vector<GenerationMember> members) {
+  // Rank 0 holds the state every rank starts from: the lowest previous rank
+  // among those at the highest committed step goes first.
+  int64_t highest = 0;
+  for (const GenerationMember& m : members)
+    highest = std::max(highest, m.committed_step);
+  const auto first = std::find_if(
+      members.begin(), members.end(),
+      [&](const GenerationMember& m) { return m.committed_step == highest; });
+  std::rotate(members.begin(), first, first + (first != members.end()));
   Generation g;
   g.generation = o.generation;
   g.world_size = static_cast<int>(members.size());

@@ -6,9 +6,11 @@
 // or found stopped for longer than `stopped_grace` (its standby accepts but
 // does not answer). The first rank that sees every member accounted for
 // proposes the list of those registered, and a compare-and-set in the store
-// makes that proposal the one every rank reads. New ranks follow the old
-// order; a rank left out (stopped too long, registering after the list was
-// closed) is refused, naming the generation.
+// makes that proposal the one every rank reads. New rank 0 is the lowest
+// previous rank at the highest committed step (the state every rank starts
+// from is its); the others follow in the old order. A rank left out (stopped
+// too long, registering after the list was closed) is refused, naming the
+// generation.
 //
 // Every survivor calls FormNextGeneration once per generation, with the same
 // generation number, previous world size and minimum. Thread-safe as the
@@ -67,7 +69,7 @@ struct Generation {
   // This rank in the new generation, and its size.
   int rank = 0;
   int world_size = 0;
-  // Every member, indexed by new rank.
+  // Every member, indexed by new rank: members[0] is at committed_step.
   std::vector<GenerationMember> members;
   // The highest committed step among the members: where the run goes on.
   int64_t committed_step = 0;

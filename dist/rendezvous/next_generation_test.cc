@@ -67,10 +67,30 @@ TEST(NextGenerationTest, GoneRankIsNotWaitedForAndRanksFollowTheOldOrder) {
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_EQ(g->generation, 1);
     EXPECT_EQ(g->world_size, 3);
-    EXPECT_EQ(g->rank, r == 3 ? 2 : r);
+    // Rank 1 (step 11) first, then 0 (step 10) and 3.
+    EXPECT_EQ(g->rank, r == 1 ? 0 : r == 0 ? 1 : 2);
     ASSERT_EQ(g->members.size(), 3u);
+    EXPECT_EQ(g->members[0].previous_rank, 1);
     EXPECT_EQ(g->members[2].previous_rank, 3);
     EXPECT_EQ(g->members[2].pid, 1003);
+    EXPECT_EQ(g->committed_step, 11);
+  }
+}
+
+// Rank 0 is at a lower committed step than rank 1 (10 against 11): rank 1
+// goes first, the others keep their order.
+TEST(NextGenerationTest, RankAtTheHighestStepBecomesRankZero) {
+  store::HashStore store;
+  auto results =
+      Form(store, 4, {0, 1, 2, 3}, [](int) { return PeerState::kAlive; });
+  for (const auto& [r, g] : results) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(g->members.size(), 4u);
+    EXPECT_EQ(g->members[0].previous_rank, 1);
+    EXPECT_EQ(g->members[1].previous_rank, 0);
+    EXPECT_EQ(g->members[2].previous_rank, 2);
+    EXPECT_EQ(g->members[3].previous_rank, 3);
+    EXPECT_EQ(g->rank, r == 1 ? 0 : r == 0 ? 1 : r);
     EXPECT_EQ(g->committed_step, 11);
   }
 }
@@ -83,7 +103,7 @@ TEST(NextGenerationTest, AliveRankIsWaitedForHoweverLate) {
   for (const auto& [r, g] : results) {
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_EQ(g->world_size, 3);
-    EXPECT_EQ(g->rank, r);
+    EXPECT_EQ(g->rank, r == 1 ? 0 : r == 0 ? 1 : r);
   }
 }
 
