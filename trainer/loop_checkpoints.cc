@@ -50,20 +50,39 @@ absl::StatusOr<TrainingState> LoopCheckpoints::Resume(
       found = latest.status();
     }
   }
-  // Rank 0 sends the checkpoint, nothing (no checkpoint yet) or its error,
-  // which every rank then fails with. A checkpoint is never empty.
+  // Nothing there yet: nothing to load.
   if (absl::IsNotFound(found)) found = absl::OkStatus();
-  const backend::SmallCollectives sync(*backend_, options_.device,
-                                       options_.timeout);
-  DTRAIN_RETURN_IF_ERROR(sync.Broadcast(0, &bytes, found));
+  bool loaded = false;
+  DTRAIN_ASSIGN_OR_RETURN(
+      TrainingState state,
+      RestoreFromRankZero(*backend_, options_, std::move(bytes), found, model,
+                          optimizer, loader, hook, &loaded));
+  if (!loaded) return state;
+  resumed_ = true;
+  resumed_from_ = std::move(path);
+  return state;
+}
+
+absl::StatusOr<TrainingState> RestoreFromRankZero(
+    backend::Backend& backend, const LoopCheckpointOptions& options,
+    std::string bytes, const absl::Status& error, torch::nn::Module& model,
+    torch::optim::Optimizer& optimizer, data::DataLoader* loader,
+    HookState* hook, bool* loaded) {
+  if (hook != nullptr) *hook = HookState();
+  if (loaded != nullptr) *loaded = false;
+  // Rank 0 sends the checkpoint, nothing, or its error, which every rank
+  // then fails with. A checkpoint is never empty.
+  const backend::SmallCollectives sync(backend, options.device,
+                                       options.timeout);
+  if (backend.rank() != 0) bytes.clear();
+  DTRAIN_RETURN_IF_ERROR(sync.Broadcast(0, &bytes, error));
   if (bytes.empty()) return TrainingState();
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingState state,
-      DecodeCheckpoint(bytes, model, optimizer, options_.model_name,
-                       options_.optimizer_name, hook));
+      DecodeCheckpoint(bytes, model, optimizer, options.model_name,
+                       options.optimizer_name, hook));
   if (loader != nullptr) DTRAIN_RETURN_IF_ERROR(loader->Restore(state.sampler));
-  resumed_ = true;
-  resumed_from_ = std::move(path);
+  if (loaded != nullptr) *loaded = true;
   return state;
 }
 

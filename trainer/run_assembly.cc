@@ -103,7 +103,7 @@ absl::Status RestoreHookState(const HookState& saved, ddp::CommHook& hook,
 // rank's shares; the schedule moves to it (its base rates the configured
 // ones), and a resumed checkpoint's state is sliced into it. Collective.
 absl::Status StartZero(const TrainOptions& o, int64_t steps_per_epoch,
-                       RunParts& p) {
+                       bool resumed, RunParts& p) {
   absl::Status made;
   DTRAIN_ASSIGN_OR_RETURN(
       p.zero,
@@ -122,7 +122,7 @@ absl::Status StartZero(const TrainOptions& o, int64_t steps_per_epoch,
   DTRAIN_RETURN_IF_ERROR(made);
   DTRAIN_ASSIGN_OR_RETURN(
       p.schedule, MakeSchedule(o, p.zero->optimizer(), steps_per_epoch));
-  if (p.checkpoints.has_value() && p.checkpoints->resumed()) {
+  if (resumed) {
     DTRAIN_RETURN_IF_ERROR(ScatterShardedState(*p.optimizer, *p.zero));
   }
   p.optimizer->state().clear();
@@ -200,8 +200,22 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
              o.model.name, *o.optim.optimizer}));
   }
   HookState saved_hook;
-  if (o.checkpoint.resume) {
+  bool resumed = false;
+  if (env.elastic != nullptr && env.elastic->start_from_memory) {
+    DTRAIN_ASSIGN_OR_RETURN(
+        p.start,
+        RestoreFromRankZero(
+            backend,
+            {o.checkpoint.keep_checkpoints, p.device, o.launch.timeout,
+             o.model.name, *o.optim.optimizer},
+            env.elastic->start_bytes, absl::OkStatus(), *p.model, *p.optimizer,
+            p.train_loader.get(), &saved_hook, &resumed));
+    r.Say(absl::StrCat("this generation of ", world.world_size,
+                       world.world_size == 1 ? " rank" : " ranks",
+                       " goes on from step ", p.start.global_step));
+  } else if (o.checkpoint.resume) {
     DTRAIN_RETURN_IF_ERROR(Resume(o, world, p, &saved_hook));
+    resumed = p.checkpoints->resumed();
   }
 
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
@@ -209,13 +223,13 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<ddp::CommHook> hook,
                           MakeCommHook(o.parallel));
   if (hook != nullptr) DTRAIN_RETURN_IF_ERROR(p.ddp->RegisterCommHook(hook));
-  if (p.checkpoints.has_value() && p.checkpoints->resumed() && !o.evaluate) {
+  if (resumed && !o.evaluate) {
     DTRAIN_RETURN_IF_ERROR(
         RestoreHookState(saved_hook, p.ddp->comm_hook(), world, r));
   }
   p.ddp->set_gradient_sync(o.parallel.sync_gradients);
   if (o.parallel.zero > 0 && !o.evaluate) {
-    DTRAIN_RETURN_IF_ERROR(StartZero(o, steps_per_epoch, p));
+    DTRAIN_RETURN_IF_ERROR(StartZero(o, steps_per_epoch, resumed, p));
   }
   p.step = std::make_unique<TrainStep>(
       StepOptions{o.optim.accumulate_steps, precision, o.optim.clip_grad_norm},

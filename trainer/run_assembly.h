@@ -33,6 +33,7 @@
 #include "models/model.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpoint/training_state.h"
+#include "trainer/elastic_handover.h"
 #include "trainer/loop_checkpoints.h"
 #include "trainer/report/recorder.h"
 #include "trainer/stop_vote.h"
@@ -49,6 +50,9 @@ struct RunEnvironment {
   int cuda_device = -1;
   // Null: no graceful stop, and no stop vote.
   const std::atomic<bool>* stop_requested = nullptr;
+  // An elastic run's generation: with start_from_memory, the run starts from
+  // rank 0's bytes instead of --resume's directory. Null otherwise.
+  const ElasticHandover* elastic = nullptr;
 };
 
 struct RunParts {

@@ -20,6 +20,8 @@
 #include "data/loader.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/join.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/hook_state.h"
 #include "trainer/checkpoint/optimizer_state_bytes.h"
 #include "trainer/evaluation.h"
 #include "trainer/report/recorder.h"
@@ -53,6 +55,9 @@ class Run {
       : o_(o), world_(world), backend_(backend), context_(context) {}
 
   absl::StatusOr<TrainResult> Execute();
+  // After a failure: this rank's checkpoint as of its last committed step,
+  // into `out` (nothing when training had not begun). Not collective.
+  void HandOver(ElasticHandover* out) const;
 
  private:
   absl::Status Setup();
@@ -104,6 +109,10 @@ class Run {
 
   int64_t global_step_ = 0;
   double best_top1_ = 0;
+  // The loader's position after the last committed step (the optimizer
+  // applied it), and that step: what an elastic hand-over saves.
+  absl::optional<data::SamplerState> committed_sampler_;
+  int64_t committed_step_ = 0;
   // The ranks agreed to stop at this step boundary (a signal).
   bool signal_stop_ = false;
 };
@@ -117,13 +126,16 @@ absl::Status Run::Setup() {
                         {world_.rank, world_.world_size, world_.local_rank,
                          o_.model.name, std::string(backend_.name())}},
                        context_.cuda_device,
-                       context_.stop_requested}));
+                       context_.stop_requested,
+                       context_.elastic}));
   outputs_.emplace(o_, world_.rank, p_);
   recorder_ = p_.recorder.get();
   model_ = p_.model.get();
   train_loader_ = p_.train_loader.get();
   global_step_ = p_.start.global_step;
   best_top1_ = p_.start.best_top1;
+  committed_sampler_ = train_loader_->state();
+  committed_step_ = global_step_;
   return absl::OkStatus();
 }
 
@@ -164,6 +176,8 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
   for (; s < steps && train_loader_->batches_left() > 0; ++s) {
     DTRAIN_RETURN_IF_ERROR(p_.schedule->SetStep(epoch, first_step + s));
     DTRAIN_ASSIGN_OR_RETURN(const StepOutcome outcome, Step(epoch, s));
+    committed_sampler_ = train_loader_->state();
+    committed_step_ = global_step_ + 1;
     // The vote's round trip overlaps the step's reporting: a signal that
     // arrived during this step stops the run at its end, not a step later.
     p_.stop_vote->Issue();
@@ -337,6 +351,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
       next.epoch = epoch + 1;
       next.position = next.start = 0;
     }
+    committed_sampler_ = next;
     DTRAIN_RETURN_IF_ERROR(Checkpoint(next, /*best=*/false));
     DTRAIN_RETURN_IF_ERROR(ValidateEpoch(next, epoch, &m));
     recorder_->metrics().epochs.push_back(m);
@@ -398,6 +413,30 @@ absl::StatusOr<TrainResult> Run::Finish() {
   return TrainResult{recorder_->metrics(), p_.model};
 }
 
+void Run::HandOver(ElasticHandover* out) const {
+  out->committed_bytes.clear();
+  out->committed_step = -1;
+  if (!committed_sampler_.has_value() || p_.ddp == nullptr) return;
+  TrainingState state;
+  state.epoch = committed_sampler_->epoch;
+  state.sampler = *committed_sampler_;
+  state.global_step = committed_step_;
+  state.best_top1 = best_top1_;
+  state.model_name = o_.model.name;
+  state.optimizer_name = *o_.optim.optimizer;
+  state.seed = o_.seed;
+  // The shared state only: a generation of another size starts the per-rank
+  // state fresh, as a resume at another world size does.
+  HookState hook;
+  hook.name = p_.ddp->comm_hook().name();
+  hook.tensors = p_.ddp->comm_hook().State();
+  absl::StatusOr<std::string> bytes =
+      EncodeCheckpoint(*p_.model, *p_.optimizer, state, hook);
+  if (!bytes.ok()) return;
+  out->committed_bytes = *std::move(bytes);
+  out->committed_step = committed_step_;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const TrainOptions& options,
@@ -406,7 +445,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& options,
                                   const TrainContext& context) {
   Run run(options, world, backend, context);
   absl::StatusOr<TrainResult> result = run.Execute();
-  if (!result.ok()) return base::WithRank(world.rank, result.status());
+  if (!result.ok()) {
+    if (context.elastic != nullptr) run.HandOver(context.elastic);
+    return base::WithRank(world.rank, result.status());
+  }
   return result;
 }
 

@@ -46,6 +46,7 @@
 #include "dist/backend/backend.h"
 #include "dist/rendezvous/init.h"
 #include "models/model.h"
+#include "trainer/elastic_handover.h"
 #include "trainer/report/run_metrics.h"
 #include "trainer/train_options.h"
 
@@ -71,6 +72,10 @@ struct TrainContext {
   // choose it with backend::ChooseCudaDevice (dist/backend/device_choice.h)
   // and make it current (base::SetCurrentCudaDevice) yourself.
   int cuda_device = -1;
+  // An elastic run's generation (trainer/elastic_handover.h): what it starts
+  // from, and, when Train fails after training began, this rank's state as
+  // of its last committed step. Null: neither.
+  ElasticHandover* elastic = nullptr;
 };
 
 struct TrainResult {

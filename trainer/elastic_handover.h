@@ -1,0 +1,34 @@
+// What an elastic run hands from one generation of ranks to the next
+// (docs/RELIABILITY.md, "Elastic training"): the state the new generation
+// starts from, which its rank 0 holds in memory, and, from a generation that
+// failed, each rank's state as of its last committed step. A step is
+// committed once the optimizer applied it, which happens only after every
+// bucket's gradients were averaged on that rank; the survivors then start
+// from the highest committed step among them, so that no step is lost or
+// applied twice. Header-only.
+#ifndef DTRAIN_TRAINER_ELASTIC_HANDOVER_H_
+#define DTRAIN_TRAINER_ELASTIC_HANDOVER_H_
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct ElasticHandover {
+  // In: start from `start_bytes` (a checkpoint, EncodeCheckpoint's bytes) as
+  // --resume starts from a checkpoint file: rank 0's bytes go to every rank
+  // (the other ranks' are ignored), and --resume's directory is not read.
+  bool start_from_memory = false;
+  std::string start_bytes;
+  // Out, when the run fails after training began: this rank's checkpoint as
+  // of its last committed step (the model, the optimizer, the sampler's
+  // position and the hook's shared state; no per-rank hook state, which a
+  // generation of another size starts fresh), and that step. Empty, and -1,
+  // when it has none to give.
+  std::string committed_bytes;
+  int64_t committed_step = -1;
+};
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_ELASTIC_HANDOVER_H_

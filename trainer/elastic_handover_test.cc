@@ -1,0 +1,115 @@
+// An elastic run's hand-over, with ranks as threads: a generation that ends
+// after a committed step hands each rank's state over, the ranks' states are
+// the same bytes, and a smaller generation started from rank 0's bytes ends
+// exactly as the same smaller world resumed from a checkpoint at that step.
+// The smaller world is one rank: ranks as threads share LibTorch's dropout
+// generator, so only one rank's run repeats exactly (the ConvNet has
+// dropout); across processes the test is the launcher's.
+
+#include "trainer/elastic_handover.h"
+
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/backend/backend_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/trainer.h"
+#include "trainer/trainer_testing.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using testing::ExpectSameParameters;
+using testing::Gloo;
+using ::testing::HasSubstr;
+using testing::SmallRun;
+using testing::TempDir;
+using testing::TrainOnRanks;
+
+// Train on `world` rank threads, each with its own hand-over (`start` for
+// all); every rank asked to stop when `stop` (they stop after step 1).
+std::vector<absl::StatusOr<TrainResult>> Generation(
+    const TrainOptions& o, int world, const ElasticHandover& start, bool stop,
+    std::vector<ElasticHandover>* out, std::ostream* log = nullptr) {
+  std::vector<absl::StatusOr<TrainResult>> results(
+      world, absl::UnknownError("rank did not run"));
+  out->assign(world, start);
+  std::atomic<bool> stop_flag{stop};
+  backend::testing::RunRanks(world, Gloo, [&](backend::Backend& b) {
+    rendezvous::World w;
+    w.rank = b.rank();
+    w.world_size = b.size();
+    w.local_rank = b.rank();
+    w.local_world_size = b.size();
+    TrainContext context;
+    std::ostringstream quiet;
+    context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
+    context.stop_requested = &stop_flag;
+    context.elastic = &(*out)[b.rank()];
+    results[b.rank()] = Train(o, w, b, context);
+  });
+  return results;
+}
+
+TEST(ElasticHandoverTest, SmallerGenerationGoesOnAsAResumeWould) {
+  TrainOptions o = SmallRun();
+  o.optim.epochs = 1;
+  o.skip_validation = true;
+  o.checkpoint.checkpoint_dir = TempDir("elastic_first");
+  // Generation 0: 2 ranks, stopped after their first step (kCancelled), which
+  // also writes the reference checkpoint.
+  std::vector<ElasticHandover> handed;
+  auto first = Generation(o, 2, {}, /*stop=*/true, &handed);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(first[r].status().code(), absl::StatusCode::kCancelled)
+        << first[r].status();
+    EXPECT_EQ(handed[r].committed_step, 1);
+    ASSERT_FALSE(handed[r].committed_bytes.empty());
+    // Replicas: the same state, byte for byte.
+    EXPECT_EQ(handed[r].committed_bytes, handed[0].committed_bytes);
+  }
+
+  // Generation 1: 1 rank from rank 0's bytes, no directory read.
+  TrainOptions next = o;
+  next.checkpoint.checkpoint_dir = TempDir("elastic_next");
+  ElasticHandover start;
+  start.start_from_memory = true;
+  start.start_bytes = handed[0].committed_bytes;
+  std::vector<ElasticHandover> unused;
+  std::ostringstream log;
+  auto elastic = Generation(next, 1, start, /*stop=*/false, &unused, &log);
+  ASSERT_TRUE(elastic[0].ok()) << elastic[0].status();
+  EXPECT_THAT(log.str(),
+              HasSubstr("this generation of 1 rank goes on from step 1"));
+  // 384 examples, 32 of them in step 1 (2 ranks x 16): 352 left, in 22
+  // steps of 16.
+  EXPECT_EQ(elastic[0]->metrics.global_step, 1 + 22);
+
+  // The reference: one rank resumed from the checkpoint at step 1.
+  TrainOptions resumed = o;
+  resumed.checkpoint.resume = true;
+  auto reference = TrainOnRanks(resumed, 1);
+  ASSERT_TRUE(reference[0].ok()) << reference[0].status();
+  EXPECT_EQ(reference[0]->metrics.global_step, 1 + 22);
+  ExpectSameParameters(*elastic[0], *reference[0]);
+}
+
+// A failure before any training hands nothing over.
+TEST(ElasticHandoverTest, NothingToHandOverBeforeTraining) {
+  TrainOptions o = SmallRun();
+  o.data.data_dir = "/nonexistent/elastic";
+  o.data.dataset = "mnist";
+  std::vector<ElasticHandover> handed;
+  auto results = Generation(o, 2, {}, /*stop=*/false, &handed);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(results[r].ok());
+    EXPECT_EQ(handed[r].committed_step, -1);
+    EXPECT_TRUE(handed[r].committed_bytes.empty());
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::trainer
