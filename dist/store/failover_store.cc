@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -13,6 +14,23 @@ namespace dtrain::store {
 
 std::string StoreEndpoint::ToString() const {
   return internal::JoinHostPort(host, port);
+}
+
+absl::StatusOr<StoreEndpoint> StoreEndpoint::Parse(absl::string_view text) {
+  const size_t colon = text.rfind(':');
+  StoreEndpoint e;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &e.port) || e.port <= 0 ||
+      e.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a store endpoint (host:port): '", text, "'"));
+  }
+  absl::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  e.host = std::string(host);
+  return e;
 }
 
 absl::StatusOr<std::unique_ptr<StoreStandby>> StoreStandby::Start(

@@ -55,6 +55,8 @@ struct StoreEndpoint {
   int port = 0;
   // "host:port" (IPv6 literals in brackets).
   std::string ToString() const;
+  // ToString's form back; kInvalidArgument quoting anything else.
+  static absl::StatusOr<StoreEndpoint> Parse(absl::string_view text);
 };
 
 struct StoreStandbyOptions {

@@ -161,6 +161,18 @@ TEST(FailoverStoreTest, NoServerAnsweringNamesEachEndpoint) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FailoverStoreTest, EndpointsParseBack) {
+  for (const StoreEndpoint& e : std::vector<StoreEndpoint>{
+           {"127.0.0.1", 29500}, {"node-3.cluster", 1}, {"::1", 65535}}) {
+    absl::StatusOr<StoreEndpoint> back = StoreEndpoint::Parse(e.ToString());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->host, e.host);
+    EXPECT_EQ(back->port, e.port);
+  }
+  for (const char* bad : {"", "host", "host:", ":80", "h:0", "h:70000", "h:x"})
+    EXPECT_FALSE(StoreEndpoint::Parse(bad).ok()) << bad;
+}
+
 TEST(FailoverStoreTest, ProbeTellsServingGoneAndSilentApart) {
   Standbys s = StartStandbys(2);
   int port = 0;

@@ -1,0 +1,59 @@
+// An elastic training run: Train in generations of ranks, going on in the
+// same processes when a rank dies or stalls (docs/RELIABILITY.md, "Elastic
+// training"). Each rank serves a standby store from the start, and the ranks
+// swap their addresses in the first generation's store. When Train fails
+// because of a peer (a backend error: unavailable, timed out or aborted), the
+// survivors abort their backend, agree on the next generation through the
+// lowest standby that answers (FormNextGeneration, probing each missing
+// rank's standby), create a backend for it, and train on from the highest
+// committed step, which the new rank 0 holds and hands to every rank
+// (trainer/elastic_handover.h). A failure of this rank's own (bad data, a
+// signal's stop) ends the run as without elasticity.
+//
+// Collective as Train: every rank of the first generation calls TrainElastic
+// with the same options. Uses the process's LibTorch settings as Train does.
+#ifndef DTRAIN_TRAINER_ELASTIC_RUN_H_
+#define DTRAIN_TRAINER_ELASTIC_RUN_H_
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dist/backend/backend.h"
+#include "dist/backend/factory.h"
+#include "dist/rendezvous/init.h"
+#include "trainer/train_options.h"
+#include "trainer/trainer.h"
+
+namespace dtrain::trainer {
+
+struct ElasticOptions {
+  // Fewer ranks than this end the run, on every rank, with the reason.
+  int min_ranks = 1;
+  // How long a stopped rank (SIGSTOP, a hang) is waited for before the
+  // others go on without it.
+  absl::Duration stopped_grace = absl::Seconds(5);
+  // This rank's address for its standby store, as the others reach it.
+  std::string standby_host = "127.0.0.1";
+  // The job's store token (DTRAIN_STORE_TOKEN), or empty.
+  std::string token;
+  // The backend each generation creates.
+  backend::BackendConfig backend;
+};
+
+// Train over generations, starting with `world` and `backend` (the first
+// generation's, which the caller keeps alive until this returns). Returns the
+// last generation's result, or the error that ended the run: this rank's own,
+// FormNextGeneration's (fewer than min_ranks, left out), or a backend's.
+// Writes one line to context.log at each new generation.
+absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
+                                         const rendezvous::World& world,
+                                         backend::Backend& backend,
+                                         const TrainContext& context,
+                                         const ElasticOptions& elastic);
+
+}  // namespace dtrain::trainer
+
+#endif  // DTRAIN_TRAINER_ELASTIC_RUN_H_
