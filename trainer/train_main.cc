@@ -40,6 +40,7 @@
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
+#include "trainer/elastic_run.h"
 #include "trainer/flags/train_flags.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
@@ -198,8 +199,28 @@ int Main(int argc, char** argv) {
   context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
   context.start = start;
   context.cuda_device = group->cuda_device;
-  absl::StatusOr<TrainResult> result =
-      Train(*options, group->world, *group->backend, context);
+  absl::StatusOr<TrainResult> result;
+  if (options->launch.elastic) {
+    ElasticOptions elastic;
+    elastic.min_ranks = options->launch.min_ranks;
+    elastic.backend = group_options.backend;
+    // Its standby store where the others reach this rank: loopback for a
+    // job on one host, the host's name otherwise.
+    const std::string& master = group->world.launch.master_addr;
+    if (!master.empty() && master != "127.0.0.1" && master != "localhost" &&
+        master != "::1") {
+      char name[256] = {};
+      if (::gethostname(name, sizeof(name) - 1) == 0)
+        elastic.standby_host = name;
+    }
+    absl::StatusOr<std::string> token =
+        rendezvous::StoreToken(rendezvous::ProcessEnv());
+    if (token.ok()) elastic.token = *token;
+    result =
+        TrainElastic(*options, group->world, *group->backend, context, elastic);
+  } else {
+    result = Train(*options, group->world, *group->backend, context);
+  }
   if (!result.ok()) {
     // Peers blocked on this rank learn of the failure now, and destroying
     // the backend does not wait for them (Gloo's exit otherwise waits).

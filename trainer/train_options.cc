@@ -78,6 +78,15 @@ absl::Status Validate(const TrainOptions& o) {
     // Not built: a joined rank's shadow of the share step and allgather.
     return Invalid("even_batches", "false does not combine with --zero yet");
   }
+  if (o.launch.elastic && o.parallel.zero > 0) {
+    // A dead rank would take its shard of the optimizer state with it.
+    return Invalid("elastic", "does not combine with --zero");
+  }
+  if (o.launch.elastic && o.parallel.sync_batchnorm) {
+    // Its layers hold the first generation's backend.
+    return Invalid("elastic", "does not combine with --sync_batchnorm yet");
+  }
+  if (o.launch.min_ranks < 1) return Invalid("min_ranks", "must be >= 1");
   if (o.num_sanity_val_steps < 0)
     return Invalid("num_sanity_val_steps", "must be >= 0");
   return ValidateReportOptions(o.report);

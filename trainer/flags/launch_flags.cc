@@ -45,6 +45,13 @@ ABSL_FLAG(dtrain::base::DurationFlag, stall_warning,
           "inf: off.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda (cuda:LOCAL_RANK) or cuda:N.");
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch threads per process.");
+ABSL_FLAG(bool, elastic, false,
+          "When a rank dies or stalls past --timeout, the others go on in the "
+          "same processes from the last step every one of them committed "
+          "(docs/RELIABILITY.md); down to --min_ranks.");
+ABSL_FLAG(int, min_ranks, 1,
+          "With --elastic: fewer ranks than this end the run with the "
+          "reason.");
 
 namespace dtrain::trainer {
 
@@ -66,6 +73,8 @@ absl::Status ReadLaunchFlags(LaunchOptions* o) {
   o->stall_warning = absl::GetFlag(FLAGS_stall_warning).value;
   o->device = absl::GetFlag(FLAGS_device);
   o->intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  o->elastic = absl::GetFlag(FLAGS_elastic);
+  o->min_ranks = absl::GetFlag(FLAGS_min_ranks);
   return absl::OkStatus();
 }
 

@@ -42,6 +42,10 @@ struct LaunchOptions {
   // LibTorch intra-op threads per process; several processes on few cores
   // oversubscribe otherwise.
   int intra_op_threads = 1;
+  // Go on in the same processes when a rank dies or stalls
+  // (trainer/elastic_run.h), down to min_ranks ranks.
+  bool elastic = false;
+  int min_ranks = 1;
 };
 
 // kInvalidArgument naming the flag: an unknown backend or URL scheme, a
