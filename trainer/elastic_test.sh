@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # --elastic with real processes on loopback (explicit ranks over tcp://, no launcher): one of three
-# ranks SIGKILLed mid-training; the two others form the next generation in the same processes, go
-# on from the last step they all committed and finish; their weights equal, byte for byte, those of
-# three ranks stopped at that step and two resumed from its checkpoint. Also the refusals.
+# ranks SIGKILLed mid-training (rank 1, then rank 0, which hosts the first store); the two others
+# form the next generation in the same processes, go on from the last step they all committed and
+# finish; their weights equal, byte for byte, those of three ranks stopped at that step and two
+# resumed from its checkpoint. Also the refusals.
 set -uo pipefail
 
 train=$1
@@ -20,53 +21,74 @@ elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv
 run=(--dataset=synthetic --synthetic_train_size=30000 --epochs=1 --batch_size=16 --max_steps=400
   --skip_validation --progress=none --timeout=20s)
 
-# 1. Three ranks, rank 1 SIGKILLed once training runs.
-port=$(free_port)
-for r in 0 1 2; do
-  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r --elastic "${run[@]}" \
-    --save_state_dict="$tmp/elastic$r.pt" >"$tmp/e$r.out" 2>&1 &
-  pids+=($!)
-done
-wait_for_text "$tmp/e0.out" "Begin training" || die "training never began: $(tail -3 "$tmp/e0.out")"
-sleep 1
-killed=$(now)
-kill -KILL "${pids[1]}"
-wait "${pids[0]}"
-rc0=$?
-took=$(elapsed "$killed" "$(now)")
-wait "${pids[2]}"
-rc2=$?
-pids=()
-[[ $rc0 -eq 0 && $rc2 -eq 0 ]] \
-  || die "survivors exited $rc0 and $rc2: $(tail -3 "$tmp/e0.out") / $(tail -3 "$tmp/e2.out")"
-grep -q 'forming generation 1' "$tmp/e2.out" || die "rank 2 formed no generation: $(tail -3 "$tmp/e2.out")"
-step=$(sed -n 's/.*this generation of 2 ranks goes on from step \([0-9]*\).*/\1/p' "$tmp/e0.out")
-[[ -n $step ]] || die "no new generation in rank 0's log: $(tail -5 "$tmp/e0.out")"
-[[ $step -lt 400 ]] || die "rank 1 was killed after the last step ($step)"
-echo "rank 1 killed; ranks 0 and 2 went on from step $step and finished ${took}s after the kill"
+# One of three ranks ($1) SIGKILLed once training runs: the two others go on and end with the
+# weights of three ranks stopped at the step they went on from and two resumed from its checkpoint.
+# Rank 0 hosts the first store: its death moves the job to rank 1's standby.
+kill_case() {
+  local killed=$1 port step r p rc
+  local -a survivors=()
+  for r in 0 1 2; do [[ $r -ne $killed ]] && survivors+=($r); done
+  local first=${survivors[0]}
+  port=$(free_port)
+  pids=()
+  for r in 0 1 2; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r --elastic "${run[@]}" \
+      --save_state_dict="$tmp/k$killed-elastic$r.pt" >"$tmp/k$killed-e$r.out" 2>&1 &
+    pids+=($!)
+  done
+  # Rank 0 alone reports progress.
+  wait_for_text "$tmp/k$killed-e0.out" "Begin training" \
+    || die "kill $killed: training never began: $(tail -3 "$tmp/k$killed-e0.out")"
+  sleep 1
+  local killed_at; killed_at=$(now)
+  kill -KILL "${pids[$killed]}"
+  for r in "${survivors[@]}"; do
+    wait "${pids[$r]}"
+    rc=$?
+    [[ $rc -eq 0 ]] || die "kill $killed: rank $r exited $rc: $(tail -3 "$tmp/k$killed-e$r.out")"
+  done
+  local took; took=$(elapsed "$killed_at" "$(now)")
+  wait "${pids[$killed]}" 2>/dev/null
+  pids=()
+  grep -q 'forming generation 1' "$tmp/k$killed-e${survivors[1]}.out" \
+    || die "kill $killed: no new generation: $(tail -3 "$tmp/k$killed-e${survivors[1]}.out")"
+  # The new rank 0 (the first survivor here: every survivor committed the same step) says where.
+  step=$(sed -n 's/.*this generation of 2 ranks goes on from step \([0-9]*\).*/\1/p' \
+    "$tmp/k$killed-e$first.out")
+  [[ -n $step ]] || die "kill $killed: no step in the new rank 0's log: $(tail -5 "$tmp/k$killed-e$first.out")"
+  [[ $step -lt 400 ]] || die "kill $killed: rank $killed was killed after the last step ($step)"
+  echo "rank $killed killed; ranks ${survivors[*]} went on from step $step, done ${took}s after the kill"
 
-# 2. The reference: three ranks stopped at that step, two resumed from its checkpoint.
-port=$(free_port)
-for r in 0 1 2; do
-  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r "${run[@]}" \
-    --max_steps="$step" --checkpoint_dir="$tmp/ck" >"$tmp/s$r.out" 2>&1 &
-  pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p" || die "reference: a rank of the first part failed: $(tail -3 "$tmp/s0.out")"; done
-pids=()
-port=$(free_port)
-for r in 0 1; do
-  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r "${run[@]}" \
-    --checkpoint_dir="$tmp/ck" --resume --save_state_dict="$tmp/reference$r.pt" >"$tmp/t$r.out" 2>&1 &
-  pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p" || die "reference: a resumed rank failed: $(tail -3 "$tmp/t0.out")"; done
-pids=()
-cmp "$tmp/elastic0.pt" "$tmp/reference0.pt" \
-  || fail "the elastic run's weights differ from the reference's (from step $step)"
-echo "weights equal the reference's, byte for byte"
+  port=$(free_port)
+  for r in 0 1 2; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r "${run[@]}" \
+      --max_steps="$step" --checkpoint_dir="$tmp/k$killed-ck" >"$tmp/k$killed-s$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || die "kill $killed: reference's first part failed: $(tail -3 "$tmp/k$killed-s0.out")"
+  done
+  pids=()
+  port=$(free_port)
+  for r in 0 1; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r "${run[@]}" \
+      --checkpoint_dir="$tmp/k$killed-ck" --resume --save_state_dict="$tmp/k$killed-reference$r.pt" \
+      >"$tmp/k$killed-t$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || die "kill $killed: reference's resumed part failed: $(tail -3 "$tmp/k$killed-t0.out")"
+  done
+  pids=()
+  cmp "$tmp/k$killed-elastic$first.pt" "$tmp/k$killed-reference0.pt" \
+    || fail "kill $killed: the weights differ from the reference's (from step $step)"
+  echo "kill $killed: weights equal the reference's, byte for byte"
+}
 
-# 3. Refusals.
+kill_case 1
+kill_case 0
+
+# Refusals.
 for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0"; do
   "$train" --elastic $bad "${run[@]}" >"$tmp/bad.out" 2>&1
   rc=$?
