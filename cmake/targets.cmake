@@ -1773,6 +1773,12 @@ dtrain_cc_binary(dtrain_examples_own_model_train_own_model
   SRCS examples/own_model/train_own_model.cc
   DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch dtrain_trainer_loop_checkpoints)
 
+# //trainer:elastic_handover
+dtrain_cc_library(dtrain_trainer_elastic_handover
+  EXPORT_NAME trainer_elastic_handover
+  PACKAGE trainer
+  HDRS trainer/elastic_handover.h)
+
 # //trainer/options:common
 dtrain_cc_library(dtrain_trainer_options_common
   EXPORT_NAME trainer_options_common
@@ -1858,12 +1864,6 @@ dtrain_cc_library(dtrain_trainer_train_options
   SRCS trainer/train_options.cc
   HDRS trainer/train_options.h
   DEPS dtrain_base_status_macros dtrain_base_user_path dtrain_tp_absl dtrain_trainer_options_checkpoint_options dtrain_trainer_options_common dtrain_trainer_options_data_options dtrain_trainer_options_data_parallel_options dtrain_trainer_options_launch_options dtrain_trainer_options_model_options dtrain_trainer_options_optimizer_options dtrain_trainer_report_report_options dtrain_trainer_report_step_log)
-
-# //trainer:elastic_handover
-dtrain_cc_library(dtrain_trainer_elastic_handover
-  EXPORT_NAME trainer_elastic_handover
-  PACKAGE trainer
-  HDRS trainer/elastic_handover.h)
 
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote
@@ -2057,6 +2057,14 @@ dtrain_cc_library(dtrain_trainer
   HDRS trainer/trainer.h
   DEPS dtrain_trainer_elastic_handover dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_process_memory dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
 
+# //trainer:elastic_run
+dtrain_cc_library(dtrain_trainer_elastic_run
+  EXPORT_NAME trainer_elastic_run
+  PACKAGE trainer
+  SRCS trainer/elastic_run.cc
+  HDRS trainer/elastic_run.h
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer_train_options dtrain_trainer dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
+
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
   EXPORT_NAME trainer_flags_train_flags
@@ -2070,7 +2078,7 @@ dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model
@@ -2574,8 +2582,24 @@ dtrain_cc_test(dtrain_trainer_comm_hook_resume_test
 dtrain_cc_test(dtrain_trainer_elastic_handover_test
   OUTPUT trainer/elastic_handover_test
   SRCS trainer/elastic_handover_test.cc
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer dtrain_trainer_trainer_testing dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer dtrain_trainer_trainer_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 300)
+
+# //trainer:elastic_run_test
+dtrain_cc_test(dtrain_trainer_elastic_run_test
+  OUTPUT trainer/elastic_run_test
+  SRCS trainer/elastic_run_test.cc
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_trainer_testing dtrain_dist_backend dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 300)
+
+# //trainer:elastic_test
+dtrain_sh_test(dtrain_trainer_elastic_test
+  OUTPUT trainer/elastic_test
+  SCRIPT trainer/elastic_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_trainer_train
+  TIMEOUT 300
+  ARGS trainer/train)
 
 # //trainer:fault_test
 dtrain_sh_test(dtrain_trainer_fault_test
