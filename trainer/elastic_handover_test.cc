@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "dist/backend/backend_testing.h"
-#include "dist/backend/work.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/trainer.h"
@@ -98,61 +97,6 @@ TEST(ElasticHandoverTest, SmallerGenerationGoesOnAsAResumeWould) {
   ExpectSameParameters(*elastic[0], *reference[0]);
 }
 
-class FailedWork : public backend::Work {
- public:
-  explicit FailedWork(absl::Status status) : status_(std::move(status)) {}
-  absl::Status Wait(absl::Duration) override { return status_; }
-  bool IsCompleted() override { return true; }
-  absl::Status status() override { return status_; }
-
- private:
-  absl::Status status_;
-};
-
-// Forwards to `inner`, but its allreduce number `fail_at` (counting from 1)
-// is not issued and fails at once, as a rank that died there would leave it.
-class FailingBackend : public backend::Backend {
- public:
-  FailingBackend(backend::Backend& inner, int fail_at)
-      : inner_(inner), fail_at_(fail_at) {}
-  absl::string_view name() const override { return inner_.name(); }
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::shared_ptr<backend::Work> AllReduce(at::Tensor tensor,
-                                           backend::ReduceOp op,
-                                           absl::string_view label) override {
-    if (++allreduces_ == fail_at_) {
-      return std::make_shared<FailedWork>(
-          absl::UnavailableError("injected: this rank died here"));
-    }
-    return inner_.AllReduce(std::move(tensor), op, label);
-  }
-  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
-  std::shared_ptr<backend::Work> Broadcast(at::Tensor tensor,
-                                           int root) override {
-    return inner_.Broadcast(std::move(tensor), root);
-  }
-  std::shared_ptr<backend::Work> AllGather(std::vector<at::Tensor> outputs,
-                                           at::Tensor input) override {
-    return inner_.AllGather(std::move(outputs), std::move(input));
-  }
-  std::shared_ptr<backend::Work> ReduceScatter(at::Tensor output,
-                                               std::vector<at::Tensor> inputs,
-                                               backend::ReduceOp op) override {
-    return inner_.ReduceScatter(std::move(output), std::move(inputs), op);
-  }
-  std::shared_ptr<backend::Work> Barrier() override { return inner_.Barrier(); }
-  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
-                                            at::ScalarType dtype) override {
-    return inner_.AllocateBuffer(numel, dtype);
-  }
-
- private:
-  backend::Backend& inner_;
-  const int fail_at_;
-  int allreduces_ = 0;
-};
-
 // Rank 1 fails in the middle of training: both ranks hand over the same
 // state at the same committed step, and one rank goes on from it to the end
 // of the epoch, every remaining example once.
@@ -175,7 +119,9 @@ TEST(ElasticHandoverTest, FailureMidTrainingHandsOverTheCommittedStep) {
     context.log = &quiet;
     context.elastic = &handed[b.rank()];
     // Well into training: every step allreduces one bucket.
-    FailingBackend failing(b, b.rank() == 1 ? 8 : 0);
+    testing::FailingBackend failing(
+        b, b.rank() == 1 ? 8 : 0,
+        absl::UnavailableError("injected: this rank died here"));
     results[b.rank()] = Train(o, w, failing, context);
     if (!results[b.rank()].ok()) b.Abort(results[b.rank()].status());
   });

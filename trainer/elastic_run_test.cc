@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "dist/backend/backend.h"
-#include "dist/backend/work.h"
 #include "dist/store/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,61 +23,6 @@ namespace {
 using testing::ExpectSameParameters;
 using ::testing::HasSubstr;
 using testing::SmallRun;
-
-class FailedWork : public backend::Work {
- public:
-  explicit FailedWork(absl::Status status) : status_(std::move(status)) {}
-  absl::Status Wait(absl::Duration) override { return status_; }
-  bool IsCompleted() override { return true; }
-  absl::Status status() override { return status_; }
-
- private:
-  absl::Status status_;
-};
-
-// Forwards to `inner`; its allreduce number `fail_at` fails with an error of
-// this rank's own (kInternal), so that TrainElastic lets it end.
-class DyingBackend : public backend::Backend {
- public:
-  DyingBackend(backend::Backend& inner, int fail_at)
-      : inner_(inner), fail_at_(fail_at) {}
-  absl::string_view name() const override { return inner_.name(); }
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::shared_ptr<backend::Work> AllReduce(at::Tensor tensor,
-                                           backend::ReduceOp op,
-                                           absl::string_view label) override {
-    if (++allreduces_ == fail_at_) {
-      return std::make_shared<FailedWork>(
-          absl::InternalError("injected: this rank dies here"));
-    }
-    return inner_.AllReduce(std::move(tensor), op, label);
-  }
-  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
-  std::shared_ptr<backend::Work> Broadcast(at::Tensor tensor,
-                                           int root) override {
-    return inner_.Broadcast(std::move(tensor), root);
-  }
-  std::shared_ptr<backend::Work> AllGather(std::vector<at::Tensor> outputs,
-                                           at::Tensor input) override {
-    return inner_.AllGather(std::move(outputs), std::move(input));
-  }
-  std::shared_ptr<backend::Work> ReduceScatter(at::Tensor output,
-                                               std::vector<at::Tensor> inputs,
-                                               backend::ReduceOp op) override {
-    return inner_.ReduceScatter(std::move(output), std::move(inputs), op);
-  }
-  std::shared_ptr<backend::Work> Barrier() override { return inner_.Barrier(); }
-  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
-                                            at::ScalarType dtype) override {
-    return inner_.AllocateBuffer(numel, dtype);
-  }
-
- private:
-  backend::Backend& inner_;
-  const int fail_at_;
-  int allreduces_ = 0;
-};
 
 TEST(ElasticRunTest, SurvivorsOfADeadRankTrainToTheEnd) {
   TrainOptions o = SmallRun();
@@ -106,7 +50,11 @@ TEST(ElasticRunTest, SurvivorsOfADeadRankTrainToTheEnd) {
       context.log = &log;
       ElasticOptions elastic;
       elastic.stopped_grace = absl::Seconds(1);
-      DyingBackend dying(**gloo, r == 1 ? 8 : 0);
+      // Rank 1's allreduce fails with an error of its own (kInternal), so
+      // that TrainElastic lets it end.
+      testing::FailingBackend dying(
+          **gloo, r == 1 ? 8 : 0,
+          absl::InternalError("injected: this rank dies here"));
       results[r] = TrainElastic(o, world, dying, context, elastic);
       // The dead rank's connections close now, as its process's would.
       if (!results[r].ok()) (*gloo)->Abort(results[r].status());

@@ -64,6 +64,27 @@ std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
   return results;
 }
 
+namespace {
+
+class FailedWork : public backend::Work {
+ public:
+  explicit FailedWork(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait(absl::Duration) override { return status_; }
+  bool IsCompleted() override { return true; }
+  absl::Status status() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::shared_ptr<backend::Work> FailingBackend::AllReduce(
+    at::Tensor tensor, backend::ReduceOp op, absl::string_view label) {
+  if (++allreduces_ == fail_at_) return std::make_shared<FailedWork>(status_);
+  return inner_.AllReduce(std::move(tensor), op, label);
+}
+
 std::vector<at::Tensor> Parameters(const TrainResult& r) {
   std::vector<at::Tensor> out;
   for (const auto& p : r.model->named_parameters()) out.push_back(p.value());

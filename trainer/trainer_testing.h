@@ -6,9 +6,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +36,47 @@ std::string TempDir(const std::string& name);
 std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
     const TrainOptions& options, int world_size, std::ostream* log = nullptr,
     int cuda_device = -1);
+
+// Forwards to `inner`, except that its allreduce number `fail_at` (counting
+// from 1; 0: none) is not issued and fails at once with `status`, as a rank
+// that died there (kUnavailable, which an elastic run goes on from) or failed
+// on its own (kInternal) would leave it.
+class FailingBackend : public backend::Backend {
+ public:
+  FailingBackend(backend::Backend& inner, int fail_at, absl::Status status)
+      : inner_(inner), fail_at_(fail_at), status_(std::move(status)) {}
+  absl::string_view name() const override { return inner_.name(); }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::shared_ptr<backend::Work> AllReduce(at::Tensor tensor,
+                                           backend::ReduceOp op,
+                                           absl::string_view label) override;
+  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
+  std::shared_ptr<backend::Work> Broadcast(at::Tensor tensor,
+                                           int root) override {
+    return inner_.Broadcast(std::move(tensor), root);
+  }
+  std::shared_ptr<backend::Work> AllGather(std::vector<at::Tensor> outputs,
+                                           at::Tensor input) override {
+    return inner_.AllGather(std::move(outputs), std::move(input));
+  }
+  std::shared_ptr<backend::Work> ReduceScatter(at::Tensor output,
+                                               std::vector<at::Tensor> inputs,
+                                               backend::ReduceOp op) override {
+    return inner_.ReduceScatter(std::move(output), std::move(inputs), op);
+  }
+  std::shared_ptr<backend::Work> Barrier() override { return inner_.Barrier(); }
+  absl::StatusOr<at::Tensor> AllocateBuffer(int64_t numel,
+                                            at::ScalarType dtype) override {
+    return inner_.AllocateBuffer(numel, dtype);
+  }
+
+ private:
+  backend::Backend& inner_;
+  const int fail_at_;
+  const absl::Status status_;
+  int allreduces_ = 0;
+};
 
 // The model's parameters and buffers, in registration order.
 std::vector<at::Tensor> Parameters(const TrainResult& r);
