@@ -2582,7 +2582,7 @@ dtrain_cc_test(dtrain_trainer_comm_hook_resume_test
 dtrain_cc_test(dtrain_trainer_elastic_handover_test
   OUTPUT trainer/elastic_handover_test
   SRCS trainer/elastic_handover_test.cc
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer dtrain_trainer_trainer_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer dtrain_trainer_trainer_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 300)
 
 # //trainer:elastic_run_test

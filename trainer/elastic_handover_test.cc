@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "dist/backend/backend_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/trainer.h"
@@ -23,7 +22,6 @@ namespace dtrain::trainer {
 namespace {
 
 using testing::ExpectSameParameters;
-using testing::Gloo;
 using ::testing::HasSubstr;
 using testing::SmallRun;
 using testing::TempDir;
@@ -34,24 +32,13 @@ using testing::TrainOnRanks;
 std::vector<absl::StatusOr<TrainResult>> Generation(
     const TrainOptions& o, int world, const ElasticHandover& start, bool stop,
     std::vector<ElasticHandover>* out, std::ostream* log = nullptr) {
-  std::vector<absl::StatusOr<TrainResult>> results(
-      world, absl::UnknownError("rank did not run"));
   out->assign(world, start);
   std::atomic<bool> stop_flag{stop};
-  backend::testing::RunRanks(world, Gloo, [&](backend::Backend& b) {
-    rendezvous::World w;
-    w.rank = b.rank();
-    w.world_size = b.size();
-    w.local_rank = b.rank();
-    w.local_world_size = b.size();
-    TrainContext context;
-    std::ostringstream quiet;
-    context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
+  return TrainOnRanks(o, world, [&](int rank, TrainContext& context) {
+    if (rank == 0 && log != nullptr) context.log = log;
     context.stop_requested = &stop_flag;
-    context.elastic = &(*out)[b.rank()];
-    results[b.rank()] = Train(o, w, b, context);
+    context.elastic = &(*out)[rank];
   });
-  return results;
 }
 
 TEST(ElasticHandoverTest, SmallerGenerationGoesOnAsAResumeWould) {
@@ -106,25 +93,12 @@ TEST(ElasticHandoverTest, FailureMidTrainingHandsOverTheCommittedStep) {
   o.skip_validation = true;
   o.launch.timeout = absl::Seconds(3);
   std::vector<ElasticHandover> handed(2);
-  std::vector<absl::StatusOr<TrainResult>> results(
-      2, absl::UnknownError("rank did not run"));
-  backend::testing::RunRanks(2, Gloo, [&](backend::Backend& b) {
-    rendezvous::World w;
-    w.rank = b.rank();
-    w.world_size = b.size();
-    w.local_rank = b.rank();
-    w.local_world_size = b.size();
-    TrainContext context;
-    std::ostringstream quiet;
-    context.log = &quiet;
-    context.elastic = &handed[b.rank()];
-    // Well into training: every step allreduces one bucket.
-    testing::FailingBackend failing(
-        b, b.rank() == 1 ? 8 : 0,
-        absl::UnavailableError("injected: this rank died here"));
-    results[b.rank()] = Train(o, w, failing, context);
-    if (!results[b.rank()].ok()) b.Abort(results[b.rank()].status());
-  });
+  // Rank 1's 8th allreduce, well into training (a step allreduces one
+  // bucket), fails as if a peer had died.
+  auto results = TrainOnRanks(
+      o, 2,
+      [&](int rank, TrainContext& context) { context.elastic = &handed[rank]; },
+      [](int rank) { return rank == 1 ? 8 : 0; });
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(results[r].ok());
     EXPECT_GE(handed[r].committed_step, 1) << "rank " << r;

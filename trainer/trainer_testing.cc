@@ -1,6 +1,7 @@
 #include "trainer/trainer_testing.h"
 
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <utility>
 
@@ -47,6 +48,17 @@ std::string TempDir(const std::string& name) {
 std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
     const TrainOptions& options, int world_size, std::ostream* log,
     int cuda_device) {
+  return TrainOnRanks(options, world_size,
+                      [&](int rank, TrainContext& context) {
+                        context.cuda_device = cuda_device;
+                        if (rank == 0 && log != nullptr) context.log = log;
+                      });
+}
+
+std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
+    const TrainOptions& options, int world_size,
+    const std::function<void(int rank, TrainContext& context)>& configure,
+    const std::function<int(int rank)>& fail_at, const absl::Status& failure) {
   std::vector<absl::StatusOr<TrainResult>> results(
       world_size, absl::UnknownError("rank did not run"));
   backend::testing::RunRanks(world_size, Gloo, [&](backend::Backend& b) {
@@ -56,10 +68,13 @@ std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
     world.local_rank = b.rank();
     world.local_world_size = b.size();
     TrainContext context;
-    context.cuda_device = cuda_device;
     std::ostringstream quiet;
-    context.log = b.rank() == 0 && log != nullptr ? log : &quiet;
-    results[b.rank()] = Train(options, world, b, context);
+    context.log = &quiet;
+    if (configure) configure(b.rank(), context);
+    FailingBackend failing(b, fail_at ? fail_at(b.rank()) : 0, failure);
+    results[b.rank()] = Train(options, world, failing, context);
+    // As train's main does: the peers learn of it now.
+    if (!results[b.rank()].ok()) b.Abort(results[b.rank()].status());
   });
   return results;
 }

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -77,6 +78,16 @@ class FailingBackend : public backend::Backend {
   const absl::Status status_;
   int allreduces_ = 0;
 };
+
+// TrainOnRanks with each rank's context adjusted by `configure` (its log is
+// quiet unless it sets one), and rank r's allreduce number fail_at(r) failing
+// with `failure` (FailingBackend; fail_at empty or 0: none). A rank whose
+// Train fails aborts its backend, as train's main does.
+std::vector<absl::StatusOr<TrainResult>> TrainOnRanks(
+    const TrainOptions& options, int world_size,
+    const std::function<void(int rank, TrainContext& context)>& configure,
+    const std::function<int(int rank)>& fail_at = {},
+    const absl::Status& failure = absl::UnavailableError("injected failure"));
 
 // The model's parameters and buffers, in registration order.
 std::vector<at::Tensor> Parameters(const TrainResult& r);
