@@ -2597,9 +2597,9 @@ dtrain_sh_test(dtrain_trainer_elastic_test
   OUTPUT trainer/elastic_test
   SCRIPT trainer/elastic_test.sh
   DATA tools/testing/shell_test_lib.sh
-  DATA_TARGETS dtrain_trainer_train
+  DATA_TARGETS dtrain_trainer_train dtrain_tools_launch
   TIMEOUT 300
-  ARGS trainer/train)
+  ARGS trainer/train tools/launch/launch)
 
 # //trainer:fault_test
 dtrain_sh_test(dtrain_trainer_fault_test

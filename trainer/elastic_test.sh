@@ -7,6 +7,7 @@
 set -uo pipefail
 
 train=$1
+launch=$2
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test elastic
 
@@ -87,6 +88,32 @@ kill_case() {
 
 kill_case 1
 kill_case 0
+
+# Under the launcher with --elastic: a rank's death does not stop the others; the launcher says so
+# and exits 0 once they have finished.
+"$launch" --elastic --nproc_per_node=3 --master_port=0 -- "$train" --elastic "${run[@]}" \
+  --save_state_dict="$tmp/launched.pt" >"$tmp/launch.out" 2>&1 &
+launcher=$!
+pids=($launcher)
+wait_for_text "$tmp/launch.out" "Begin training" || die "launcher: training never began"
+sleep 1
+rank1=""
+for p in $(pgrep -P "$launcher"); do
+  if grep -qxz RANK=1 "/proc/$p/environ" 2>/dev/null; then rank1=$p; fi
+done
+[[ -n $rank1 ]] || die "launcher: no rank 1 among its children"
+kill -KILL "$rank1"
+wait "$launcher"
+rc=$?
+pids=()
+[[ $rc -eq 0 ]] || fail "launcher --elastic exited $rc: $(tail -3 "$tmp/launch.out")"
+grep -q 'rank 1 (local rank 1, pid [0-9]*) was killed by signal 9 (Killed); the others go on' \
+  "$tmp/launch.out" || fail "launcher: no word of rank 1's death: $(grep launch "$tmp/launch.out")"
+[[ -s $tmp/launched.pt ]] || fail "launcher: no weights written"
+echo "launcher: $(grep 'exited with code 0 after losing' "$tmp/launch.out")"
+"$launch" --elastic --max_restarts=1 --nproc_per_node=1 -- true >"$tmp/bad.out" 2>&1 \
+  && fail "launch --elastic --max_restarts=1 was accepted"
+grep -q 'do not combine' "$tmp/bad.out" || fail "launch --elastic --max_restarts: $(cat "$tmp/bad.out")"
 
 # Refusals.
 for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0"; do

@@ -105,6 +105,8 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   if (options.master_addr) l.master_addr = *options.master_addr;
   if (options.master_port) l.master_port = *options.master_port;
   l.max_restarts = spawn.max_restarts;
+  // train --elastic spawns an elastic group.
+  l.elastic = options.elastic;
   l.failure_grace = spawn.failure_grace;
   l.command = ChildArguments(argc, argv);
   absl::StatusOr<launch::LaunchResult> result = launch::Run(l, std::cerr);

@@ -315,6 +315,11 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts=", o.max_restarts, " must not be negative"));
   }
+  if (o.elastic && o.max_restarts > 0) {
+    return absl::InvalidArgumentError(
+        "--elastic and --max_restarts do not combine: an elastic group goes "
+        "on without the failed rank instead of restarting");
+  }
   for (const auto& [flag, d] : {std::pair<const char*, absl::Duration>{
                                     "failure_grace", o.failure_grace},
                                 {"stop_timeout", o.stop_timeout}}) {
@@ -375,9 +380,10 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
       r.running = true;
     }
 
-    std::string failure;   // The first rank failure of this attempt.
-    int stop_signal = 0;   // A SIGINT/SIGTERM received and forwarded.
-    std::string finished;  // The first rank that exited 0.
+    std::string failure;            // The first rank failure of this attempt.
+    std::vector<std::string> lost;  // --elastic: the ranks that failed.
+    int stop_signal = 0;            // A SIGINT/SIGTERM received and forwarded.
+    std::string finished;           // The first rank that exited 0.
     absl::Time kill_at = absl::InfiniteFuture();
     int running = static_cast<int>(ranks.size());
     while (running > 0) {
@@ -394,6 +400,13 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
         // Anything the rank left in its process group goes with it.
         ::killpg(r.pid, SIGKILL);
         if (!Failed(r.status) && finished.empty()) finished = r.Name();
+        if (Failed(r.status) && o.elastic && stop_signal == 0 && !r.killed) {
+          lost.push_back(absl::StrCat(r.Name(), " ", DescribeStatus(r.status)));
+          log << "[launch] " << lost.back()
+              << (running > 0 ? "; the others go on (elastic)" : "")
+              << std::endl;
+          continue;
+        }
         if (Failed(r.status) && failure.empty() && stop_signal == 0) {
           failure = absl::StrCat(r.Name(), " ", DescribeStatus(r.status));
           log << "[launch] " << failure;
@@ -461,6 +474,18 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
     if (stop_signal != 0) {
       result.exit_code = 128 + stop_signal;
       result.summary = absl::StrCat("stopped by ", strsignal(stop_signal));
+      break;
+    }
+    if (failure.empty() && !lost.empty()) {
+      // Elastic: what matters is that the ranks left finished.
+      const bool any = !finished.empty();
+      result.exit_code = any ? 0 : 1;
+      result.summary = absl::StrCat(
+          any ? absl::StrCat(ranks.size() - lost.size(),
+                             " rank(s) exited with code 0 after losing ")
+              : "every rank failed: ",
+          absl::StrJoin(lost, "; "));
+      if (!any) log << "[launch] " << result.summary << std::endl;
       break;
     }
     if (failure.empty()) {

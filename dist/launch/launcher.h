@@ -52,6 +52,11 @@ struct LaunchOptions {
   // 0: a free port, chosen by the launcher (nnodes 1 only; see above).
   int master_port = 29500;
   int max_restarts = 0;
+  // A rank that fails does not end the group: the others go on (a program
+  // that survives a peer's death, such as train --elastic). The group
+  // succeeds when every rank that did not fail exits 0, and at least one
+  // does. Not with max_restarts.
+  bool elastic = false;
   // After a rank failed: how long the others get to exit after SIGTERM before
   // SIGKILL. Short: they cannot finish the job without the failed rank. Also
   // how long a rank may stay stopped after another one finished.

@@ -26,6 +26,10 @@ ABSL_FLAG(int, master_port, 29500,
           "launcher picks (one node only), for jobs side by side.");
 ABSL_FLAG(int, max_restarts, 0,
           "Restart the group this many times after a rank fails.");
+ABSL_FLAG(bool, elastic, false,
+          "A rank that fails does not stop the others (for programs that go "
+          "on without it, such as train --elastic); the launcher succeeds "
+          "when every rank left exits 0.");
 ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,
           dtrain::base::DurationFlag(absl::Seconds(5)),
           "After a rank fails: how long the others get to exit after SIGTERM "
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
   o.master_addr = absl::GetFlag(FLAGS_master_addr);
   o.master_port = absl::GetFlag(FLAGS_master_port);
   o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  o.elastic = absl::GetFlag(FLAGS_elastic);
   o.failure_grace = absl::GetFlag(FLAGS_failure_grace).value;
   o.stop_timeout = absl::GetFlag(FLAGS_stop_timeout).value;
   for (size_t i = 1; i < positional.size(); ++i)
