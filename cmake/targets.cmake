@@ -1773,12 +1773,6 @@ dtrain_cc_binary(dtrain_examples_own_model_train_own_model
   SRCS examples/own_model/train_own_model.cc
   DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch dtrain_trainer_loop_checkpoints)
 
-# //trainer:elastic_handover
-dtrain_cc_library(dtrain_trainer_elastic_handover
-  EXPORT_NAME trainer_elastic_handover
-  PACKAGE trainer
-  HDRS trainer/elastic_handover.h)
-
 # //trainer/options:common
 dtrain_cc_library(dtrain_trainer_options_common
   EXPORT_NAME trainer_options_common
@@ -1865,6 +1859,21 @@ dtrain_cc_library(dtrain_trainer_train_options
   HDRS trainer/train_options.h
   DEPS dtrain_base_status_macros dtrain_base_user_path dtrain_tp_absl dtrain_trainer_options_checkpoint_options dtrain_trainer_options_common dtrain_trainer_options_data_options dtrain_trainer_options_data_parallel_options dtrain_trainer_options_launch_options dtrain_trainer_options_model_options dtrain_trainer_options_optimizer_options dtrain_trainer_report_report_options dtrain_trainer_report_step_log)
 
+# //trainer:training_data
+dtrain_cc_library(dtrain_trainer_training_data
+  EXPORT_NAME trainer_training_data
+  PACKAGE trainer
+  SRCS trainer/training_data.cc
+  HDRS trainer/training_data.h
+  DEPS dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_tp_absl)
+
+# //trainer:elastic_handover
+dtrain_cc_library(dtrain_trainer_elastic_handover
+  EXPORT_NAME trainer_elastic_handover
+  PACKAGE trainer
+  HDRS trainer/elastic_handover.h
+  DEPS dtrain_trainer_training_data dtrain_tp_absl)
+
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote
   EXPORT_NAME trainer_stop_vote
@@ -1904,14 +1913,6 @@ dtrain_cc_library(dtrain_trainer_amp
   SRCS trainer/amp.cc
   HDRS trainer/amp.h
   DEPS dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer:training_data
-dtrain_cc_library(dtrain_trainer_training_data
-  EXPORT_NAME trainer_training_data
-  PACKAGE trainer
-  SRCS trainer/training_data.cc
-  HDRS trainer/training_data.h
-  DEPS dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_tp_absl)
 
 # //models/state_dict:safetensors
 dtrain_cc_library(dtrain_models_state_dict_safetensors
@@ -2078,7 +2079,7 @@ dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_flags_train_flags
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model

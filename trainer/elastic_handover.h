@@ -10,7 +10,11 @@
 #define DTRAIN_TRAINER_ELASTIC_HANDOVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "absl/types/optional.h"
+#include "trainer/training_data.h"
 
 namespace dtrain::trainer {
 
@@ -27,6 +31,15 @@ struct ElasticHandover {
   // when it has none to give.
   std::string committed_bytes;
   int64_t committed_step = -1;
+  // Called once, on the training thread, when this run's first step
+  // committed, with that step's number (counted from 1): how long a new
+  // generation took to train again. Unset: nothing.
+  std::function<void(int64_t step)> first_step_committed;
+  // In and out: the datasets, read once per process. A run that read them
+  // leaves them here, and a run that finds them uses them instead of reading
+  // the files again (a generation of any size reads the same files; the
+  // sampler picks each rank's share).
+  absl::optional<TrainingData> data;
 };
 
 }  // namespace dtrain::trainer

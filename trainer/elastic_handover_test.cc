@@ -23,6 +23,7 @@ namespace {
 
 using testing::ExpectSameParameters;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::SmallRun;
 using testing::TempDir;
 using testing::TrainOnRanks;
@@ -104,15 +105,26 @@ TEST(ElasticHandoverTest, FailureMidTrainingHandsOverTheCommittedStep) {
     EXPECT_GE(handed[r].committed_step, 1) << "rank " << r;
     EXPECT_EQ(handed[r].committed_step, handed[0].committed_step);
     EXPECT_EQ(handed[r].committed_bytes, handed[0].committed_bytes);
+    // The datasets too, so that the next generation need not read them.
+    ASSERT_TRUE(handed[r].data.has_value()) << "rank " << r;
   }
   const int64_t committed = handed[0].committed_step;
   TrainOptions next = o;
   ElasticHandover start;
   start.start_from_memory = true;
   start.start_bytes = handed[0].committed_bytes;
+  start.data = handed[0].data;
+  std::vector<int64_t> first_steps;
+  start.first_step_committed = [&](int64_t step) {
+    first_steps.push_back(step);
+  };
   std::vector<ElasticHandover> unused;
-  auto rest = Generation(next, 1, start, /*stop=*/false, &unused);
+  std::ostringstream log;
+  auto rest = Generation(next, 1, start, /*stop=*/false, &unused, &log);
   ASSERT_TRUE(rest[0].ok()) << rest[0].status();
+  // The kept datasets, not read again (reading says "data: ...").
+  EXPECT_THAT(log.str(), Not(HasSubstr("data: ")));
+  EXPECT_EQ(first_steps, std::vector<int64_t>{committed + 1});
   // 384 examples, 32 per committed step: the rest in steps of 16.
   EXPECT_EQ(rest[0]->metrics.epochs[0].samples, 384 - 32 * committed);
   EXPECT_EQ(rest[0]->metrics.global_step,

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/next_generation.h"
 #include "dist/store/failover_store.h"
@@ -86,6 +88,7 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
     absl::StatusOr<TrainResult> result =
         Train(options, current, *running, generation_context);
     if (result.ok() || !PeerFailure(result.status())) return result;
+    const absl::Time failed_at = absl::Now();
     running->Abort(result.status());
     if (context.log != nullptr) {
       *context.log << who << "generation " << generation << " of "
@@ -145,9 +148,21 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
     // The new rank 0 is at the highest committed step: its state is every
     // rank's start.
     std::string start = std::move(handover.committed_bytes);
+    absl::optional<TrainingData> data = std::move(handover.data);
     handover = ElasticHandover();
+    handover.data = std::move(data);
     handover.start_from_memory = true;
     if (current.rank == 0) handover.start_bytes = std::move(start);
+    if (context.log != nullptr) {
+      handover.first_step_committed = [&context, who, failed_at,
+                                       g = generation + 1](int64_t step) {
+        *context.log << who << "generation " << g << " trained step " << step
+                     << ", its first, "
+                     << absl::FormatDuration(absl::Trunc(
+                            absl::Now() - failed_at, absl::Milliseconds(1)))
+                     << " after generation " << g - 1 << " failed here\n";
+      };
+    }
     if (context.log != nullptr) {
       *context.log << who << "generation " << generation + 1 << ": rank "
                    << current.rank << " of " << current.world_size

@@ -159,8 +159,12 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
                           Recorder::Create(o.report, report, *p.sync));
   Recorder& r = *p.recorder;
 
-  DTRAIN_ASSIGN_OR_RETURN(p.data, LoadTrainingData(o));
-  r.Say(absl::StrCat("data: ", p.data->description));
+  if (env.elastic != nullptr && env.elastic->data.has_value()) {
+    p.data = env.elastic->data;
+  } else {
+    DTRAIN_ASSIGN_OR_RETURN(p.data, LoadTrainingData(o));
+    r.Say(absl::StrCat("data: ", p.data->description));
+  }
   DTRAIN_ASSIGN_OR_RETURN(BuiltModel built,
                           BuildModel(o, *p.data, backend, p.device));
   p.model = std::move(built.model);

@@ -39,7 +39,9 @@
 #include "dist/backend/process_group.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
+#include "dist/rendezvous/init_method.h"
 #include "dist/rendezvous/launch_env.h"
+#include "dist/store/failover_store.h"
 #include "trainer/elastic_run.h"
 #include "trainer/flags/train_flags.h"
 #include "trainer/train_options.h"
@@ -206,15 +208,26 @@ int Main(int argc, char** argv) {
     ElasticOptions elastic;
     elastic.min_ranks = options->launch.min_ranks;
     elastic.backend = group_options.backend;
-    // Its standby store where the others reach this rank: loopback for a
-    // job on one host, the host's name otherwise.
-    const std::string& master = group->world.launch.master_addr;
-    if (!master.empty() && master != "127.0.0.1" && master != "localhost" &&
-        master != "::1") {
-      char name[256] = {};
-      if (::gethostname(name, sizeof(name) - 1) == 0)
-        elastic.standby_host = name;
+    // Its standby store where the other hosts reach it: this machine's
+    // address on the route to the first store.
+    std::string master = group->world.launch.master_addr;
+    int master_port = group->world.launch.master_port;
+    if (absl::StatusOr<rendezvous::InitMethod> method =
+            rendezvous::ParseInitMethod(init.url);
+        method.ok() && method->scheme == rendezvous::InitMethod::kTcp) {
+      master = method->host;
+      master_port = method->port;
+    } else if (method.ok() && method->scheme == rendezvous::InitMethod::kFile) {
+      master.clear();
     }
+    absl::StatusOr<std::string> standby_host =
+        store::StandbyHostToward(master, master_port);
+    if (!standby_host.ok()) {
+      std::cerr << "train: --elastic: " << standby_host.status().message()
+                << "\n";
+      return 1;
+    }
+    elastic.standby_host = *standby_host;
     absl::StatusOr<std::string> token =
         rendezvous::StoreToken(rendezvous::ProcessEnv());
     if (token.ok()) elastic.token = *token;

@@ -55,8 +55,9 @@ class Run {
       : o_(o), world_(world), backend_(backend), context_(context) {}
 
   absl::StatusOr<TrainResult> Execute();
-  // After a failure: this rank's checkpoint as of its last committed step,
-  // into `out` (nothing when training had not begun). Not collective.
+  // After a failure: the datasets, and this rank's checkpoint as of its last
+  // committed step, into `out` (nothing when training had not begun). Not
+  // collective.
   void HandOver(ElasticHandover* out) const;
 
  private:
@@ -113,6 +114,7 @@ class Run {
   // applied it), and that step: what an elastic hand-over saves.
   absl::optional<data::SamplerState> committed_sampler_;
   int64_t committed_step_ = 0;
+  bool first_step_reported_ = false;
   // The ranks agreed to stop at this step boundary (a signal).
   bool signal_stop_ = false;
 };
@@ -178,6 +180,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
     DTRAIN_ASSIGN_OR_RETURN(const StepOutcome outcome, Step(epoch, s));
     committed_sampler_ = train_loader_->state();
     committed_step_ = global_step_ + 1;
+    if (context_.elastic != nullptr && context_.elastic->first_step_committed &&
+        !first_step_reported_) {
+      first_step_reported_ = true;
+      context_.elastic->first_step_committed(committed_step_);
+    }
     // The vote's round trip overlaps the step's reporting: a signal that
     // arrived during this step stops the run at its end, not a step later.
     p_.stop_vote->Issue();
@@ -414,6 +421,7 @@ absl::StatusOr<TrainResult> Run::Finish() {
 }
 
 void Run::HandOver(ElasticHandover* out) const {
+  if (p_.data.has_value()) out->data = p_.data;
   out->committed_bytes.clear();
   out->committed_step = -1;
   if (!committed_sampler_.has_value() || p_.ddp == nullptr) return;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +32,15 @@ absl::StatusOr<StoreEndpoint> StoreEndpoint::Parse(absl::string_view text) {
   }
   e.host = std::string(host);
   return e;
+}
+
+absl::StatusOr<std::string> StandbyHostToward(absl::string_view master_host,
+                                              int master_port) {
+  if (master_host.empty() || master_host == "localhost" ||
+      absl::StartsWith(master_host, "127.") || master_host == "::1") {
+    return std::string("127.0.0.1");
+  }
+  return internal::LocalAddressToward(master_host, master_port);
 }
 
 absl::StatusOr<std::unique_ptr<StoreStandby>> StoreStandby::Start(

@@ -59,6 +59,15 @@ struct StoreEndpoint {
   static absl::StatusOr<StoreEndpoint> Parse(absl::string_view text);
 };
 
+// The address to serve this rank's standby on, in a job whose first store
+// is at master_host:master_port: loopback when that is loopback (a job on one
+// host; also without a master, as with file:// init), otherwise this
+// machine's address on the route to it, which the
+// other hosts reach (not the host name, which Debian maps to 127.0.1.1).
+// kUnavailable naming the master when it has no route.
+absl::StatusOr<std::string> StandbyHostToward(absl::string_view master_host,
+                                              int master_port);
+
 struct StoreStandbyOptions {
   // The address to bind and that the other ranks reach: this rank's address
   // on the job's network (loopback for a job on one host).

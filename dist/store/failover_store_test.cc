@@ -173,6 +173,18 @@ TEST(FailoverStoreTest, EndpointsParseBack) {
     EXPECT_FALSE(StoreEndpoint::Parse(bad).ok()) << bad;
 }
 
+TEST(FailoverStoreTest, StandbyServesWhereTheOtherHostsReachIt) {
+  // A job on one host: loopback, whatever loopback name the master has.
+  for (const char* master : {"127.0.0.1", "127.0.1.1", "localhost", "::1", ""})
+    EXPECT_EQ(*StandbyHostToward(master, 29500), "127.0.0.1") << master;
+  // Otherwise the address on the route to the master: here, through lo.
+  EXPECT_EQ(*internal::LocalAddressToward("127.0.0.1", 29500), "127.0.0.1");
+  absl::StatusOr<std::string> none =
+      StandbyHostToward("no-such-host.invalid", 29500);
+  EXPECT_TRUE(absl::IsUnavailable(none.status()));
+  EXPECT_THAT(none.status().message(), HasSubstr("no-such-host.invalid"));
+}
+
 TEST(FailoverStoreTest, ProbeTellsServingGoneAndSilentApart) {
   Standbys s = StartStandbys(2);
   int port = 0;

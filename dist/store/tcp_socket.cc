@@ -67,6 +67,31 @@ std::string JoinHostPort(absl::string_view host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+absl::StatusOr<std::string> LocalAddressToward(absl::string_view host,
+                                               int port) {
+  DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/false));
+  std::string last_error = "no usable address";
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+    base::UniqueFd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid() || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      last_error = base::ErrnoText(errno);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, text, sizeof(text),
+                      nullptr, 0, NI_NUMERICHOST) != 0) {
+      last_error = base::ErrnoText(errno);
+      continue;
+    }
+    return std::string(text);
+  }
+  return absl::UnavailableError(
+      absl::StrCat("no route to ", JoinHostPort(host, port), ": ", last_error));
+}
+
 void SetNonBlocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }

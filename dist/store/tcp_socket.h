@@ -38,6 +38,12 @@ absl::Status SendAll(int fd, const char* data, size_t size,
                      absl::Time deadline);
 absl::Status RecvAll(int fd, char* data, size_t size, absl::Time deadline);
 
+// This machine's address on the route to host:port, as a peer there would
+// reach it (a UDP socket's local address after connect; nothing is sent).
+// kUnavailable naming host:port when it does not resolve or has no route.
+absl::StatusOr<std::string> LocalAddressToward(absl::string_view host,
+                                               int port);
+
 void SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 
