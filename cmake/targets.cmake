@@ -2109,13 +2109,16 @@ dtrain_cc_test(dtrain_examples_own_model_registered_model_test
   DEPS dtrain_examples_own_model_registered_model dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch dtrain_trainer_checkpoint
   TIMEOUT 60)
 
-# //experiments:monitoring_config_test
-dtrain_sh_test(dtrain_experiments_monitoring_config_test
-  OUTPUT experiments/monitoring_config_test
-  SCRIPT experiments/monitoring_config_test.sh
-  DATA experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc tools/testing/shell_test_lib.sh trainer/report/live_metrics.cc
-  TIMEOUT 60
-  ARGS experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc trainer/report/live_metrics.cc)
+# //trainer:train
+dtrain_cc_binary(dtrain_trainer_train
+  OUTPUT trainer/train
+  DEPS dtrain_trainer_train_main)
+
+# //experiments:elastic_recovery
+dtrain_sh_binary(dtrain_experiments_elastic_recovery
+  OUTPUT experiments/elastic_recovery
+  SCRIPT experiments/elastic_recovery.py
+  DATA_TARGETS dtrain_trainer_train)
 
 # //experiments:sweep
 dtrain_cc_library(dtrain_experiments_sweep
@@ -2173,11 +2176,6 @@ dtrain_cc_library(dtrain_experiments_results_files
   HDRS experiments/results_files.h
   DEPS dtrain_experiments_results dtrain_experiments_results_table dtrain_experiments_run_training dtrain_base_atomic_file dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
 
-# //trainer:train
-dtrain_cc_binary(dtrain_trainer_train
-  OUTPUT trainer/train
-  DEPS dtrain_trainer_train_main)
-
 # //experiments:scaling
 dtrain_cc_binary(dtrain_experiments_scaling
   OUTPUT experiments/scaling
@@ -2185,6 +2183,31 @@ dtrain_cc_binary(dtrain_experiments_scaling
   DEPS dtrain_experiments_plots dtrain_experiments_prometheus_export dtrain_experiments_results dtrain_experiments_results_files dtrain_experiments_results_table dtrain_experiments_run_training dtrain_experiments_sweep dtrain_base_duration_flag dtrain_base_machine_limits dtrain_base_metrics_server dtrain_base_open_file_limit dtrain_base_status_macros dtrain_tp_absl
   DATA experiments/pytorch_reference.py
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train)
+
+# //experiments:sim_cluster
+dtrain_sh_binary(dtrain_experiments_sim_cluster
+  OUTPUT experiments/sim_cluster
+  SCRIPT experiments/sim_cluster.sh
+  DATA experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py experiments/pytorch_reference.py
+  DATA_TARGETS dtrain_experiments_scaling)
+
+# //experiments:elastic_recovery_test
+dtrain_sh_test(dtrain_experiments_elastic_recovery_test
+  OUTPUT experiments/elastic_recovery_test
+  SCRIPT experiments/elastic_recovery_test.sh
+  DATA experiments/elastic_recovery.py experiments/pytorch_reference.py experiments/sim_cluster.sh experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_experiments_elastic_recovery dtrain_experiments_sim_cluster
+  TIMEOUT 300
+  ARGS experiments/elastic_recovery experiments/sim_cluster
+  RUN_SERIAL)
+
+# //experiments:monitoring_config_test
+dtrain_sh_test(dtrain_experiments_monitoring_config_test
+  OUTPUT experiments/monitoring_config_test
+  SCRIPT experiments/monitoring_config_test.sh
+  DATA experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc tools/testing/shell_test_lib.sh trainer/report/live_metrics.cc
+  TIMEOUT 60
+  ARGS experiments/grafana/dashboards/dtrain_scaling.json experiments/grafana/dashboards/dtrain_training.json experiments/grafana/provisioning/dashboards/dtrain.yml experiments/grafana/provisioning/datasources/prometheus.yml experiments/monitoring/prometheus.yml experiments/prometheus_export.cc trainer/report/live_metrics.cc)
 
 # //experiments:monitoring_test
 dtrain_sh_test(dtrain_experiments_monitoring_test
@@ -2241,13 +2264,6 @@ dtrain_cc_test(dtrain_experiments_run_training_test
   SRCS experiments/run_training_test.cc
   DEPS dtrain_experiments_run_training dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //experiments:sim_cluster
-dtrain_sh_binary(dtrain_experiments_sim_cluster
-  OUTPUT experiments/sim_cluster
-  SCRIPT experiments/sim_cluster.sh
-  DATA experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py experiments/pytorch_reference.py
-  DATA_TARGETS dtrain_experiments_scaling)
 
 # //experiments:sim_cluster_commands_test
 dtrain_sh_test(dtrain_experiments_sim_cluster_commands_test

@@ -40,6 +40,12 @@ Options:
   --link_check=SECONDS   before each rate's sweep, one TCP stream from host 1 to host 0 for this long,
                          its throughput in the table (default 1; 0: none)
   --scaling=PATH         the scaling binary (default: from the runfiles)
+  --run=COMMAND          instead of the sweep, run COMMAND (a shell command line, as root, on this
+                         machine outside the hosts) once per rate, with SIM_CLUSTER_NAMESPACES (the
+                         hosts' network namespaces, in order), SIM_CLUSTER_ADDRESSES (their
+                         addresses), SIM_CLUSTER_RATE and SIM_CLUSTER_OUTPUT_DIR (DIR/R) set: for
+                         measurements that place processes themselves (experiments/elastic_recovery,
+                         with ip netns exec); SCALING_FLAGS and --ranks_per_host are not allowed
   --help                 this text
 
 SCALING_FLAGS go to every host's scaling unchanged (--models, --backends, --batch_sizes,
@@ -77,16 +83,22 @@ delay=""
 output_dir=sim_cluster_results
 link_check=1
 scaling=""
+run_command=""
+ranks_per_host_given=0
 sweep_flags=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --hosts=*) hosts=${1#*=} ;;
     --rates=*) rates=${1#*=} ;;
-    --ranks_per_host=*) ranks_per_host=${1#*=} ;;
+    --ranks_per_host=*)
+      ranks_per_host=${1#*=}
+      ranks_per_host_given=1
+      ;;
     --delay=*) delay=${1#*=} ;;
     --output_dir=*) output_dir=${1#*=} ;;
     --link_check=*) link_check=${1#*=} ;;
     --scaling=*) scaling=${1#*=} ;;
+    --run=*) run_command=${1#*=} ;;
     --help | -h)
       usage
       exit 0
@@ -136,6 +148,11 @@ for f in "${sweep_flags[@]}"; do
   esac
 done
 
+if [[ -n $run_command ]]; then
+  [[ ${#sweep_flags[@]} -eq 0 && $ranks_per_host_given -eq 0 ]] \
+    || usage_error "--run places its own processes: no scaling flags and no --ranks_per_host with it"
+fi
+
 # bazel run starts in the runfiles tree: a relative output dir means where the user ran it.
 [[ $output_dir == /* ]] || output_dir="${BUILD_WORKING_DIRECTORY:-$PWD}/$output_dir"
 
@@ -152,13 +169,15 @@ for root in "${RUNFILES_DIR:-}" "${TEST_SRCDIR:-}" "$0.runfiles" "$(dirname "$PW
     fi
   done
 done
-if [[ -z $scaling ]]; then
-  [[ -n $runfiles ]] \
-    || die "cannot find the scaling binary: run through 'bazel run //experiments:sim_cluster', or give --scaling"
-  scaling=$runfiles/$workspace/experiments/scaling
+if [[ -z $run_command ]]; then
+  if [[ -z $scaling ]]; then
+    [[ -n $runfiles ]] \
+      || die "cannot find the scaling binary: run through 'bazel run //experiments:sim_cluster', or give --scaling"
+    scaling=$runfiles/$workspace/experiments/scaling
+  fi
+  [[ -x $scaling ]] || die "--scaling: '$scaling' is not an executable"
+  scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
 fi
-[[ -x $scaling ]] || die "--scaling: '$scaling' is not an executable"
-scaling=$(cd "$(dirname "$scaling")" && pwd)/$(basename "$scaling")
 # The Python helpers (experiments/sim_cluster_*.py): from the runfiles, else beside this script in
 # the source tree.
 helpers=$runfiles/$workspace/experiments
@@ -382,6 +401,16 @@ for rate in "${rate_list[@]}"; do
       log "link check at $rate failed: $(cat "$dir/link_check.txt")"
     fi
   fi
+  if [[ -n $run_command ]]; then
+    addresses=()
+    for ((k = 0; k < hosts; k++)); do addresses+=("$SUBNET.$((k + 1))"); done
+    SIM_CLUSTER_NAMESPACES="${namespaces[*]:1}" SIM_CLUSTER_ADDRESSES="${addresses[*]}" \
+      SIM_CLUSTER_RATE="$rate" SIM_CLUSTER_OUTPUT_DIR="$dir" bash -c "$run_command" &
+    procs+=($!)
+    wait "$!" || die "--run failed at $rate (exit $?)"
+    stop_nodes
+    continue
+  fi
   port=$(pick_port)
   [[ -n $port ]] || die "found no free ports in host 0's namespace"
 
@@ -429,6 +458,8 @@ for rate in "${rate_list[@]}"; do
 done
 
 # --- All rates in one CSV and table -------------------------------------------------------------
+
+[[ -n $run_command ]] && exit 0
 
 combine_args=()
 for rate in "${rate_list[@]}"; do combine_args+=("$rate" "${measured[$rate]}" "$output_dir/$rate/results.csv"); done

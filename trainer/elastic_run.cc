@@ -105,7 +105,9 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
     next.self.host = HostName();
     next.min_ranks = elastic.min_ranks;
     next.stopped_grace = elastic.stopped_grace;
-    next.timeout = options.launch.timeout;
+    // A stopped rank is waited for the grace, on top of the time a live
+    // one may take to register.
+    next.timeout = options.launch.timeout + elastic.stopped_grace;
     next.probe = [&](int r) {
       switch (
           store::ProbeEndpoint((*endpoints)[original[r]], failover_options)) {
@@ -138,7 +140,7 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
     current.rank = formed->rank;
     current.world_size = formed->world_size;
     current.store = std::make_shared<store::PrefixStore>(
-        absl::StrCat("elastic/gen/", generation + 1, "/world/"), *failover);
+        absl::StrCat("elastic/gen/", generation + 1, "/world"), *failover);
     absl::StatusOr<std::unique_ptr<backend::Backend>> made =
         backend::CreateBackend(current.membership(options.launch.timeout),
                                elastic.backend);

@@ -207,7 +207,7 @@ int Main(int argc, char** argv) {
   if (options->launch.elastic) {
     ElasticOptions elastic;
     elastic.min_ranks = options->launch.min_ranks;
-    elastic.backend = group_options.backend;
+    elastic.backend = group->backend_config;
     // Its standby store where the other hosts reach it: this machine's
     // address on the route to the first store.
     std::string master = group->world.launch.master_addr;

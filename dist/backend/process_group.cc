@@ -80,6 +80,7 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(
   if (config.gloo_iface.empty()) {
     config.gloo_iface = group.world.launch.gloo_socket_ifname;
   }
+  group.backend_config = config;
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       CreateBackend(group.world.membership(options.timeout), config);
   if (!backend.ok()) return WithRank(rank, backend.status());

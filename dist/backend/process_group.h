@@ -65,6 +65,10 @@ struct ProcessGroup {
   // The CUDA device chosen from ProcessGroupOptions::device and made current,
   // or -1 for "cpu".
   int cuda_device = -1;
+  // What the backend was created with (the options' backend, completed with
+  // the device and GLOO_SOCKET_IFNAME): another backend for this process, as
+  // an elastic run's next generation makes, is created the same way.
+  BackendConfig backend_config;
   std::unique_ptr<Backend> backend;
 };
 

@@ -157,24 +157,29 @@ absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
 }
 
 absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
-                                           absl::Time deadline) {
+                                           absl::Time deadline, bool* refused) {
+  if (refused != nullptr) *refused = false;
   DTRAIN_ASSIGN_OR_RETURN(auto addrs, Resolve(host, port, /*passive=*/false));
   std::string last_error = "no usable address";
+  bool all_refused = true;
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     base::UniqueFd fd(
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
+      all_refused = false;
       last_error = base::ErrnoText(errno);
       continue;
     }
     SetNonBlocking(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {
+        if (errno != ECONNREFUSED) all_refused = false;
         last_error = base::ErrnoText(errno);
         continue;
       }
       absl::Status s = PollFor(fd.get(), POLLOUT, deadline);
       if (!s.ok()) {
+        all_refused = false;
         last_error = s.code() == absl::StatusCode::kDeadlineExceeded
                          ? "connection attempt timed out"
                          : std::string(s.message());
@@ -184,6 +189,7 @@ absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
       socklen_t len = sizeof(err);
       ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
+        if (err != ECONNREFUSED) all_refused = false;
         last_error = base::ErrnoText(err);
         continue;
       }
@@ -193,6 +199,7 @@ absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
     SetNoDelay(fd.get());
     return fd;
   }
+  if (refused != nullptr) *refused = all_refused && addrs != nullptr;
   return absl::UnavailableError(last_error);
 }
 

@@ -27,9 +27,11 @@ absl::StatusOr<base::UniqueFd> Listen(absl::string_view host, int port,
                                       int* bound_port);
 
 // One connection attempt to host:port, giving up at `deadline`. kUnavailable on
-// refusal or timeout.
+// refusal or timeout; `refused` (when not null) says whether every address
+// refused (nothing listens there).
 absl::StatusOr<base::UniqueFd> ConnectOnce(absl::string_view host, int port,
-                                           absl::Time deadline);
+                                           absl::Time deadline,
+                                           bool* refused = nullptr);
 
 // Sends or receives exactly `size` bytes on a blocking-mode socket, waiting at
 // most until `deadline`. kDeadlineExceeded on timeout, kUnavailable when the

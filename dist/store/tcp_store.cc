@@ -161,17 +161,26 @@ absl::StatusOr<base::UniqueFd> TcpStore::Connect(absl::Duration timeout) const {
     // does not eat the budget.
     const absl::Time attempt_deadline =
         std::min(deadline, absl::Now() + absl::Seconds(5));
-    absl::StatusOr<base::UniqueFd> fd =
-        internal::ConnectOnce(options_.host, options_.port, attempt_deadline);
+    bool refused = false;
+    absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
+        options_.host, options_.port, attempt_deadline, &refused);
     if (fd.ok()) {
       // The hello: a dtrain server answers a ping at once. Whatever else
       // accepted the connection is named, and the client gives up now
       // instead of retrying until the timeout.
       absl::Status foreign = Hello(fd->get());
-      if (foreign.ok()) return std::move(*fd);
+      if (foreign.ok()) {
+        reached_ = true;
+        return std::move(*fd);
+      }
       if (foreign.code() == absl::StatusCode::kFailedPrecondition)
         return foreign;
       last = foreign;
+    } else if (refused && reached_) {
+      return absl::UnavailableError(absl::StrCat(
+          "the store server at ", Describe(),
+          " refused the connection after serving this client: its process "
+          "(rank 0's, or the rank that took the store over) has exited"));
     } else {
       last = fd.status();
     }

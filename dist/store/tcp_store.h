@@ -12,6 +12,7 @@
 #ifndef DTRAIN_DIST_STORE_TCP_STORE_H_
 #define DTRAIN_DIST_STORE_TCP_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -105,6 +106,10 @@ class TcpStore : public Store {
   // synchronisation (Debian's Abseil is not instrumented).
   std::mutex mu_;
   std::vector<base::UniqueFd> idle_;  // Guarded by mu_.
+  // Once a hello was answered, a refused connection means the server's
+  // process is gone (a job's server never comes back at its address): the
+  // call fails at once instead of retrying until connect_timeout.
+  mutable std::atomic<bool> reached_{false};
 };
 
 }  // namespace dtrain::store

@@ -241,6 +241,23 @@ TEST(TcpStoreTest, LostServerFailsPendingGetWithUnavailable) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// After the server went away, a new call finds nothing listening: the client
+// reached it before, so it says the server's process has exited instead of
+// retrying for the minute of connect_timeout.
+TEST(TcpStoreTest, ServerGoneAfterServingIsNamedAtOnce) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectClient(server->port(), absl::Seconds(60));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  server.reset();
+  // The pooled connection breaks first; the next call connects anew.
+  EXPECT_EQ((*client)->Set("k", "w").code(), absl::StatusCode::kUnavailable);
+  absl::Status s = (*client)->Set("k", "w");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("refused the connection after serving"));
+}
+
 // Sends raw bytes on a fresh connection and reads whatever comes back until the
 // server closes or goes quiet.
 void SendRaw(int port, const std::string& bytes, bool half_close) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -281,8 +282,14 @@ class GlooBackend : public Backend {
   int size() const override { return size_; }
 
   // Gloo cannot interrupt a running collective; breaking the worker stops
-  // the rest and spares destruction the wait for peers.
-  void Abort(const absl::Status& reason) override { worker_->Break(reason); }
+  // the rest and spares destruction the wait for peers. Closing the
+  // connections (a reset, which each pair does under its own lock) fails the
+  // peers' collectives at once: a process that lives on after aborting (an
+  // elastic run) would otherwise leave them waiting for the timeout.
+  void Abort(const absl::Status& reason) override {
+    worker_->Break(reason);
+    if (!connections_closed_.exchange(true)) context_->closeConnections();
+  }
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view label) override {
@@ -475,6 +482,7 @@ class GlooBackend : public Backend {
   const absl::Duration exit_timeout_;
   const std::shared_ptr<store::Store> store_;  // This backend's namespace.
   const std::shared_ptr<gloo::Context> context_;
+  std::atomic<bool> connections_closed_{false};
   // The address each peer's end of its connection to us has, as Gloo prints it
   // in errors.
   const std::vector<std::pair<std::string, int>> peer_addresses_;

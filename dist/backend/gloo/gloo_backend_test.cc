@@ -464,6 +464,34 @@ TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
   backends[0].reset();  // Rank 1 said it was leaving: no wait either.
 }
 
+// A rank that aborts and lives on (an elastic run forming its next
+// generation) closes its connections: a peer waiting in a collective it will
+// never join fails at once, naming it, not at the hour's timeout.
+TEST(GlooBackendTest, AbortFailsThePeersWaitingCollective) {
+  auto store = std::make_shared<store::HashStore>(absl::Seconds(60));
+  std::unique_ptr<Backend> backends[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([&, r] {
+      absl::StatusOr<std::unique_ptr<Backend>> b =
+          Gloo(GlooAlgorithm::kAuto, absl::Hours(1))(r, 2, store);
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends[r] = *std::move(b);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(backends[0] && backends[1]);
+  std::shared_ptr<Work> waiting = backends[0]->AllReduce(at::ones({4}));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(waiting->IsCompleted());
+  backends[1]->Abort(absl::AbortedError("the caller gave up"));
+  const absl::Status s = waiting->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("peer: rank 1"));
+  backends[1].reset();
+  backends[0].reset();
+}
+
 TEST(GlooAlgorithmNameTest, ParsesKnownNamesAndListsThemOtherwise) {
   EXPECT_EQ(*ParseGlooAlgorithm("ring_chunked"), GlooAlgorithm::kRingChunked);
   absl::StatusOr<GlooAlgorithm> bad = ParseGlooAlgorithm("tree");

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""How long an elastic run takes to train again after losing a rank.
+
+Starts `train --elastic` on N ranks, kills (SIGKILL) or stops (SIGSTOP) one of
+them once training runs, and times, from that signal, when each survivor saw
+the failure, when the next generation was formed and when its first step was
+done (the lines TrainElastic writes; each line is stamped when it appears in
+the rank's log, polled every few milliseconds). Repeats, then prints one row
+per repeat and the median and worst, and writes them to a CSV. The survivors
+must finish the run (exit 0). A stopped rank is killed once they went on, or
+with --after_stop=CONT let go on, when it must find itself left out and exit
+with an error saying so.
+
+On one host, the ranks run on loopback. Under `sim_cluster --run` (the
+simulated cluster's hosts, SIM_CLUSTER_NAMESPACES and SIM_CLUSTER_ADDRESSES)
+they are spread over the hosts, consecutive ranks on a host, each host one
+PID namespace as sim_cluster's hosts are (docs/RELIABILITY.md).
+
+Exit status: 0 when every repeat recovered, 1 when one did not (the reason and
+the ranks' last lines are printed), 2 on bad flags.
+"""
+
+import argparse
+import csv
+import os
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+DEFAULT_TRAIN_FLAGS = [
+    "--epochs=1", "--max_steps=300", "--skip_validation", "--progress=none",
+    "--timeout=20s"
+]
+FAILED = re.compile(r"elastic: generation 0 of \d+ ranks failed")
+FORMED = re.compile(r"elastic: generation 1: rank \d+ of \d+, going on from step (\d+)")
+FIRST = re.compile(r"elastic: generation 1 trained step (\d+), its first")
+LEFT_OUT = re.compile(r"was left out of generation 1")
+POLL_SECONDS = 0.003
+
+
+def find_train():
+  here = os.path.dirname(os.path.abspath(__file__))
+  roots = [os.environ.get("RUNFILES_DIR", ""), os.path.abspath(__file__) + ".runfiles",
+           os.path.dirname(os.path.dirname(here))]
+  for root in roots:
+    for ws in ("dtrain", "_main"):
+      path = os.path.join(root, ws, "trainer", "train")
+      if root and os.access(path, os.X_OK):
+        return path
+  return None
+
+
+def free_port(namespace):
+  code = ("import socket; s = socket.socket(); s.bind(('', 0)); "
+          "print(s.getsockname()[1])")
+  if namespace is None:
+    return int(subprocess.check_output([sys.executable, "-c", code]))
+  return int(subprocess.check_output(["ip", "netns", "exec", namespace, sys.executable, "-c", code]))
+
+
+class Log:
+  """A rank's output file, read as it grows; each whole line stamped."""
+
+  def __init__(self, path):
+    self.path = path
+    self.offset = 0
+    self.partial = b""
+    self.lines = []  # (time, text)
+
+  def poll(self, now):
+    try:
+      with open(self.path, "rb") as f:
+        f.seek(self.offset)
+        data = f.read()
+    except FileNotFoundError:
+      return
+    self.offset += len(data)
+    data = self.partial + data
+    *whole, self.partial = data.split(b"\n")
+    for line in whole:
+      self.lines.append((now, line.decode("utf-8", "replace")))
+
+  def first(self, pattern):
+    for stamp, text in self.lines:
+      m = pattern.search(text)
+      if m:
+        return stamp, m
+    return None, None
+
+  def tail(self, n=6):
+    return "\n".join("    " + t for _, t in self.lines[-n:])
+
+
+def rank_pid(rank, port):
+  """The process of `rank` in the job on `port`, found by its command line."""
+  want = [f"--rank={rank}".encode(), f":{port}".encode()]
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        args = f.read().split(b"\0")
+    except OSError:
+      continue
+    if not args or not args[0].endswith(b"/train"):
+      continue
+    if want[0] in args and any(want[1] in a for a in args):
+      return int(entry)
+  return None
+
+
+class Job:
+  """N ranks of `train --elastic`, on loopback or on the simulated hosts."""
+
+  def __init__(self, args, train_flags, run_dir, hosts):
+    self.ranks = args.ranks
+    self.run_dir = run_dir
+    self.hosts = hosts
+    namespace = hosts[0][0] if hosts else None
+    self.port = free_port(namespace)
+    master = hosts[0][1] if hosts else "127.0.0.1"
+    self.logs = [Log(os.path.join(run_dir, f"rank{r}.log")) for r in range(self.ranks)]
+    self.procs = []
+
+    def command(r):
+      return [args.train, f"--dist_url=tcp://{master}:{self.port}", f"--world_size={self.ranks}",
+              f"--rank={r}", "--elastic"] + train_flags
+
+    if not hosts:
+      for r in range(self.ranks):
+        with open(self.logs[r].path, "wb") as out:
+          self.procs.append(
+              subprocess.Popen(command(r), stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True))
+      return
+    per_host = self.ranks // len(hosts)
+    for k, (ns, _) in enumerate(hosts):
+      lines = []
+      for r in range(k * per_host, (k + 1) * per_host):
+        log = shlex.quote(self.logs[r].path)
+        rc = shlex.quote(os.path.join(run_dir, f"rank{r}.rc"))
+        lines.append(f"({shlex.join(command(r))} >{log} 2>&1; echo $? >{rc}) &")
+      lines.append("wait")
+      host_log = open(os.path.join(run_dir, f"host{k}.log"), "wb")
+      self.procs.append(
+          subprocess.Popen([
+              "ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--kill-child",
+              "--mount-proc", "env", "GLOO_SOCKET_IFNAME=eth0", "bash", "-c", "\n".join(lines)
+          ],
+                           stdout=host_log,
+                           stderr=subprocess.STDOUT,
+                           start_new_session=True))
+      host_log.close()
+
+  def pid(self, rank):
+    if not self.hosts:
+      return self.procs[rank].pid
+    return rank_pid(rank, self.port)
+
+  def poll(self):
+    now = time.time()
+    for log in self.logs:
+      log.poll(now)
+
+  def running(self):
+    return any(p.poll() is None for p in self.procs)
+
+  def exit_code(self, rank):
+    if not self.hosts:
+      return self.procs[rank].poll()
+    try:
+      with open(os.path.join(self.run_dir, f"rank{rank}.rc")) as f:
+        return int(f.read().strip())
+    except (OSError, ValueError):
+      return None
+
+  def stop(self):
+    for p in self.procs:
+      if p.poll() is None:
+        try:
+          os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+    for p in self.procs:
+      p.wait()
+
+
+def one_repeat(args, train_flags, run_dir, hosts):
+  """One kill; returns a row of seconds, or raises RuntimeError saying why."""
+  os.makedirs(run_dir, exist_ok=True)
+  job = Job(args, train_flags, run_dir, hosts)
+  survivors = [r for r in range(args.ranks) if r != args.kill]
+  try:
+    deadline = time.time() + args.timeout
+    began = None
+    while began is None:
+      job.poll()
+      began, _ = job.logs[0].first(re.compile("Begin training"))
+      if time.time() > deadline or not job.running():
+        raise RuntimeError("training never began")
+      time.sleep(POLL_SECONDS)
+    while time.time() < began + args.kill_after:
+      job.poll()
+      time.sleep(POLL_SECONDS)
+    pid = job.pid(args.kill)
+    if pid is None:
+      raise RuntimeError(f"rank {args.kill}'s process not found")
+    signal_number = signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP
+    killed_at = time.time()
+    os.kill(pid, signal_number)
+    while True:
+      job.poll()
+      if all(job.logs[r].first(FIRST)[0] is not None for r in survivors):
+        break
+      if time.time() > killed_at + args.timeout:
+        raise RuntimeError(f"the survivors did not train again within {args.timeout} s")
+      if not job.running():
+        raise RuntimeError("the job ended before every survivor trained again")
+      time.sleep(POLL_SECONDS)
+    if args.signal == "STOP":
+      os.kill(pid, signal.SIGKILL if args.after_stop == "KILL" else signal.SIGCONT)
+    while job.running() and time.time() < killed_at + args.timeout:
+      job.poll()
+      time.sleep(0.05)
+    job.poll()
+    for r in survivors:
+      code = job.exit_code(r)
+      if code != 0:
+        raise RuntimeError(f"rank {r} exited {code}")
+    if args.signal == "STOP" and args.after_stop == "CONT":
+      code = job.exit_code(args.kill)
+      if code in (0, None) or job.logs[args.kill].first(LEFT_OUT)[0] is None:
+        raise RuntimeError(f"rank {args.kill}, let go on after the others left it behind, "
+                           f"exited {code} without saying it was left out")
+    row = {"signal": args.signal, "ranks": args.ranks, "killed": args.kill}
+    for name, pattern in (("failure_seen_s", FAILED), ("generation_formed_s", FORMED),
+                          ("first_step_s", FIRST)):
+      stamps = [job.logs[r].first(pattern)[0] for r in survivors]
+      if any(s is None for s in stamps):
+        raise RuntimeError(f"a survivor wrote no line for {name}")
+      row[name] = max(stamps) - killed_at
+    _, formed = job.logs[survivors[0]].first(FORMED)
+    row["went_on_from_step"] = int(formed.group(1))
+    return row
+  except RuntimeError as e:
+    job.poll()
+    lines = "\n".join(f"  rank {r}:\n{job.logs[r].tail()}" for r in range(args.ranks))
+    raise RuntimeError(f"{e}\n{lines}") from None
+  finally:
+    job.stop()
+
+
+def main():
+  parser = argparse.ArgumentParser(
+      description=__doc__.split("\n\n")[0],
+      usage="elastic_recovery [OPTIONS] [-- TRAIN_FLAGS...]",
+      epilog="TRAIN_FLAGS go to every rank after the defaults (" + " ".join(DEFAULT_TRAIN_FLAGS) +
+      "), so they override them.")
+  parser.add_argument("--train", help="the train binary (default: from the runfiles)")
+  parser.add_argument("--ranks", type=int, default=4)
+  parser.add_argument("--kill", type=int, default=1, help="the rank to signal")
+  parser.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
+  parser.add_argument("--after_stop", choices=["KILL", "CONT"], default="KILL",
+                      help="with --signal=STOP, what the stopped rank gets once the others went on")
+  parser.add_argument("--kill_after", type=float, default=1.5,
+                      help="seconds after rank 0 began training")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--timeout", type=float, default=120,
+                      help="seconds each phase of a repeat may take")
+  parser.add_argument("--output_dir", default="elastic_recovery_results",
+                      help="the ranks' logs and elastic_recovery.csv")
+  argv = sys.argv[1:]
+  train_flags = []
+  if "--" in argv:
+    train_flags = argv[argv.index("--") + 1:]
+    argv = argv[:argv.index("--")]
+  args = parser.parse_args(argv)
+  if args.ranks < 2 or not 0 <= args.kill < args.ranks:
+    parser.error(f"--kill={args.kill} must name one of --ranks={args.ranks} (2 or more)")
+  if args.repeats < 1:
+    parser.error("--repeats must be at least 1")
+  args.train = args.train or find_train()
+  if not args.train or not os.access(args.train, os.X_OK):
+    parser.error("cannot find the train binary: run through 'bazel run "
+                 "//experiments:elastic_recovery', or give --train")
+  args.train = os.path.abspath(args.train)
+  hosts = []
+  if os.environ.get("SIM_CLUSTER_NAMESPACES"):
+    names = os.environ["SIM_CLUSTER_NAMESPACES"].split()
+    addresses = os.environ.get("SIM_CLUSTER_ADDRESSES", "").split()
+    if len(names) != len(addresses) or args.ranks % len(names) != 0:
+      parser.error(f"--ranks={args.ranks} must spread evenly over the simulated cluster's "
+                   f"{len(names)} hosts")
+    hosts = list(zip(names, addresses))
+  output_dir = args.output_dir
+  if not os.path.isabs(output_dir):
+    output_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), output_dir)
+  os.makedirs(output_dir, exist_ok=True)
+
+  where = f"{len(hosts)} simulated hosts" if hosts else "loopback"
+  print(f"elastic_recovery: {args.ranks} ranks on {where}, SIG{args.signal} of rank {args.kill} "
+        f"{args.kill_after} s into training, {args.repeats} repeats", flush=True)
+  rows = []
+  for i in range(args.repeats):
+    try:
+      row = one_repeat(args, DEFAULT_TRAIN_FLAGS + train_flags,
+                       os.path.join(output_dir, f"repeat{i}"), hosts)
+    except RuntimeError as e:
+      print(f"elastic_recovery: repeat {i}: {e}", file=sys.stderr)
+      return 1
+    row["repeat"] = i
+    rows.append(row)
+    print(f"  repeat {i}: failure seen {row['failure_seen_s']:.3f} s, generation formed "
+          f"{row['generation_formed_s']:.3f} s, first step {row['first_step_s']:.3f} s after "
+          f"the signal (went on from step {row['went_on_from_step']})", flush=True)
+  firsts = [r["first_step_s"] for r in rows]
+  print(f"elastic_recovery: signal to the next step: median {statistics.median(firsts):.3f} s, "
+        f"worst {max(firsts):.3f} s")
+  fields = ["repeat", "ranks", "killed", "signal", "failure_seen_s", "generation_formed_s",
+            "first_step_s", "went_on_from_step"]
+  path = os.path.join(output_dir, "elastic_recovery.csv")
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
+  print(f"elastic_recovery: wrote {path}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# experiments/elastic_recovery.py, the measurement of an elastic run's recovery, with real
+# processes: on loopback, rank 1 and then rank 0 (the first store's host) of 3 SIGKILLed, and rank 2
+# SIGSTOPped past the timeout, then let go on, when it must say it was left out; as root, also on
+# two simulated hosts of 2 ranks (sim_cluster --run) at 1 Gbit, the other host's leader killed.
+# Each time the survivors train again and finish, and the CSV has the repeat's times in order.
+set -uo pipefail
+
+recovery=$1
+sim=$2
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
+start_test elastic_recovery
+
+short=(--dataset=synthetic --synthetic_train_size=6000 --batch_size=16 --max_steps=150)
+
+# check NAME: the CSV of $tmp/NAME holds one repeat whose times are in order, all under the limit.
+check() {
+  local csv=$tmp/$1/elastic_recovery.csv
+  [[ -f $csv ]] || csv=$tmp/$1/1gbit/elastic_recovery.csv
+  python3 - "$csv" "$2" <<'PY' || fail "$1: $(cat "$csv" 2>&1)"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1, rows
+r = rows[0]
+seen, formed, first = (float(r[k]) for k in ("failure_seen_s", "generation_formed_s", "first_step_s"))
+assert 0 < seen <= formed <= first < float(sys.argv[2]), r
+assert int(r["went_on_from_step"]) > 0, r
+PY
+}
+
+# run NAME ARGS...: the driver, which must succeed.
+run() {
+  local name=$1
+  shift
+  if ! "$recovery" --repeats=1 --output_dir="$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then
+    fail "$name: exit $?: $(tail -30 "$tmp/$name.out")"
+    return 1
+  fi
+  echo "$name: $(grep 'signal to the next step' "$tmp/$name.out")"
+}
+
+run kill1 --ranks=3 --kill=1 -- "${short[@]}" && check kill1 60
+run kill0 --ranks=3 --kill=0 -- "${short[@]}" && check kill0 60
+# Stopped: found at the 3 s timeout, waited for the 5 s grace, then left out.
+if run stop2 --ranks=3 --kill=2 --signal=STOP --after_stop=CONT -- "${short[@]}" --timeout=3s; then
+  check stop2 60
+  grep -q "rank 2 was left out of generation 1" "$tmp/stop2/repeat0/rank2.log" \
+    || fail "stop2: rank 2 did not say it was left out: $(tail -3 "$tmp/stop2/repeat0/rank2.log")"
+fi
+
+# Bad flags: exit 2, naming the flag.
+"$recovery" --ranks=3 --kill=3 >"$tmp/bad.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--kill=3" "$tmp/bad.out" || fail "--kill=3: exit $rc: $(cat "$tmp/bad.out")"
+
+# Two simulated hosts, where namespaces can be made.
+if [[ $(id -u) -eq 0 ]] && command -v ip >/dev/null && command -v tc >/dev/null; then
+  "$sim" --hosts=2 --rates=1gbit --link_check=0 --output_dir="$tmp/sim" \
+    --run="$recovery --ranks=4 --kill=2 --repeats=1 --output_dir=\$SIM_CLUSTER_OUTPUT_DIR -- ${short[*]}" \
+    >"$tmp/sim.out" 2>&1 || fail "sim_cluster --run: exit $?: $(tail -30 "$tmp/sim.out")"
+  check sim 60
+  grep -q "4 ranks on 2 simulated hosts" "$tmp/sim.out" || fail "sim: not on the hosts: $(cat "$tmp/sim.out")"
+  "$sim" --run=true -- --models=convnet >"$tmp/simbad.out" 2>&1
+  rc=$?
+  [[ $rc -eq 2 ]] && grep -q "no scaling flags" "$tmp/simbad.out" \
+    || fail "--run with scaling flags: exit $rc: $(cat "$tmp/simbad.out")"
+else
+  echo "not root or no iproute2: the simulated hosts' case is not run"
+fi
+
+finish
