@@ -62,6 +62,7 @@ namespace {
 
 // The probe, and the client it made when the endpoint serves.
 EndpointState Probe(const StoreEndpoint& e, const FailoverStoreOptions& options,
+                    absl::Duration hello_timeout,
                     std::shared_ptr<TcpStore>* client, std::string* why) {
   // One attempt: a refusal means the process is gone, at once.
   absl::StatusOr<base::UniqueFd> fd = internal::ConnectOnce(
@@ -77,6 +78,7 @@ EndpointState Probe(const StoreEndpoint& e, const FailoverStoreOptions& options,
   o.port = e.port;
   o.is_server = false;
   o.connect_timeout = options.probe_timeout;
+  o.hello_timeout = hello_timeout;
   absl::StatusOr<std::shared_ptr<TcpStore>> store = TcpStore::Create(o);
   if (!store.ok()) {
     if (why != nullptr) *why = std::string(store.status().message());
@@ -91,7 +93,7 @@ EndpointState Probe(const StoreEndpoint& e, const FailoverStoreOptions& options,
 EndpointState ProbeEndpoint(const StoreEndpoint& endpoint,
                             const FailoverStoreOptions& options,
                             std::string* why) {
-  return Probe(endpoint, options, nullptr, why);
+  return Probe(endpoint, options, options.hello_timeout, nullptr, why);
 }
 
 FailoverStore::FailoverStore(std::vector<StoreEndpoint> endpoints,
@@ -123,7 +125,10 @@ absl::StatusOr<int> FailoverStore::Failover() {
     }
     std::shared_ptr<TcpStore> store;
     std::string reason;
-    if (Probe(e, options_, &store, &reason) != EndpointState::kServing) {
+    // The choice is for good: the job client's longer wait, so that a
+    // loaded machine does not make survivors choose differently.
+    if (Probe(e, options_, options_.client.hello_timeout, &store, &reason) !=
+        EndpointState::kServing) {
       skipped_[i] = true;
       why.push_back(absl::StrCat(e.ToString(), ": ", reason));
       continue;

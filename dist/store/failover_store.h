@@ -19,13 +19,13 @@
 // kUnavailable, as TcpStore's do, and are never retried against another
 // server, whose keys are not these. Failover() chooses again: the endpoints in
 // order, skipping those whose process is gone (the connection is refused) or
-// that accept a connection but do not answer its hello within probe_timeout
-// (a stopped process: the kernel accepts for it). A skipped endpoint is never
-// used again, so a rank that was stopped and resumes cannot take the store
-// back. Every survivor applies the same rule to the same processes and so
-// meets the others at the lowest live server; processes are assumed to fail
-// by stopping, not by being cut off from some of the others (no network
-// partitions), as PyTorch's c10d rendezvous assumes.
+// that accept a connection but do not answer its hello within the client's
+// hello_timeout (a stopped process: the kernel accepts for it). A skipped
+// endpoint is never used again, so a rank that was stopped and resumes cannot
+// take the store back. Every survivor applies the same rule to the same
+// processes and so meets the others at the lowest live server; processes are
+// assumed to fail by stopping, not by being cut off from some of the others (no
+// network partitions), as PyTorch's c10d rendezvous assumes.
 //
 // Thread-safe: calls may run concurrently with each other and with Failover
 // (a call started before a failover finishes against the old server).
@@ -62,9 +62,9 @@ struct StoreEndpoint {
 // The address to serve this rank's standby on, in a job whose first store
 // is at master_host:master_port: loopback when that is loopback (a job on one
 // host; also without a master, as with file:// init), otherwise this
-// machine's address on the route to it, which the
-// other hosts reach (not the host name, which Debian maps to 127.0.1.1).
-// kUnavailable naming the master when it has no route.
+// machine's address on the route to it, which the other hosts reach (not the
+// host name, which Debian maps to 127.0.1.1). kUnavailable naming the master
+// when it has no route.
 absl::StatusOr<std::string> StandbyHostToward(absl::string_view master_host,
                                               int master_port);
 
@@ -94,10 +94,16 @@ class StoreStandby {
 };
 
 struct FailoverStoreOptions {
-  // How long an endpoint that accepts a connection may take to answer its
-  // hello before it counts as stopped. A live server answers at once, from
-  // its own thread, however busy its process is.
+  // How long a connection to an endpoint may take (a refusal is at once).
   absl::Duration probe_timeout = absl::Seconds(2);
+  // ProbeEndpoint's wait for the hello of an endpoint that accepted the
+  // connection, before it counts as silent (stopped). A live server answers
+  // at once, from its own thread, however busy its process is; a process
+  // being torn down after SIGKILL may accept for a while, and a short wait
+  // lets the caller, which probes again and again through a grace, look
+  // again soon and find it gone. (Failover waits the client's
+  // hello_timeout: its choice is final.)
+  absl::Duration hello_timeout = absl::Milliseconds(250);
   // The client's settings (token, call timeout, reconnect timeout); host,
   // port and is_server are set per endpoint.
   TcpStoreOptions client;
@@ -112,8 +118,8 @@ enum class EndpointState {
              // something else.
 };
 
-// One look at `endpoint`, taking at most about probe_timeout: what the
-// elastic controller asks of a rank that has not joined the next generation
+// One look at `endpoint`, taking at most probe_timeout + hello_timeout: what
+// the elastic controller asks of a rank that has not joined the next generation
 // (dist/rendezvous/next_generation.h), and what Failover asks of each
 // candidate. `why` (when not null) receives the reason for kGone and kSilent.
 EndpointState ProbeEndpoint(const StoreEndpoint& endpoint,

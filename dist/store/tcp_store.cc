@@ -85,7 +85,7 @@ absl::Status TcpStore::Hello(int fd) const {
   std::string ping;
   protocol::AppendFrame(static_cast<uint8_t>(Request::kPing),
                         Writer().Bytes(options_.token).data(), &ping);
-  const absl::Time deadline = absl::Now() + protocol::kHelloTimeout;
+  const absl::Time deadline = absl::Now() + options_.hello_timeout;
   char header[protocol::kHeaderSize];
   // If this fails, not even our bytes went out: retry.
   DTRAIN_RETURN_IF_ERROR(
@@ -103,7 +103,7 @@ absl::Status TcpStore::Hello(int fd) const {
         s.code() == absl::StatusCode::kDeadlineExceeded
             ? absl::StrCat("it accepted the connection but did not answer the "
                            "store's hello within ",
-                           absl::FormatDuration(protocol::kHelloTimeout))
+                           absl::FormatDuration(options_.hello_timeout))
             : "it closed the connection without answering the store's hello",
         advice));
   }

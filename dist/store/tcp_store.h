@@ -48,6 +48,9 @@ struct TcpStoreOptions {
   absl::Duration timeout = kDefaultStoreTimeout;
   // How long to keep trying to reach the server.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How long a server that accepted the connection may take to answer its
+  // hello (protocol::kHelloTimeout); it answers at once from its own thread.
+  absl::Duration hello_timeout = absl::Seconds(1);
   // The job's shared secret, or empty. A server with one serves only clients
   // whose hello carries it; a client presents it on every connection.
   std::string token;
