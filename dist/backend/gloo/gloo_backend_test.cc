@@ -435,12 +435,9 @@ TEST(GlooBackendTest, BcubeRejectsWorldSizesThatAreNotPowersOfTwo) {
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("power of 2"));
 }
 
-// An abort breaks this rank's backend for every later collective, and its
-// destruction then does not wait for its peer to leave too (without the
-// abort it would, for a minute: the timeout is an hour here).
-TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
+// Two Gloo ranks, as threads, whose collectives wait an hour.
+void TwoRanksWithAnHourTimeout(std::unique_ptr<Backend> (&backends)[2]) {
   auto store = std::make_shared<store::HashStore>(absl::Seconds(60));
-  std::unique_ptr<Backend> backends[2];
   std::thread threads[2];
   for (int r = 0; r < 2; ++r) {
     threads[r] = std::thread([&, r] {
@@ -451,6 +448,14 @@ TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+// An abort breaks this rank's backend for every later collective, and its
+// destruction then does not wait for its peer to leave too (without the
+// abort it would, for a minute: the timeout is an hour here).
+TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
+  std::unique_ptr<Backend> backends[2];
+  TwoRanksWithAnHourTimeout(backends);
   ASSERT_TRUE(backends[0] && backends[1]);
   backends[1]->Abort(absl::AbortedError("the caller gave up"));
   const absl::Status s = backends[1]->AllReduce(at::ones({4}))->Wait();
@@ -468,18 +473,8 @@ TEST(GlooBackendTest, AbortFailsLaterCollectivesAndSkipsTheExitWait) {
 // generation) closes its connections: a peer waiting in a collective it will
 // never join fails at once, naming it, not at the hour's timeout.
 TEST(GlooBackendTest, AbortFailsThePeersWaitingCollective) {
-  auto store = std::make_shared<store::HashStore>(absl::Seconds(60));
   std::unique_ptr<Backend> backends[2];
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      absl::StatusOr<std::unique_ptr<Backend>> b =
-          Gloo(GlooAlgorithm::kAuto, absl::Hours(1))(r, 2, store);
-      ASSERT_TRUE(b.ok()) << b.status();
-      backends[r] = *std::move(b);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  TwoRanksWithAnHourTimeout(backends);
   ASSERT_TRUE(backends[0] && backends[1]);
   std::shared_ptr<Work> waiting = backends[0]->AllReduce(at::ones({4}));
   absl::SleepFor(absl::Milliseconds(100));
