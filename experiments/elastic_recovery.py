@@ -11,6 +11,15 @@ must finish the run (exit 0). A stopped rank is killed once they went on, or
 with --after_stop=CONT let go on, when it must find itself left out and exit
 with an error saying so.
 
+With --launchers=torchrun (or elastic,torchrun, taking turns), the same failure for comparison: PyTorch's torchrun
+(Debian's python3-torch) runs `train` without --elastic, with --max_restarts=1
+and a checkpoint every --checkpoint_every_steps steps; it restarts every
+worker, which resume from the newest checkpoint. The time is to the restarted
+group's first step, and the steps lost are those trained since that
+checkpoint. Both modes log every step (--log_jsonl), which gives the steps
+lost: the last step logged before the signal minus the step training went on
+from.
+
 On one host, the ranks run on loopback. Under `sim_cluster --run` (the
 simulated cluster's hosts, SIM_CLUSTER_NAMESPACES and SIM_CLUSTER_ADDRESSES)
 they are spread over the hosts, consecutive ranks on a host, each host one
@@ -25,11 +34,13 @@ import csv
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import json
 import time
 
 DEFAULT_TRAIN_FLAGS = [
@@ -40,19 +51,44 @@ FAILED = re.compile(r"elastic: generation 0 of \d+ ranks failed")
 FORMED = re.compile(r"elastic: generation 1: rank \d+ of \d+, going on from step (\d+)")
 FIRST = re.compile(r"elastic: generation 1 trained step (\d+), its first")
 LEFT_OUT = re.compile(r"was left out of generation 1")
+RESUMED = re.compile(r"resumed from .*, step (\d+)")
 POLL_SECONDS = 0.003
 
 
-def find_train():
+def steps_logged(path):
+  """(unix time, step) of each step line in a --log_jsonl file."""
+  out = []
+  try:
+    with open(path) as f:
+      for line in f:
+        try:
+          entry = json.loads(line)
+        except ValueError:
+          continue
+        if entry.get("event") == "step":
+          out.append((float(entry["time"]), int(entry["step"])))
+  except FileNotFoundError:
+    pass
+  return out
+
+
+def last_step_before(steps, when):
+  before = [step for t, step in steps if t < when]
+  return max(before) if before else 0
+
+
+def find_runfile(*parts):
+  """A file of the build: from the runfiles, or the source tree beside this script."""
   here = os.path.dirname(os.path.abspath(__file__))
   roots = [os.environ.get("RUNFILES_DIR", ""), os.path.abspath(__file__) + ".runfiles",
            os.path.dirname(os.path.dirname(here))]
   for root in roots:
     for ws in ("dtrain", "_main"):
-      path = os.path.join(root, ws, "trainer", "train")
-      if root and os.access(path, os.X_OK):
+      path = os.path.join(root, ws, *parts)
+      if root and os.path.exists(path):
         return path
-  return None
+  path = os.path.join(os.path.dirname(here), *parts)
+  return path if os.path.exists(path) else None
 
 
 def free_port(namespace):
@@ -192,7 +228,8 @@ class Job:
 
 def one_repeat(args, train_flags, run_dir, hosts):
   """One kill; returns a row of seconds, or raises RuntimeError saying why."""
-  os.makedirs(run_dir, exist_ok=True)
+  shutil.rmtree(run_dir, ignore_errors=True)
+  os.makedirs(run_dir)
   job = Job(args, train_flags, run_dir, hosts)
   survivors = [r for r in range(args.ranks) if r != args.kill]
   try:
@@ -246,6 +283,8 @@ def one_repeat(args, train_flags, run_dir, hosts):
       row[name] = max(stamps) - killed_at
     _, formed = job.logs[survivors[0]].first(FORMED)
     row["went_on_from_step"] = int(formed.group(1))
+    before = last_step_before(steps_logged(os.path.join(run_dir, "steps.jsonl")), killed_at)
+    row["steps_lost"] = max(0, before - row["went_on_from_step"])
     return row
   except RuntimeError as e:
     job.poll()
@@ -255,6 +294,91 @@ def one_repeat(args, train_flags, run_dir, hosts):
     job.stop()
 
 
+def torchrun_children(agent_pid):
+  """The agent's worker processes, by their RANK."""
+  out = {}
+  try:
+    with open(f"/proc/{agent_pid}/task/{agent_pid}/children") as f:
+      children = [int(c) for c in f.read().split()]
+  except OSError:
+    return out
+  for pid in children:
+    try:
+      with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+      continue
+    if b"RANK" in env:
+      out[int(env[b"RANK"])] = pid
+  return out
+
+
+def one_torchrun_repeat(args, train_flags, run_dir):
+  """The same failure under torchrun's restart; a row as one_repeat's."""
+  shutil.rmtree(run_dir, ignore_errors=True)
+  os.makedirs(run_dir)
+  log = Log(os.path.join(run_dir, "torchrun.log"))
+  jsonl = os.path.join(run_dir, "steps.jsonl")
+  command = [
+      "/usr/bin/python3", args.torchrun, f"--nproc_per_node={args.ranks}",
+      f"--master_port={free_port(None)}", "--max_restarts=1"
+  ] + ([f"--monitor_interval={args.monitor_interval}"] if args.monitor_interval else []) + [
+      "--no_python", args.train
+  ] + train_flags + [
+      f"--checkpoint_dir={os.path.join(run_dir, 'checkpoints')}",
+      f"--checkpoint_every_steps={args.checkpoint_every_steps}", "--resume"
+  ]
+  with open(log.path, "wb") as out:
+    agent = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+  try:
+    deadline = time.time() + args.timeout
+    began = None
+    while began is None:
+      log.poll(time.time())
+      began, _ = log.first(re.compile("Begin training"))
+      if time.time() > deadline or agent.poll() is not None:
+        raise RuntimeError("training never began")
+      time.sleep(POLL_SECONDS)
+    time.sleep(max(0.0, began + args.kill_after - time.time()))
+    pid = torchrun_children(agent.pid).get(args.kill)
+    if pid is None:
+      raise RuntimeError(f"no worker with RANK={args.kill} among torchrun's children")
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP)
+    try:
+      agent.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+      raise RuntimeError(f"torchrun did not finish within {args.timeout} s of the signal") from None
+    log.poll(time.time())
+    if agent.returncode != 0:
+      raise RuntimeError(f"torchrun exited {agent.returncode}")
+    _, resumed = log.first(RESUMED)
+    if resumed is not None:
+      went_on_from = int(resumed.group(1))
+    elif len([1 for _, text in log.lines if "no checkpoint in" in text]) >= 2:
+      went_on_from = 0  # Killed before the first checkpoint: from the beginning.
+    else:
+      raise RuntimeError("the restarted group neither resumed nor started again")
+    steps = steps_logged(jsonl)
+    after = [t for t, step in steps if t > killed_at and step == went_on_from + 1]
+    if not after:
+      raise RuntimeError(f"no step {went_on_from + 1} logged after the signal")
+    before = last_step_before(steps, killed_at)
+    return {
+        "signal": args.signal, "ranks": args.ranks, "killed": args.kill,
+        "first_step_s": after[0] - killed_at, "went_on_from_step": went_on_from,
+        "steps_lost": max(0, before - went_on_from)
+    }
+  except RuntimeError as e:
+    log.poll(time.time())
+    raise RuntimeError(f"{e}\n{log.tail(12)}") from None
+  finally:
+    if agent.poll() is None:
+      os.killpg(agent.pid, signal.SIGKILL)
+      agent.wait()
+
+
 def main():
   parser = argparse.ArgumentParser(
       description=__doc__.split("\n\n")[0],
@@ -262,6 +386,14 @@ def main():
       epilog="TRAIN_FLAGS go to every rank after the defaults (" + " ".join(DEFAULT_TRAIN_FLAGS) +
       "), so they override them.")
   parser.add_argument("--train", help="the train binary (default: from the runfiles)")
+  parser.add_argument("--launchers", default="elastic",
+                      help="elastic (train --elastic), torchrun (its restart, for comparison), or "
+                      "both, comma-separated: they take turns in each repeat")
+  parser.add_argument("--checkpoint_every_steps", type=int, default=10,
+                      help="with torchrun: the checkpoints it restarts from")
+  parser.add_argument("--monitor_interval", type=float, default=None,
+                      help="with torchrun: its agent's --monitor_interval in seconds (default: "
+                      "torchrun's own: 5 s in PyTorch 1.13, 0.1 s since pytorch#124692)")
   parser.add_argument("--ranks", type=int, default=4)
   parser.add_argument("--kill", type=int, default=1, help="the rank to signal")
   parser.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
@@ -284,13 +416,27 @@ def main():
     parser.error(f"--kill={args.kill} must name one of --ranks={args.ranks} (2 or more)")
   if args.repeats < 1:
     parser.error("--repeats must be at least 1")
-  args.train = args.train or find_train()
+  args.train = args.train or find_runfile("trainer", "train")
   if not args.train or not os.access(args.train, os.X_OK):
     parser.error("cannot find the train binary: run through 'bazel run "
                  "//experiments:elastic_recovery', or give --train")
   args.train = os.path.abspath(args.train)
+  args.launchers = args.launchers.split(",")
+  if not args.launchers or any(l not in ("elastic", "torchrun") for l in args.launchers):
+    parser.error(f"--launchers: '{','.join(args.launchers)}' is not a list of elastic, torchrun")
+  if "torchrun" in args.launchers:
+    # Debian's torchrun with the workarounds its PyTorch needs.
+    args.torchrun = find_runfile("tools", "launch", "torchrun.py")
+    if args.torchrun is None:
+      parser.error("cannot find tools/launch/torchrun.py: run through 'bazel run "
+                   "//experiments:elastic_recovery'")
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
+                      stderr=subprocess.DEVNULL).returncode != 0:
+      parser.error("--launcher=torchrun needs Debian's python3-torch (tools/setup.sh installs it)")
   hosts = []
   if os.environ.get("SIM_CLUSTER_NAMESPACES"):
+    if "torchrun" in args.launchers:
+      parser.error("--launchers=torchrun runs on loopback only")
     names = os.environ["SIM_CLUSTER_NAMESPACES"].split()
     addresses = os.environ.get("SIM_CLUSTER_ADDRESSES", "").split()
     if len(names) != len(addresses) or args.ranks % len(names) != 0:
@@ -303,29 +449,46 @@ def main():
   os.makedirs(output_dir, exist_ok=True)
 
   where = f"{len(hosts)} simulated hosts" if hosts else "loopback"
-  print(f"elastic_recovery: {args.ranks} ranks on {where}, SIG{args.signal} of rank {args.kill} "
+  print(f"elastic_recovery: {','.join(args.launchers)}, {args.ranks} ranks on {where}, "
+        f"SIG{args.signal} of rank {args.kill} "
         f"{args.kill_after} s into training, {args.repeats} repeats", flush=True)
   rows = []
   for i in range(args.repeats):
-    try:
-      row = one_repeat(args, DEFAULT_TRAIN_FLAGS + train_flags,
-                       os.path.join(output_dir, f"repeat{i}"), hosts)
-    except RuntimeError as e:
-      print(f"elastic_recovery: repeat {i}: {e}", file=sys.stderr)
-      return 1
-    row["repeat"] = i
-    rows.append(row)
-    print(f"  repeat {i}: failure seen {row['failure_seen_s']:.3f} s, generation formed "
-          f"{row['generation_formed_s']:.3f} s, first step {row['first_step_s']:.3f} s after "
-          f"the signal (went on from step {row['went_on_from_step']})", flush=True)
-  firsts = [r["first_step_s"] for r in rows]
-  print(f"elastic_recovery: signal to the next step: median {statistics.median(firsts):.3f} s, "
-        f"worst {max(firsts):.3f} s")
-  fields = ["repeat", "ranks", "killed", "signal", "failure_seen_s", "generation_formed_s",
-            "first_step_s", "went_on_from_step"]
+    # The launchers take turns, so that the machine's load falls on each alike.
+    for launcher in args.launchers:
+      try:
+        run_dir = os.path.join(output_dir, launcher, f"repeat{i}")
+        flags = DEFAULT_TRAIN_FLAGS + [f"--log_jsonl={os.path.join(run_dir, 'steps.jsonl')}",
+                                       "--print_freq=1"] + train_flags
+        if launcher == "torchrun":
+          row = one_torchrun_repeat(args, flags, run_dir)
+        else:
+          row = one_repeat(args, flags, run_dir, hosts)
+      except RuntimeError as e:
+        print(f"elastic_recovery: {launcher}, repeat {i}: {e}", file=sys.stderr)
+        return 1
+      row["repeat"] = i
+      row["launcher"] = launcher
+      rows.append(row)
+      phases = ""
+      if "failure_seen_s" in row:
+        phases = (f"failure seen {row['failure_seen_s']:.3f} s, generation formed "
+                  f"{row['generation_formed_s']:.3f} s, ")
+      print(f"  {launcher}, repeat {i}: {phases}first step {row['first_step_s']:.3f} s after the "
+            f"signal (went on from step {row['went_on_from_step']}, {row['steps_lost']} steps "
+            "lost)", flush=True)
+  for launcher in args.launchers:
+    mine = [r for r in rows if r["launcher"] == launcher]
+    firsts = [r["first_step_s"] for r in mine]
+    lost = [r["steps_lost"] for r in mine]
+    print(f"elastic_recovery: {launcher}: signal to the next step: median "
+          f"{statistics.median(firsts):.3f} s, worst {max(firsts):.3f} s; steps lost: "
+          f"{sum(lost)} in all, at most {max(lost)}")
+  fields = ["repeat", "launcher", "ranks", "killed", "signal", "failure_seen_s",
+            "generation_formed_s", "first_step_s", "went_on_from_step", "steps_lost"]
   path = os.path.join(output_dir, "elastic_recovery.csv")
   with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
+    writer = csv.DictWriter(f, fieldnames=fields, restval="")
     writer.writeheader()
     for row in rows:
       writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})

@@ -3,7 +3,9 @@
 # processes: on loopback, rank 1 and then rank 0 (the first store's host) of 3 SIGKILLed, and rank 2
 # SIGSTOPped past the timeout, then let go on, when it must say it was left out; as root, also on
 # two simulated hosts of 2 ranks (sim_cluster --run) at 1 Gbit, the other host's leader killed.
-# Each time the survivors train again and finish, and the CSV has the repeat's times in order.
+# Each time the survivors train again and finish, and the CSV has the repeat's times in order. Also
+# torchrun's restart on the same failure, where Debian's python3-torch is installed: it goes on
+# from its checkpoint.
 set -uo pipefail
 
 recovery=$1
@@ -13,18 +15,23 @@ start_test elastic_recovery
 
 short=(--dataset=synthetic --synthetic_train_size=6000 --batch_size=16 --max_steps=150)
 
-# check NAME: the CSV of $tmp/NAME holds one repeat whose times are in order, all under the limit.
+# check NAME LIMIT [LAUNCHERS]: the CSV of $tmp/NAME holds one repeat per launcher (default:
+# elastic); elastic's times are in order, every first step under LIMIT seconds, no elastic step
+# lost.
 check() {
   local csv=$tmp/$1/elastic_recovery.csv
   [[ -f $csv ]] || csv=$tmp/$1/1gbit/elastic_recovery.csv
-  python3 - "$csv" "$2" <<'PY' || fail "$1: $(cat "$csv" 2>&1)"
+  python3 - "$csv" "$2" "${3:-elastic}" <<'PY' || fail "$1: $(cat "$csv" 2>&1)"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 1, rows
-r = rows[0]
-seen, formed, first = (float(r[k]) for k in ("failure_seen_s", "generation_formed_s", "first_step_s"))
-assert 0 < seen <= formed <= first < float(sys.argv[2]), r
-assert int(r["went_on_from_step"]) > 0, r
+assert [r["launcher"] for r in rows] == sys.argv[3].split(","), rows
+for r in rows:
+    first = float(r["first_step_s"])
+    assert 0 < first < float(sys.argv[2]), r
+    assert int(r["steps_lost"]) >= 0, r
+    if r["launcher"] == "elastic":
+        assert 0 < float(r["failure_seen_s"]) <= float(r["generation_formed_s"]) <= first, r
+        assert int(r["went_on_from_step"]) > 0 and int(r["steps_lost"]) == 0, r
 PY
 }
 
@@ -44,8 +51,17 @@ run kill0 --ranks=3 --kill=0 -- "${short[@]}" && check kill0 60
 # Stopped: found at the 3 s timeout, waited for the 5 s grace, then left out.
 if run stop2 --ranks=3 --kill=2 --signal=STOP --after_stop=CONT -- "${short[@]}" --timeout=3s; then
   check stop2 60
-  grep -q "rank 2 was left out of generation 1" "$tmp/stop2/repeat0/rank2.log" \
-    || fail "stop2: rank 2 did not say it was left out: $(tail -3 "$tmp/stop2/repeat0/rank2.log")"
+  grep -q "rank 2 was left out of generation 1" "$tmp/stop2/elastic/repeat0/rank2.log" \
+    || fail "stop2: rank 2 did not say it was left out: $(tail -3 "$tmp/stop2/elastic/repeat0/rank2.log")"
+fi
+
+# torchrun's restart, in turn with ours: killed after its first checkpoint (every 10 steps).
+if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+  run both --ranks=2 --kill=1 --launchers=elastic,torchrun --kill_after=1 -- "${short[@]}" \
+    --synthetic_train_size=20000 --max_steps=600 \
+    && check both 120 elastic,torchrun
+else
+  echo "Debian's python3-torch is not installed: torchrun's case is not run"
 fi
 
 # Bad flags: exit 2, naming the flag.
