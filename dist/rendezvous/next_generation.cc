@@ -1,6 +1,7 @@
 #include "dist/rendezvous/next_generation.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -23,6 +24,51 @@ std::string Key(int generation, absl::string_view what) {
 
 std::string MemberKey(int generation, int rank) {
   return Key(generation, absl::StrCat("member/", rank));
+}
+
+// The join queue: a ticket counter, each ticket's member, how many tickets
+// were admitted (in order), and each admitted ticket's generation.
+constexpr absl::string_view kTickets = "elastic/join/tickets";
+constexpr absl::string_view kAdmitted = "elastic/join/admitted";
+std::string TicketKey(int64_t ticket) {
+  return absl::StrCat("elastic/join/ticket/", ticket);
+}
+std::string TicketGenerationKey(int64_t ticket) {
+  return absl::StrCat(TicketKey(ticket), "/generation");
+}
+
+absl::StatusOr<int64_t> Admitted(store::Store& store) {
+  DTRAIN_ASSIGN_OR_RETURN(bool any, store.Check({std::string(kAdmitted)}));
+  if (!any) return 0;
+  DTRAIN_ASSIGN_OR_RETURN(std::string text,
+                          store.Get(kAdmitted, absl::Seconds(10)));
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n)) {
+    return absl::InternalError(
+        absl::StrCat("elastic: a bad admitted count in the store: '", text,
+                     "'"));
+  }
+  return n;
+}
+
+// The queued joiners after the admitted ones, at most `limit`, in order.
+absl::StatusOr<std::vector<GenerationMember>> Queued(store::Store& store,
+                                                     int64_t limit) {
+  std::vector<GenerationMember> out;
+  if (limit <= 0) return out;
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t admitted, Admitted(store));
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t tickets, store.Add(kTickets, 0));
+  for (int64_t t = admitted + 1; t <= tickets && t <= admitted + limit; ++t) {
+    // A ticket is taken before its member is written: a joiner between the
+    // two waits for the next generation.
+    DTRAIN_ASSIGN_OR_RETURN(bool there, store.Check({TicketKey(t)}));
+    if (!there) break;
+    DTRAIN_ASSIGN_OR_RETURN(std::string text,
+                            store.Get(TicketKey(t), absl::Seconds(10)));
+    DTRAIN_ASSIGN_OR_RETURN(GenerationMember m, GenerationMember::Decode(text));
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 // The closed list: members' encodings, one per line, in new-rank order.
@@ -60,7 +106,7 @@ absl::StatusOr<Generation> Joined(const NextGenerationOptions& o,
   g.rank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].previous_rank == o.self.previous_rank &&
-        members[i].pid == o.self.pid) {
+        members[i].pid == o.self.pid && members[i].host == o.self.host) {
       g.rank = static_cast<int>(i);
     }
     g.committed_step = std::max(g.committed_step, members[i].committed_step);
@@ -78,21 +124,23 @@ absl::StatusOr<Generation> Joined(const NextGenerationOptions& o,
 }  // namespace
 
 std::string GenerationMember::Encode() const {
-  return absl::StrCat(previous_rank, " ", committed_step, " ", pid, " ", host);
+  return absl::StrCat(previous_rank, " ", committed_step, " ", pid, " ",
+                      standby.empty() ? "-" : standby, " ", host);
 }
 
 absl::StatusOr<GenerationMember> GenerationMember::Decode(
     absl::string_view text) {
   const std::vector<std::string> parts =
-      absl::StrSplit(text, absl::MaxSplits(' ', 3));
+      absl::StrSplit(text, absl::MaxSplits(' ', 4));
   GenerationMember m;
-  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &m.previous_rank) ||
+  if (parts.size() != 5 || !absl::SimpleAtoi(parts[0], &m.previous_rank) ||
       !absl::SimpleAtoi(parts[1], &m.committed_step) ||
-      !absl::SimpleAtoi(parts[2], &m.pid) || m.previous_rank < 0) {
+      !absl::SimpleAtoi(parts[2], &m.pid) || parts[3].empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a generation member: '", text, "'"));
   }
-  m.host = parts[3];
+  m.standby = parts[3];
+  m.host = parts[4];
   return m;
 }
 
@@ -160,6 +208,14 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
             Ranks(members), "), fewer than the minimum ", o.min_ranks,
             "; gone: ", absl::StrJoin(gone, ", ")));
       }
+      if (o.admit_joiners) {
+        const int64_t room =
+            o.max_ranks > 0 ? o.max_ranks - static_cast<int64_t>(members.size())
+                            : std::numeric_limits<int64_t>::max();
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> joiners,
+                                Queued(store, room));
+        for (GenerationMember& j : joiners) members.push_back(std::move(j));
+      }
       std::string list;
       for (const GenerationMember& m : members)
         absl::StrAppend(&list, m.Encode(), "\n");
@@ -178,6 +234,59 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
     }
     absl::SleepFor(kPoll);
   }
+}
+
+absl::Status AdmitJoiners(store::Store& store, const Generation& g) {
+  int64_t last = 0;
+  for (const GenerationMember& m : g.members) {
+    if (!m.joiner()) continue;
+    DTRAIN_RETURN_IF_ERROR(store.Set(TicketGenerationKey(-m.previous_rank),
+                                     absl::StrCat(g.generation)));
+    last = std::max<int64_t>(last, -m.previous_rank);
+  }
+  if (last == 0) return absl::OkStatus();
+  return store.Set(kAdmitted, absl::StrCat(last));
+}
+
+absl::StatusOr<int64_t> QueuedJoiners(store::Store& store) {
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t tickets, store.Add(kTickets, 0));
+  if (tickets == 0) return 0;
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t admitted, Admitted(store));
+  return std::max<int64_t>(0, tickets - admitted);
+}
+
+absl::StatusOr<Generation> JoinNextGeneration(store::Store& store,
+                                              GenerationMember self,
+                                              absl::Duration timeout) {
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t ticket, store.Add(kTickets, 1));
+  self.previous_rank = static_cast<int>(-ticket);
+  self.committed_step = -1;
+  DTRAIN_RETURN_IF_ERROR(store.Set(TicketKey(ticket), self.Encode()));
+  absl::StatusOr<std::string> admitted =
+      store.Get(TicketGenerationKey(ticket), timeout);
+  if (!admitted.ok()) {
+    if (absl::IsDeadlineExceeded(admitted.status())) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "joining: no generation admitted this process (ticket ", ticket,
+          ") within ", absl::FormatDuration(timeout),
+          ": the job is at its maximum of ranks, or not between steps"));
+    }
+    return admitted.status();
+  }
+  int generation = 0;
+  if (!absl::SimpleAtoi(*admitted, &generation)) {
+    return absl::InternalError(absl::StrCat(
+        "joining: a bad generation in the store: '", *admitted, "'"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::string list,
+      store.Get(Key(generation, "members"), absl::Seconds(10)));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> members,
+                          DecodeList(list));
+  NextGenerationOptions o;
+  o.generation = generation;
+  o.self = self;
+  return Joined(o, std::move(members));
 }
 
 }  // namespace dtrain::rendezvous

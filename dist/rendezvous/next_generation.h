@@ -12,6 +12,13 @@
 // too long, registering after the list was closed) is refused, naming the
 // generation.
 //
+// Joiners (grow): a process that joins a running job queues itself
+// (JoinNextGeneration); the proposer of a generation appends the queued
+// joiners after the previous members, up to max_ranks, and every member then
+// admits them (AdmitJoiners), which tells each its generation. The members
+// learn of a queued joiner with PendingJoiners and form a generation for it
+// at a step boundary, all alive.
+//
 // Every survivor calls FormNextGeneration once per generation, with the same
 // generation number, previous world size and minimum. Thread-safe as the
 // store is: ranks may be threads of one process.
@@ -37,11 +44,17 @@ enum class PeerState {
 };
 
 struct GenerationMember {
+  // Its rank in the previous generation; for a joiner, minus its ticket in
+  // the join queue (-1, -2, ...).
   int previous_rank = 0;
   // The last step this rank's optimizer applied.
   int64_t committed_step = 0;
   int64_t pid = 0;
+  // Its standby store ("host:port"), which others probe; "-" when none.
+  std::string standby = "-";
   std::string host;
+
+  bool joiner() const { return previous_rank < 0; }
 
   std::string Encode() const;
   static absl::StatusOr<GenerationMember> Decode(absl::string_view text);
@@ -62,6 +75,12 @@ struct NextGenerationOptions {
   // Liveness of previous member `rank`, asked while it has not registered.
   // Called from the calling thread only.
   std::function<PeerState(int rank)> probe;
+  // More members than this are not formed: queued joiners beyond it wait
+  // for a later generation. 0: no bound.
+  int max_ranks = 0;
+  // Whether to admit the queued joiners (after the previous members, in
+  // queue order).
+  bool admit_joiners = false;
 };
 
 struct Generation {
@@ -81,6 +100,22 @@ struct Generation {
 // for; kInvalidArgument for bad options; the store's errors.
 absl::StatusOr<Generation> FormNextGeneration(
     store::Store& store, const NextGenerationOptions& options);
+
+// After FormNextGeneration, on every member: tells the joiners it admitted
+// which generation they are in. Idempotent.
+absl::Status AdmitJoiners(store::Store& store, const Generation& generation);
+
+// How many joiners are queued and not admitted yet (one store read, for the
+// members to look at between steps).
+absl::StatusOr<int64_t> QueuedJoiners(store::Store& store);
+
+// The joiner's side: queues `self` (its pid, host and standby; previous_rank
+// and committed_step are set here) and waits until a generation admits it,
+// at most `timeout`. kDeadlineExceeded when none did (the job is at
+// max_ranks, or not between steps for that long); the store's errors.
+absl::StatusOr<Generation> JoinNextGeneration(store::Store& store,
+                                              GenerationMember self,
+                                              absl::Duration timeout);
 
 }  // namespace dtrain::rendezvous
 

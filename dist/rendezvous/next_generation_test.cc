@@ -161,11 +161,90 @@ TEST(NextGenerationTest, BadOptionsAndGarbageAreRefused) {
   EXPECT_EQ(FormNextGeneration(store, o).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(GenerationMember::Decode("1 2").ok());
-  EXPECT_FALSE(GenerationMember::Decode("x 2 3 h").ok());
+  EXPECT_FALSE(GenerationMember::Decode("x 2 3 - h").ok());
   absl::StatusOr<GenerationMember> m =
-      GenerationMember::Decode("2 40 77 node 3");
+      GenerationMember::Decode("2 40 77 10.0.0.1:99 node 3");
   ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->standby, "10.0.0.1:99");
   EXPECT_EQ(m->host, "node 3");
+}
+
+// Grow: joiners queue, the members (all alive, between two steps) form the
+// next generation with them after the previous members, admit them, and the
+// joiners learn their ranks; beyond max_ranks a joiner stays queued.
+TEST(NextGenerationTest, JoinersComeAfterThePreviousMembersUpToTheMaximum) {
+  store::HashStore store;
+  std::mutex mu;
+  std::map<int, absl::StatusOr<Generation>> joined;
+  std::vector<std::thread> joiners;
+  for (int j = 0; j < 2; ++j) {
+    joiners.emplace_back([&, j] {
+      GenerationMember self;
+      self.pid = 2000 + j;
+      self.host = "host b";
+      self.standby = "10.0.0.2:" + std::to_string(4000 + j);
+      absl::StatusOr<Generation> g = JoinNextGeneration(
+          store, self, j == 0 ? absl::Seconds(20) : absl::Seconds(2));
+      std::lock_guard<std::mutex> lock(mu);
+      joined.emplace(j, std::move(g));
+    });
+    // In this order: the first joiner's ticket is 1.
+    while (!QueuedJoiners(store).ok() || *QueuedJoiners(store) < j + 1)
+      absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::map<int, absl::StatusOr<Generation>> members;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      NextGenerationOptions o = Options(r, 2, /*committed=*/7);
+      o.probe = [](int) { return PeerState::kAlive; };
+      o.admit_joiners = true;
+      o.max_ranks = 3;
+      absl::StatusOr<Generation> g = FormNextGeneration(store, o);
+      if (g.ok()) {
+        absl::Status admitted = AdmitJoiners(store, *g);
+        EXPECT_TRUE(admitted.ok()) << admitted;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      members.emplace(r, std::move(g));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (std::thread& t : joiners) t.join();
+  for (const auto& [r, g] : members) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->world_size, 3);
+    EXPECT_EQ(g->rank, r);
+    EXPECT_EQ(g->committed_step, 7);
+    ASSERT_EQ(g->members.size(), 3u);
+    EXPECT_TRUE(g->members[2].joiner());
+    EXPECT_EQ(g->members[2].previous_rank, -1);
+    EXPECT_EQ(g->members[2].standby, "10.0.0.2:4000");
+  }
+  ASSERT_TRUE(joined.at(0).ok()) << joined.at(0).status();
+  EXPECT_EQ(joined.at(0)->rank, 2);
+  EXPECT_EQ(joined.at(0)->world_size, 3);
+  EXPECT_EQ(joined.at(0)->generation, 1);
+  // The second joiner found no room: still queued, and told why it waited.
+  EXPECT_EQ(joined.at(1).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(joined.at(1).status().message(), HasSubstr("maximum of ranks"));
+  EXPECT_EQ(*QueuedJoiners(store), 1);
+}
+
+TEST(NextGenerationTest, MembersEncodeAndDecodeBack) {
+  GenerationMember m;
+  m.previous_rank = -3;
+  m.committed_step = -1;
+  m.pid = 42;
+  m.standby = "[::1]:5000";
+  m.host = "a host";
+  absl::StatusOr<GenerationMember> back = GenerationMember::Decode(m.Encode());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->previous_rank, -3);
+  EXPECT_EQ(back->standby, "[::1]:5000");
+  EXPECT_EQ(back->host, "a host");
+  EXPECT_TRUE(back->joiner());
+  EXPECT_FALSE(GenerationMember::Decode("1 2 3").ok());
 }
 
 }  // namespace
