@@ -2118,6 +2118,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_sh_binary(dtrain_experiments_elastic_recovery
   OUTPUT experiments/elastic_recovery
   SCRIPT experiments/elastic_recovery.py
+  DATA tools/launch/torchrun.py
   DATA_TARGETS dtrain_trainer_train)
 
 # //experiments:sweep
@@ -2195,7 +2196,7 @@ dtrain_sh_binary(dtrain_experiments_sim_cluster
 dtrain_sh_test(dtrain_experiments_elastic_recovery_test
   OUTPUT experiments/elastic_recovery_test
   SCRIPT experiments/elastic_recovery_test.sh
-  DATA experiments/elastic_recovery.py experiments/pytorch_reference.py experiments/sim_cluster.sh experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py tools/testing/shell_test_lib.sh
+  DATA experiments/elastic_recovery.py experiments/pytorch_reference.py experiments/sim_cluster.sh experiments/sim_cluster_combine.py experiments/sim_cluster_free_ports.py experiments/sim_cluster_link_receive.py experiments/sim_cluster_link_send.py tools/launch/torchrun.py tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_experiments_elastic_recovery dtrain_experiments_sim_cluster
   TIMEOUT 300
   ARGS experiments/elastic_recovery experiments/sim_cluster

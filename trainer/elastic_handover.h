@@ -9,6 +9,7 @@
 #ifndef DTRAIN_TRAINER_ELASTIC_HANDOVER_H_
 #define DTRAIN_TRAINER_ELASTIC_HANDOVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,6 +41,15 @@ struct ElasticHandover {
   // the files again (a generation of any size reads the same files; the
   // sampler picks each rank's share).
   absl::optional<TrainingData> data;
+  // In: set (from any thread) to have the ranks regroup at the next step
+  // boundary, to admit joiners. The step's vote carries it to every rank, so
+  // all stop after the same step; needs TrainContext::stop_requested, which
+  // carries the vote. Null: never.
+  const std::atomic<bool>* regroup_requested = nullptr;
+  // Out: the run stopped after a committed step because the ranks voted to
+  // regroup (Train returned kAborted saying so); committed_bytes is that
+  // step's state.
+  bool regrouped = false;
 };
 
 }  // namespace dtrain::trainer

@@ -2,20 +2,32 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/next_generation.h"
 #include "dist/store/failover_store.h"
 #include "dist/store/prefix_store.h"
+#include "dist/store/tcp_store.h"
 #include "trainer/elastic_handover.h"
 
 namespace dtrain::trainer {
 namespace {
+
+// Where the first generation publishes every rank's standby, for joiners.
+constexpr char kEndpointsKey[] = "elastic/endpoints";
+// How often rank 0 looks for queued joiners while training.
+constexpr absl::Duration kJoinPoll = absl::Milliseconds(100);
 
 // A failure that a new generation can go on from: a peer died, stalled or
 // gave up. Anything else (data, options, a signal's stop) is this rank's own.
@@ -48,69 +60,235 @@ absl::StatusOr<std::vector<store::StoreEndpoint>> SwapEndpoints(
   return out;
 }
 
-}  // namespace
-
-absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
-                                         const rendezvous::World& world,
-                                         backend::Backend& backend,
-                                         const TrainContext& context,
-                                         const ElasticOptions& elastic) {
-  const std::string who = absl::StrCat("[rank ", world.rank, "] elastic: ");
-  auto fail = [&](absl::string_view doing, const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(who, doing, s.message()));
-  };
-  absl::StatusOr<std::unique_ptr<store::StoreStandby>> standby =
-      store::StoreStandby::Start({elastic.standby_host, elastic.token});
-  if (!standby.ok())
-    return fail("starting the standby store: ", standby.status());
-  absl::StatusOr<std::vector<store::StoreEndpoint>> endpoints =
-      SwapEndpoints(*world.store, world.rank, world.world_size,
-                    (*standby)->endpoint(), options.launch.timeout);
-  if (!endpoints.ok())
-    return fail("swapping standby stores: ", endpoints.status());
-  store::FailoverStoreOptions failover_options;
-  failover_options.client.token = elastic.token;
-  failover_options.client.timeout = options.launch.timeout;
-  absl::StatusOr<std::shared_ptr<store::FailoverStore>> failover =
-      store::FailoverStore::Create(*endpoints, failover_options);
-  if (!failover.ok()) return fail("", failover.status());
-
-  rendezvous::World current = world;
-  backend::Backend* running = &backend;
-  std::unique_ptr<backend::Backend> owned;
-  // original[r]: the first generation's rank of this generation's rank r.
-  std::vector<int> original(world.world_size);
-  for (int r = 0; r < world.world_size; ++r) original[r] = r;
-  ElasticHandover handover;
-  TrainContext generation_context = context;
-  generation_context.elastic = &handover;
-  for (int generation = 0;; ++generation) {
-    absl::StatusOr<TrainResult> result =
-        Train(options, current, *running, generation_context);
-    if (result.ok() || !PeerFailure(result.status())) return result;
-    const absl::Time failed_at = absl::Now();
-    running->Abort(result.status());
-    if (context.log != nullptr) {
-      *context.log << who << "generation " << generation << " of "
-                   << current.world_size << " ranks failed ("
-                   << result.status().message() << "); forming generation "
-                   << generation + 1 << "\n";
+// While a generation trains, rank 0 looks for queued joiners and sets the
+// flag the step's vote carries, so that every rank regroups at the same
+// step. Stops (and joins its thread) when destroyed.
+class JoinWatch {
+ public:
+  JoinWatch(store::Store& store, bool watch, int world_size, int max_ranks)
+      : store_(store) {
+    if (!watch || (max_ranks > 0 && world_size >= max_ranks)) return;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~JoinWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
     }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::atomic<bool>* flag() const { return &regroup_; }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(
+        lock, std::chrono::microseconds(absl::ToInt64Microseconds(kJoinPoll)),
+        [this] { return stop_; })) {
+      lock.unlock();
+      // A store error here is the training's to find: it fails the step.
+      absl::StatusOr<int64_t> queued = rendezvous::QueuedJoiners(store_);
+      lock.lock();
+      if (queued.ok() && *queued > 0) regroup_ = true;
+    }
+  }
+
+  store::Store& store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<bool> regroup_{false};
+  std::thread thread_;
+};
+
+// A rank of an elastic job across generations: its standby, the job's
+// failover store, the generation it is in, and the loop that trains each.
+class ElasticRank {
+ public:
+  ElasticRank(const TrainOptions& options, const TrainContext& context,
+              const ElasticOptions& elastic)
+      : options_(options), context_(context), elastic_(elastic) {
+    failover_options_.client.token = elastic.token;
+    failover_options_.client.timeout = options.launch.timeout;
+  }
+
+  // A rank of the first generation: swaps standbys through `world`'s store.
+  absl::Status StartFirst(const rendezvous::World& world) {
+    who_ = absl::StrCat("[rank ", world.rank, "] elastic: ");
+    DTRAIN_RETURN_IF_ERROR(StartStandby());
+    absl::StatusOr<std::vector<store::StoreEndpoint>> endpoints =
+        SwapEndpoints(*world.store, world.rank, world.world_size,
+                      standby_->endpoint(), options_.launch.timeout);
+    if (!endpoints.ok())
+      return Fail("swapping standby stores: ", endpoints.status());
+    std::vector<std::string> texts;
+    for (int r = 0; r < world.world_size; ++r) {
+      rendezvous::GenerationMember m;
+      m.previous_rank = r;
+      m.standby = (*endpoints)[r].ToString();
+      members_.push_back(m);
+      texts.push_back(m.standby);
+    }
+    // For joiners, which find the job through its first store.
+    if (world.rank == 0) {
+      DTRAIN_RETURN_IF_ERROR(
+          world.store->Set(kEndpointsKey, absl::StrJoin(texts, " ")));
+    }
+    return OpenFailover(*std::move(endpoints));
+  }
+
+  // A joiner: finds the job's standbys through its first store at
+  // `first_store`, queues, and waits to be admitted.
+  absl::Status StartJoined(const store::StoreEndpoint& first_store) {
+    who_ = absl::StrCat("[joiner pid ", ::getpid(), "] elastic: ");
+    DTRAIN_RETURN_IF_ERROR(StartStandby());
+    store::TcpStoreOptions o = failover_options_.client;
+    o.host = first_store.host;
+    o.port = first_store.port;
+    o.connect_timeout = options_.launch.timeout;
+    absl::StatusOr<std::shared_ptr<store::TcpStore>> first =
+        store::TcpStore::Create(o);
+    if (!first.ok())
+      return Fail("reaching the job's first store: ", first.status());
+    store::PrefixStore job(rendezvous::kJobStorePrefix, *first);
+    absl::StatusOr<std::string> text =
+        job.Get(kEndpointsKey, options_.launch.timeout);
+    if (!text.ok()) return Fail("reading the job's standbys: ", text.status());
+    std::vector<store::StoreEndpoint> endpoints;
+    for (absl::string_view part :
+         absl::StrSplit(*text, ' ', absl::SkipEmpty())) {
+      DTRAIN_ASSIGN_OR_RETURN(store::StoreEndpoint e,
+                              store::StoreEndpoint::Parse(part));
+      endpoints.push_back(std::move(e));
+    }
+    DTRAIN_RETURN_IF_ERROR(OpenFailover(std::move(endpoints)));
+    rendezvous::GenerationMember self = Self(-1);
+    absl::StatusOr<rendezvous::Generation> g = rendezvous::JoinNextGeneration(
+        *failover_, self, options_.launch.timeout);
+    if (!g.ok()) return Fail("", g.status());
+    DTRAIN_RETURN_IF_ERROR(Enter(*g));
+    generation_ = g->generation;
+    who_ = absl::StrCat("[rank ", current_.rank, "] elastic: ");
+    Log(absl::StrCat("joined generation ", g->generation, " as rank ",
+                     current_.rank, " of ", current_.world_size,
+                     ", going on from step ", g->committed_step));
+    return absl::OkStatus();
+  }
+
+  // Trains generation after generation, from `world` and `backend` (the
+  // first generation's; null for a joiner, whose generation Enter made).
+  absl::StatusOr<TrainResult> Run(const rendezvous::World* world,
+                                  backend::Backend* backend) {
+    int generation = generation_;
+    if (world != nullptr) current_ = *world;
+    if (backend != nullptr) running_ = backend;
+    std::atomic<bool> no_stop{false};
+    TrainContext generation_context = context_;
+    generation_context.elastic = &handover_;
+    // The regroup question rides on the stop vote, which needs a flag.
+    if (generation_context.stop_requested == nullptr)
+      generation_context.stop_requested = &no_stop;
+    for (;; ++generation) {
+      absl::StatusOr<TrainResult> result;
+      {
+        JoinWatch watch(*failover_, current_.rank == 0, current_.world_size,
+                        elastic_.max_ranks);
+        handover_.regroup_requested = watch.flag();
+        result = Train(options_, current_, *running_, generation_context);
+        handover_.regroup_requested = nullptr;
+      }
+      if (result.ok()) return result;
+      const bool regroup = handover_.regrouped;
+      if (!regroup && !PeerFailure(result.status())) return result;
+      const absl::Time failed_at = absl::Now();
+      running_->Abort(result.status());
+      Log(absl::StrCat(
+          "generation ", generation, " of ", current_.world_size,
+          regroup ? " ranks stopped to admit joiners (" : " ranks failed (",
+          result.status().message(), "); forming generation ", generation + 1));
+      DTRAIN_ASSIGN_OR_RETURN(rendezvous::Generation formed,
+                              Form(generation + 1));
+      DTRAIN_RETURN_IF_ERROR(Enter(formed));
+      int joined = 0;
+      for (const rendezvous::GenerationMember& m : formed.members)
+        joined += m.joiner() ? 1 : 0;
+      Log(absl::StrCat(
+          "generation ", generation + 1, ": rank ", current_.rank, " of ",
+          current_.world_size, ", going on from step ", formed.committed_step,
+          joined > 0
+              ? absl::StrCat(" (", joined, joined == 1 ? " joiner" : " joiners",
+                             "; the batch per rank is kept, the "
+                             "learning rate unchanged)")
+              : ""));
+      if (context_.log != nullptr) {
+        handover_.first_step_committed = [this, failed_at,
+                                          g = generation + 1](int64_t step) {
+          Log(absl::StrCat("generation ", g, " trained step ", step,
+                           ", its first, ",
+                           absl::FormatDuration(absl::Trunc(
+                               absl::Now() - failed_at, absl::Milliseconds(1))),
+                           " after generation ", g - 1, " ended here"));
+        };
+      }
+    }
+  }
+
+ private:
+  absl::Status Fail(absl::string_view doing, const absl::Status& s) const {
+    return absl::Status(s.code(), absl::StrCat(who_, doing, s.message()));
+  }
+  void Log(const std::string& line) const {
+    if (context_.log != nullptr) *context_.log << who_ << line << "\n";
+  }
+
+  absl::Status StartStandby() {
+    absl::StatusOr<std::unique_ptr<store::StoreStandby>> standby =
+        store::StoreStandby::Start({elastic_.standby_host, elastic_.token});
+    if (!standby.ok())
+      return Fail("starting the standby store: ", standby.status());
+    standby_ = *std::move(standby);
+    return absl::OkStatus();
+  }
+
+  absl::Status OpenFailover(std::vector<store::StoreEndpoint> endpoints) {
+    absl::StatusOr<std::shared_ptr<store::FailoverStore>> failover =
+        store::FailoverStore::Create(std::move(endpoints), failover_options_);
+    if (!failover.ok()) return Fail("", failover.status());
+    failover_ = *std::move(failover);
+    return absl::OkStatus();
+  }
+
+  rendezvous::GenerationMember Self(int previous_rank) const {
+    rendezvous::GenerationMember self;
+    self.previous_rank = previous_rank;
+    self.committed_step = handover_.committed_step;
+    self.pid = ::getpid();
+    self.host = HostName();
+    self.standby = standby_->endpoint().ToString();
+    return self;
+  }
+
+  // The next generation, through the lowest standby that answers; queued
+  // joiners are admitted into it.
+  absl::StatusOr<rendezvous::Generation> Form(int generation) {
     rendezvous::NextGenerationOptions next;
-    next.generation = generation + 1;
-    next.previous_world_size = current.world_size;
-    next.self.previous_rank = current.rank;
-    next.self.committed_step = handover.committed_step;
-    next.self.pid = ::getpid();
-    next.self.host = HostName();
-    next.min_ranks = elastic.min_ranks;
-    next.stopped_grace = elastic.stopped_grace;
+    next.generation = generation;
+    next.previous_world_size = current_.world_size;
+    next.self = Self(current_.rank);
+    next.min_ranks = elastic_.min_ranks;
+    next.max_ranks = elastic_.max_ranks;
+    next.admit_joiners = true;
+    next.stopped_grace = elastic_.stopped_grace;
     // A stopped rank is waited for the grace, on top of the time a live
     // one may take to register.
-    next.timeout = options.launch.timeout + elastic.stopped_grace;
+    next.timeout = options_.launch.timeout + elastic_.stopped_grace;
+    const std::vector<rendezvous::GenerationMember> previous = members_;
     next.probe = [&](int r) {
-      switch (
-          store::ProbeEndpoint((*endpoints)[original[r]], failover_options)) {
+      absl::StatusOr<store::StoreEndpoint> e =
+          store::StoreEndpoint::Parse(previous[r].standby);
+      if (!e.ok()) return rendezvous::PeerState::kGone;
+      switch (store::ProbeEndpoint(*e, failover_options_)) {
         case store::EndpointState::kServing:
           return rendezvous::PeerState::kAlive;
         case store::EndpointState::kGone:
@@ -121,56 +299,84 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
       return rendezvous::PeerState::kGone;
     };
     absl::StatusOr<rendezvous::Generation> formed =
-        rendezvous::FormNextGeneration(**failover, next);
+        rendezvous::FormNextGeneration(*failover_, next);
     if (absl::IsUnavailable(formed.status())) {
       // The store's process is gone: the lowest standby that answers.
-      if (absl::Status s = (*failover)->Failover().status(); !s.ok())
-        return fail("", s);
-      formed = rendezvous::FormNextGeneration(**failover, next);
+      if (absl::Status s = failover_->Failover().status(); !s.ok())
+        return Fail("", s);
+      formed = rendezvous::FormNextGeneration(*failover_, next);
     }
-    if (!formed.ok()) return fail("", formed.status());
-    std::vector<int> next_original;
-    for (const rendezvous::GenerationMember& m : formed->members)
-      next_original.push_back(original[m.previous_rank]);
-    original = std::move(next_original);
+    if (!formed.ok()) return Fail("", formed.status());
+    if (absl::Status s = rendezvous::AdmitJoiners(*failover_, *formed);
+        !s.ok()) {
+      return Fail("admitting joiners: ", s);
+    }
+    return formed;
+  }
 
+  // Becomes rank `g.rank` of generation `g`: its backend, and the state it
+  // starts from (the new rank 0's, which holds the highest committed step).
+  absl::Status Enter(const rendezvous::Generation& g) {
+    members_ = g.members;
     // The old backend goes before the new one is made: its threads and
     // connections are of no more use.
-    owned.reset();
-    current.rank = formed->rank;
-    current.world_size = formed->world_size;
-    current.store = std::make_shared<store::PrefixStore>(
-        absl::StrCat("elastic/gen/", generation + 1, "/world"), *failover);
+    owned_.reset();
+    current_.rank = g.rank;
+    current_.world_size = g.world_size;
+    current_.store = std::make_shared<store::PrefixStore>(
+        absl::StrCat("elastic/gen/", g.generation, "/world"), failover_);
     absl::StatusOr<std::unique_ptr<backend::Backend>> made =
-        backend::CreateBackend(current.membership(options.launch.timeout),
-                               elastic.backend);
-    if (!made.ok()) return fail("creating the backend: ", made.status());
-    owned = *std::move(made);
-    running = owned.get();
-    // The new rank 0 is at the highest committed step: its state is every
-    // rank's start.
-    std::string start = std::move(handover.committed_bytes);
-    absl::optional<TrainingData> data = std::move(handover.data);
-    handover = ElasticHandover();
-    handover.data = std::move(data);
-    handover.start_from_memory = true;
-    if (current.rank == 0) handover.start_bytes = std::move(start);
-    if (context.log != nullptr) {
-      handover.first_step_committed = [&context, who, failed_at,
-                                       g = generation + 1](int64_t step) {
-        *context.log << who << "generation " << g << " trained step " << step
-                     << ", its first, "
-                     << absl::FormatDuration(absl::Trunc(
-                            absl::Now() - failed_at, absl::Milliseconds(1)))
-                     << " after generation " << g - 1 << " failed here\n";
-      };
-    }
-    if (context.log != nullptr) {
-      *context.log << who << "generation " << generation + 1 << ": rank "
-                   << current.rank << " of " << current.world_size
-                   << ", going on from step " << formed->committed_step << "\n";
-    }
+        backend::CreateBackend(current_.membership(options_.launch.timeout),
+                               elastic_.backend);
+    if (!made.ok()) return Fail("creating the backend: ", made.status());
+    owned_ = *std::move(made);
+    running_ = owned_.get();
+    std::string start = std::move(handover_.committed_bytes);
+    absl::optional<TrainingData> data = std::move(handover_.data);
+    handover_ = ElasticHandover();
+    handover_.data = std::move(data);
+    handover_.start_from_memory = true;
+    if (current_.rank == 0) handover_.start_bytes = std::move(start);
+    return absl::OkStatus();
   }
+
+  const TrainOptions& options_;
+  const TrainContext& context_;
+  const ElasticOptions& elastic_;
+  store::FailoverStoreOptions failover_options_;
+  std::string who_;
+  std::unique_ptr<store::StoreStandby> standby_;
+  std::shared_ptr<store::FailoverStore> failover_;
+  // The generation this rank is in: its world, its members (with their
+  // standbys, for the next generation's probes), its backend.
+  rendezvous::World current_;
+  std::vector<rendezvous::GenerationMember> members_;
+  std::unique_ptr<backend::Backend> owned_;
+  backend::Backend* running_ = nullptr;
+  ElasticHandover handover_;
+  // The generation Run starts with.
+  int generation_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
+                                         const rendezvous::World& world,
+                                         backend::Backend& backend,
+                                         const TrainContext& context,
+                                         const ElasticOptions& elastic) {
+  ElasticRank rank(options, context, elastic);
+  DTRAIN_RETURN_IF_ERROR(rank.StartFirst(world));
+  return rank.Run(&world, &backend);
+}
+
+absl::StatusOr<TrainResult> JoinElastic(const TrainOptions& options,
+                                        const store::StoreEndpoint& first_store,
+                                        const TrainContext& context,
+                                        const ElasticOptions& elastic) {
+  ElasticRank rank(options, context, elastic);
+  DTRAIN_RETURN_IF_ERROR(rank.StartJoined(first_store));
+  return rank.Run(nullptr, nullptr);
 }
 
 }  // namespace dtrain::trainer

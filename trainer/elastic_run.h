@@ -10,6 +10,13 @@
 // (trainer/elastic_handover.h). A failure of this rank's own (bad data, a
 // signal's stop) ends the run as without elasticity.
 //
+// Grow: a process started with JoinElastic queues in the job's store; rank 0
+// looks for queued joiners between steps, the step's vote carries the
+// question to every rank, and all stop after the same committed step to form
+// a generation that admits them (up to max_ranks), whose rank 0 sends its
+// state to every rank over the new backend. The batch per rank is kept (the
+// global batch grows), the learning rate is left as configured.
+//
 // Collective as Train: every rank of the first generation calls TrainElastic
 // with the same options. Uses the process's LibTorch settings as Train does.
 #ifndef DTRAIN_TRAINER_ELASTIC_RUN_H_
@@ -24,6 +31,7 @@
 #include "dist/backend/backend.h"
 #include "dist/backend/factory.h"
 #include "dist/rendezvous/init.h"
+#include "dist/store/failover_store.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
 
@@ -32,6 +40,8 @@ namespace dtrain::trainer {
 struct ElasticOptions {
   // Fewer ranks than this end the run, on every rank, with the reason.
   int min_ranks = 1;
+  // Joiners are admitted up to this many ranks (the rest wait); 0: no bound.
+  int max_ranks = 0;
   // How long a stopped rank (SIGSTOP, a hang) is waited for before the
   // others go on without it.
   absl::Duration stopped_grace = absl::Seconds(5);
@@ -53,6 +63,19 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
                                          backend::Backend& backend,
                                          const TrainContext& context,
                                          const ElasticOptions& elastic);
+
+// Joins the running elastic job whose first store (its rank 0's, the
+// --dist_url of its ranks) is at `first_store`: queues in the job's store and
+// waits until the ranks admit it at a step boundary (up to their max_ranks,
+// within options.launch.timeout), becomes the last rank of the new
+// generation, receives the new rank 0's state over the backend (parameters,
+// optimizer state, sampler position), and trains on with the others as
+// TrainElastic does. The job's first store must still answer (its rank 0
+// alive).
+absl::StatusOr<TrainResult> JoinElastic(const TrainOptions& options,
+                                        const store::StoreEndpoint& first_store,
+                                        const TrainContext& context,
+                                        const ElasticOptions& elastic);
 
 }  // namespace dtrain::trainer
 

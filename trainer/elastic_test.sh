@@ -3,7 +3,8 @@
 # ranks SIGKILLed mid-training (rank 1, then rank 0, which hosts the first store); the two others
 # form the next generation in the same processes, go on from the last step they all committed and
 # finish; their weights equal, byte for byte, those of three ranks stopped at that step and two
-# resumed from its checkpoint. Also the refusals.
+# resumed from its checkpoint. Grow: a third process joins two (--join), and the three end with
+# the weights of two stopped at that step and three resumed. Also the refusals.
 set -uo pipefail
 
 train=$1
@@ -89,6 +90,62 @@ kill_case() {
 kill_case 1
 kill_case 0
 
+# Grow: two ranks train, a third process joins (--join) once training runs. All three finish, and
+# their weights equal, byte for byte, those of two ranks stopped at the step the three went on from
+# and three resumed from its checkpoint.
+join_case() {
+  local port step p
+  port=$(free_port)
+  pids=()
+  for r in 0 1; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r --elastic "${run[@]}" \
+      --max_ranks=3 --save_state_dict="$tmp/join-elastic$r.pt" >"$tmp/join-e$r.out" 2>&1 &
+    pids+=($!)
+  done
+  wait_for_text "$tmp/join-e0.out" "Begin training" \
+    || die "join: training never began: $(tail -3 "$tmp/join-e0.out")"
+  sleep 1
+  "$train" --dist_url="tcp://127.0.0.1:$port" --elastic --join "${run[@]}" \
+    >"$tmp/join-e2.out" 2>&1 &
+  pids+=($!)
+  for p in "${pids[@]}"; do
+    wait "$p" || die "join: a rank failed: $(tail -3 "$tmp/join-e0.out"; tail -3 "$tmp/join-e2.out")"
+  done
+  pids=()
+  grep -q 'joined generation 1 as rank 2 of 3' "$tmp/join-e2.out" \
+    || die "join: the joiner did not join: $(tail -3 "$tmp/join-e2.out")"
+  step=$(sed -n 's/.*this generation of 3 ranks goes on from step \([0-9]*\).*/\1/p' "$tmp/join-e0.out")
+  [[ -n $step && $step -lt 400 ]] || die "join: no step (or the last) in rank 0's log: $(tail -5 "$tmp/join-e0.out")"
+  echo "a third rank joined; the three went on from step $step"
+
+  port=$(free_port)
+  for r in 0 1; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r "${run[@]}" \
+      --max_steps="$step" --checkpoint_dir="$tmp/join-ck" >"$tmp/join-s$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || die "join: reference's first part failed: $(tail -3 "$tmp/join-s0.out")"
+  done
+  pids=()
+  port=$(free_port)
+  for r in 0 1 2; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r "${run[@]}" \
+      --checkpoint_dir="$tmp/join-ck" --resume --save_state_dict="$tmp/join-reference$r.pt" \
+      >"$tmp/join-t$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || die "join: reference's resumed part failed: $(tail -3 "$tmp/join-t0.out")"
+  done
+  pids=()
+  cmp "$tmp/join-elastic0.pt" "$tmp/join-reference0.pt" \
+    || fail "join: the weights differ from the reference's (from step $step)"
+  echo "join: weights equal the reference's, byte for byte"
+}
+
+join_case
+
 # Under the launcher with --elastic: a rank's death does not stop the others; the launcher says so
 # and exits 0 once they have finished.
 "$launch" --elastic --nproc_per_node=3 --master_port=0 -- "$train" --elastic "${run[@]}" \
@@ -116,11 +173,19 @@ echo "launcher: $(grep 'exited with code 0 after losing' "$tmp/launch.out")"
 grep -q 'do not combine' "$tmp/bad.out" || fail "launch --elastic --max_restarts: $(cat "$tmp/bad.out")"
 
 # Refusals.
-for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0"; do
+for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0" "--even_batches=false" \
+  "--min_ranks=3 --max_ranks=2"; do
   "$train" --elastic $bad "${run[@]}" >"$tmp/bad.out" 2>&1
   rc=$?
   [[ $rc -eq 2 ]] || fail "--elastic $bad: exit $rc, want 2: $(tail -2 "$tmp/bad.out")"
   echo "--elastic $bad: $(tail -1 "$tmp/bad.out")"
+done
+for bad in "--join" "--elastic --join --rank=1 --dist_url=tcp://127.0.0.1:1" \
+  "--elastic --join --dist_url=env://"; do
+  "$train" $bad "${run[@]}" >"$tmp/bad.out" 2>&1
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "$bad: exit $rc, want 2: $(tail -2 "$tmp/bad.out")"
+  echo "$bad: $(tail -1 "$tmp/bad.out")"
 done
 
 finish

@@ -249,9 +249,10 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
     p.averager->set_step(p.start.global_step);
     p.step->set_model_averager(p.averager.get());
   }
-  p.stop_vote =
-      std::make_unique<StopVote>(*p.sync, env.stop_requested,
-                                 /*collective=*/o.parallel.sync_gradients);
+  p.stop_vote = std::make_unique<StopVote>(
+      *p.sync, env.stop_requested,
+      /*collective=*/o.parallel.sync_gradients,
+      env.elastic != nullptr ? env.elastic->regroup_requested : nullptr);
 
   RunMetrics& metrics = r.metrics();
   metrics.options = o;

@@ -38,8 +38,12 @@ namespace dtrain::trainer {
 
 class StopVote : public ddp::Joinable {
  public:
+  // `regroup_requested` (optional, an elastic run's): a second question
+  // asked with the same allreduce, whether any rank wants the ranks to
+  // regroup at this step (joiners wait); see regroup().
   StopVote(const backend::SmallCollectives& sync,
-           const std::atomic<bool>* stop_requested, bool collective = true);
+           const std::atomic<bool>* stop_requested, bool collective = true,
+           const std::atomic<bool>* regroup_requested = nullptr);
   StopVote(const StopVote&) = delete;
   StopVote& operator=(const StopVote&) = delete;
 
@@ -51,6 +55,9 @@ class StopVote : public ddp::Joinable {
   // vote also says the step's earlier collectives were good). Errors: the
   // backend's, within the timeout.
   absl::StatusOr<bool> Collect();
+  // Whether the vote Collect last returned also said regroup (any rank's
+  // regroup flag was set at its Issue). False while shadowing.
+  bool regroup() const { return regroup_; }
   // Waits for a vote in flight, ignoring its outcome: before returning
   // another error, so that no collective is left behind unwaited.
   void Abandon();
@@ -65,6 +72,8 @@ class StopVote : public ddp::Joinable {
   const backend::SmallCollectives sync_;
   const std::atomic<bool>* const stop_requested_;
   const bool collective_;
+  const std::atomic<bool>* const regroup_requested_;
+  bool regroup_ = false;
   // Carries the vote; undefined when there is no collective vote.
   at::Tensor flag_;
   std::shared_ptr<backend::Work> in_flight_;

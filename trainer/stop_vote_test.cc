@@ -56,5 +56,35 @@ TEST(StopVoteTest, AJoinedRanksSignalStopsTheActiveRanks) {
   EXPECT_FALSE(shadowed_stop[2]);
 }
 
+// An elastic run's second question: one rank's regroup flag reaches every
+// rank in the same vote, apart from the stop answer, and is cleared when the
+// flag is.
+TEST(StopVoteTest, OneRanksRegroupReachesEveryRankInTheSameVote) {
+  constexpr int kWorld = 3;
+  std::vector<std::atomic<bool>> stop(kWorld);
+  std::atomic<bool> regroup{false};
+  std::atomic<bool> never{false};
+  std::vector<std::vector<int>> seen(kWorld);
+  backend::testing::RunRanks(kWorld, testing::Gloo, [&](backend::Backend& b) {
+    const int rank = b.rank();
+    backend::SmallCollectives sync(b, c10::Device(c10::kCPU),
+                                   absl::Seconds(60));
+    StopVote vote(sync, &stop[rank], /*collective=*/true,
+                  rank == 1 ? &regroup : &never);
+    for (int s = 0; s < 4; ++s) {
+      // Rank 1's flag is up for the third vote only; set and cleared
+      // between votes, as rank 0 of an elastic run sets it.
+      if (rank == 1) regroup = (s == 2);
+      vote.Issue();
+      absl::StatusOr<bool> stopped = vote.Collect();
+      ASSERT_TRUE(stopped.ok()) << stopped.status();
+      EXPECT_FALSE(*stopped);
+      seen[rank].push_back(vote.regroup() ? 1 : 0);
+    }
+  });
+  for (int r = 0; r < kWorld; ++r)
+    EXPECT_EQ(seen[r], (std::vector<int>{0, 0, 1, 0})) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace dtrain::trainer

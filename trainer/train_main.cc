@@ -119,6 +119,85 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   return result->exit_code;
 }
 
+// An elastic rank's settings: its standby store where the other hosts reach
+// it (this machine's address on the route to the first store), the job's
+// token, the backend every generation creates.
+absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
+                                       const rendezvous::LaunchEnv& launch,
+                                       const backend::BackendConfig& backend) {
+  ElasticOptions elastic;
+  elastic.min_ranks = options.launch.min_ranks;
+  elastic.max_ranks = options.launch.max_ranks;
+  elastic.backend = backend;
+  std::string master = launch.master_addr;
+  int master_port = launch.master_port;
+  if (absl::StatusOr<rendezvous::InitMethod> method =
+          rendezvous::ParseInitMethod(options.launch.dist_url);
+      method.ok() && method->scheme == rendezvous::InitMethod::kTcp) {
+    master = method->host;
+    master_port = method->port;
+  } else if (method.ok() && method->scheme == rendezvous::InitMethod::kFile) {
+    master.clear();
+  }
+  DTRAIN_ASSIGN_OR_RETURN(elastic.standby_host,
+                          store::StandbyHostToward(master, master_port));
+  absl::StatusOr<std::string> token =
+      rendezvous::StoreToken(rendezvous::ProcessEnv());
+  if (token.ok()) elastic.token = *token;
+  return elastic;
+}
+
+// --join: this process joins a running elastic job instead of meeting a
+// first generation. Returns the exit status.
+int Join(const TrainOptions& options, const backend::BackendConfig& config,
+         absl::Time start) {
+  absl::StatusOr<rendezvous::InitMethod> method =
+      rendezvous::ParseInitMethod(options.launch.dist_url);
+  if (!method.ok() || method->scheme != rendezvous::InitMethod::kTcp ||
+      method->port == 0) {
+    std::cerr << "train: --join needs --dist_url=tcp://HOST:PORT, the job's "
+                 "first store (its ranks' --dist_url)\n";
+    return 2;
+  }
+  for (const char* name : {"rank", "world_size", "nproc_per_node"}) {
+    if (Specified(name)) {
+      std::cerr << "train: --join takes no --" << name
+                << ": the job gives this process its rank\n";
+      return 2;
+    }
+  }
+  if (options.launch.device != "cpu") {
+    std::cerr << "train: --join trains on the CPU only, as yet\n";
+    return 2;
+  }
+  backend::BackendConfig backend = config;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+    backend.gloo_iface = ifname;
+  rendezvous::LaunchEnv launch;
+  launch.master_addr = method->host;
+  launch.master_port = method->port;
+  absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, backend);
+  if (!elastic.ok()) {
+    std::cerr << "train: --join: " << elastic.status().message() << "\n";
+    return 1;
+  }
+  InstallStopHandlers();
+  TrainContext context;
+  context.stop_requested = &g_stop_requested;
+  context.log = &std::cerr;
+  context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
+  context.start = start;
+  absl::StatusOr<TrainResult> result =
+      JoinElastic(options, {method->host, method->port}, context, *elastic);
+  if (!result.ok()) {
+    std::cerr << "train: " << result.status().message() << "\n";
+    if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)
+      return 128 + g_stop_signal.load();
+    return 1;
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   base::TuneMallocForTraining();
@@ -189,6 +268,7 @@ int Main(int argc, char** argv) {
                 << "; store " << world.store->Describe() << "\n";
     }
   };
+  if (options->launch.join) return Join(*options, group_options.backend, start);
   // Errors after the rendezvous start with "[rank R]".
   absl::StatusOr<backend::ProcessGroup> group =
       backend::InitProcessGroup(group_options, rendezvous::ProcessEnv());
@@ -205,34 +285,14 @@ int Main(int argc, char** argv) {
   context.cuda_device = group->cuda_device;
   absl::StatusOr<TrainResult> result;
   if (options->launch.elastic) {
-    ElasticOptions elastic;
-    elastic.min_ranks = options->launch.min_ranks;
-    elastic.backend = group->backend_config;
-    // Its standby store where the other hosts reach it: this machine's
-    // address on the route to the first store.
-    std::string master = group->world.launch.master_addr;
-    int master_port = group->world.launch.master_port;
-    if (absl::StatusOr<rendezvous::InitMethod> method =
-            rendezvous::ParseInitMethod(init.url);
-        method.ok() && method->scheme == rendezvous::InitMethod::kTcp) {
-      master = method->host;
-      master_port = method->port;
-    } else if (method.ok() && method->scheme == rendezvous::InitMethod::kFile) {
-      master.clear();
-    }
-    absl::StatusOr<std::string> standby_host =
-        store::StandbyHostToward(master, master_port);
-    if (!standby_host.ok()) {
-      std::cerr << "train: --elastic: " << standby_host.status().message()
-                << "\n";
+    absl::StatusOr<ElasticOptions> elastic =
+        Elastic(*options, group->world.launch, group->backend_config);
+    if (!elastic.ok()) {
+      std::cerr << "train: --elastic: " << elastic.status().message() << "\n";
       return 1;
     }
-    elastic.standby_host = *standby_host;
-    absl::StatusOr<std::string> token =
-        rendezvous::StoreToken(rendezvous::ProcessEnv());
-    if (token.ok()) elastic.token = *token;
-    result =
-        TrainElastic(*options, group->world, *group->backend, context, elastic);
+    result = TrainElastic(*options, group->world, *group->backend, context,
+                          *elastic);
   } else {
     result = Train(*options, group->world, *group->backend, context);
   }

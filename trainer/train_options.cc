@@ -86,7 +86,17 @@ absl::Status Validate(const TrainOptions& o) {
     // Its layers hold the first generation's backend.
     return Invalid("elastic", "does not combine with --sync_batchnorm yet");
   }
+  if (o.launch.elastic && !o.data.even_batches) {
+    // The ranks still training and those shadowing them would not regroup
+    // at the same step.
+    return Invalid("elastic", "does not combine with --even_batches=false");
+  }
   if (o.launch.min_ranks < 1) return Invalid("min_ranks", "must be >= 1");
+  if (o.launch.max_ranks < 0) return Invalid("max_ranks", "must be >= 0");
+  if (o.launch.max_ranks > 0 && o.launch.max_ranks < o.launch.min_ranks)
+    return Invalid("max_ranks", "must be 0 or at least --min_ranks");
+  if (o.launch.join && !o.launch.elastic)
+    return Invalid("join", "needs --elastic");
   if (o.num_sanity_val_steps < 0)
     return Invalid("num_sanity_val_steps", "must be >= 0");
   return ValidateReportOptions(o.report);

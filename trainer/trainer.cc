@@ -193,6 +193,11 @@ absl::StatusOr<bool> Run::TrainEpoch(int64_t epoch, EpochMetrics* m) {
         Record(outcome, p_.schedule->LearningRate(epoch, first_step + s))));
     DTRAIN_ASSIGN_OR_RETURN(signal_stop_, p_.stop_vote->Collect());
     if (signal_stop_) break;
+    if (p_.stop_vote->regroup()) {
+      if (context_.elastic != nullptr) context_.elastic->regrouped = true;
+      return absl::AbortedError(absl::StrCat(
+          "stopped after step ", global_step_, " to regroup with joiners"));
+    }
     if (o_.checkpoint.checkpoint_every_steps > 0 &&
         global_step_ % o_.checkpoint.checkpoint_every_steps == 0 &&
         train_loader_->batches_left() > 0) {

@@ -221,7 +221,8 @@ absl::StatusOr<World> InitWorld(const InitOptions& options, const EnvMap& env) {
   world.local_world_size = launch.local_world_size;
   world.method = method;
   world.launch = launch;
-  world.store = std::make_shared<PrefixStore>("job", *std::move(base));
+  world.store =
+      std::make_shared<PrefixStore>(kJobStorePrefix, *std::move(base));
   world.peers = *std::move(peers);
   return world;
 }

@@ -64,6 +64,11 @@ struct InitOptions {
   std::string bind_host;
 };
 
+// The namespace of World::store in the store the init method opened: a
+// process that joins the job later (an elastic joiner) reads the job's keys
+// under it.
+inline constexpr char kJobStorePrefix[] = "job";
+
 struct World {
   // What a backend is created for (backend/membership.h): this rank, the world
   // size and the store, with `timeout` bounding the backend's creation and

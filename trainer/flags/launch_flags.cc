@@ -52,6 +52,13 @@ ABSL_FLAG(bool, elastic, false,
 ABSL_FLAG(int, min_ranks, 1,
           "With --elastic: fewer ranks than this end the run with the "
           "reason.");
+ABSL_FLAG(int, max_ranks, 0,
+          "With --elastic: joining processes (--join) are admitted up to this "
+          "many ranks; 0: no bound.");
+ABSL_FLAG(bool, join, false,
+          "With --elastic: join the running job whose first store --dist_url "
+          "names (tcp://HOST:PORT) at its next step boundary; the state comes "
+          "from its rank 0 over the backend. No --rank or --world_size.");
 
 namespace dtrain::trainer {
 
@@ -75,6 +82,8 @@ absl::Status ReadLaunchFlags(LaunchOptions* o) {
   o->intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   o->elastic = absl::GetFlag(FLAGS_elastic);
   o->min_ranks = absl::GetFlag(FLAGS_min_ranks);
+  o->max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  o->join = absl::GetFlag(FLAGS_join);
   return absl::OkStatus();
 }
 

@@ -46,6 +46,12 @@ struct LaunchOptions {
   // (trainer/elastic_run.h), down to min_ranks ranks.
   bool elastic = false;
   int min_ranks = 1;
+  // With elastic: processes joining (grow) are admitted up to this many
+  // ranks; 0: no bound.
+  int max_ranks = 0;
+  // With elastic: this process joins a running job (dist_url names its
+  // first store) at its next step boundary, instead of starting one.
+  bool join = false;
 };
 
 // kInvalidArgument naming the flag: an unknown backend or URL scheme, a
