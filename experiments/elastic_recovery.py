@@ -51,6 +51,9 @@ FAILED = re.compile(r"elastic: generation 0 of \d+ ranks failed")
 FORMED = re.compile(r"elastic: generation 1: rank \d+ of \d+, going on from step (\d+)")
 FIRST = re.compile(r"elastic: generation 1 trained step (\d+), its first")
 LEFT_OUT = re.compile(r"was left out of generation 1")
+REGROUP = re.compile(r"elastic: generation 0 of \d+ ranks stopped to admit joiners")
+JOINED = re.compile(r"elastic: joined generation 1 as rank \d+ of \d+, going on from step (\d+)")
+JOINER_FIRST = re.compile(r"elastic: trained step \d+, its first, .* after it queued to join")
 RESUMED = re.compile(r"resumed from .*, step (\d+)")
 POLL_SECONDS = 0.003
 
@@ -162,6 +165,9 @@ class Job:
     master = hosts[0][1] if hosts else "127.0.0.1"
     self.logs = [Log(os.path.join(run_dir, f"rank{r}.log")) for r in range(self.ranks)]
     self.procs = []
+    self.joiner_command = [
+        args.train, f"--dist_url=tcp://{master}:{self.port}", "--elastic", "--join"
+    ] + train_flags
 
     def command(r):
       return [args.train, f"--dist_url=tcp://{master}:{self.port}", f"--world_size={self.ranks}",
@@ -193,6 +199,29 @@ class Job:
                            start_new_session=True))
       host_log.close()
 
+  def start_joiner(self):
+    """A process that joins the job; its log and exit code are index `ranks`."""
+    n = len(self.logs)
+    log = Log(os.path.join(self.run_dir, f"rank{n}.log"))
+    self.logs.append(log)
+    if not self.hosts:
+      with open(log.path, "wb") as out:
+        self.procs.append(
+            subprocess.Popen(self.joiner_command, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True))
+      self.joiner = self.procs[-1]
+      return
+    # On the last host's network, in a PID namespace of its own: a new machine there.
+    rc = shlex.quote(os.path.join(self.run_dir, f"rank{n}.rc"))
+    script = f"{shlex.join(self.joiner_command)} >{shlex.quote(log.path)} 2>&1; echo $? >{rc}"
+    self.procs.append(
+        subprocess.Popen([
+            "ip", "netns", "exec", self.hosts[-1][0], "unshare", "--pid", "--fork",
+            "--kill-child", "--mount-proc", "env", "GLOO_SOCKET_IFNAME=eth0", "bash", "-c", script
+        ],
+                         start_new_session=True))
+    self.joiner = self.procs[-1]
+
   def pid(self, rank):
     if not self.hosts:
       return self.procs[rank].pid
@@ -208,7 +237,7 @@ class Job:
 
   def exit_code(self, rank):
     if not self.hosts:
-      return self.procs[rank].poll()
+      return (self.joiner if rank == self.ranks else self.procs[rank]).poll()
     try:
       with open(os.path.join(self.run_dir, f"rank{rank}.rc")) as f:
         return int(f.read().strip())
@@ -231,7 +260,7 @@ def one_repeat(args, train_flags, run_dir, hosts):
   shutil.rmtree(run_dir, ignore_errors=True)
   os.makedirs(run_dir)
   job = Job(args, train_flags, run_dir, hosts)
-  survivors = [r for r in range(args.ranks) if r != args.kill]
+  survivors = [r for r in range(args.ranks) if r != args.kill or args.join]
   try:
     deadline = time.time() + args.timeout
     began = None
@@ -244,39 +273,49 @@ def one_repeat(args, train_flags, run_dir, hosts):
     while time.time() < began + args.kill_after:
       job.poll()
       time.sleep(POLL_SECONDS)
-    pid = job.pid(args.kill)
-    if pid is None:
-      raise RuntimeError(f"rank {args.kill}'s process not found")
-    signal_number = signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP
-    killed_at = time.time()
-    os.kill(pid, signal_number)
+    if args.join:
+      killed_at = time.time()
+      job.start_joiner()
+    else:
+      pid = job.pid(args.kill)
+      if pid is None:
+        raise RuntimeError(f"rank {args.kill}'s process not found")
+      signal_number = signal.SIGKILL if args.signal == "KILL" else signal.SIGSTOP
+      killed_at = time.time()
+      os.kill(pid, signal_number)
     while True:
       job.poll()
-      if all(job.logs[r].first(FIRST)[0] is not None for r in survivors):
+      if all(job.logs[r].first(FIRST)[0] is not None for r in survivors) and (
+          not args.join or job.logs[args.ranks].first(JOINER_FIRST)[0] is not None):
         break
       if time.time() > killed_at + args.timeout:
         raise RuntimeError(f"the survivors did not train again within {args.timeout} s")
       if not job.running():
         raise RuntimeError("the job ended before every survivor trained again")
       time.sleep(POLL_SECONDS)
-    if args.signal == "STOP":
+    if args.signal == "STOP" and not args.join:
       os.kill(pid, signal.SIGKILL if args.after_stop == "KILL" else signal.SIGCONT)
     while job.running() and time.time() < killed_at + args.timeout:
       job.poll()
       time.sleep(0.05)
     job.poll()
-    for r in survivors:
+    for r in survivors + ([args.ranks] if args.join else []):
       code = job.exit_code(r)
       if code != 0:
-        raise RuntimeError(f"rank {r} exited {code}")
+        raise RuntimeError(f"rank {r if r < args.ranks else 'joining'} exited {code}")
     if args.signal == "STOP" and args.after_stop == "CONT":
       code = job.exit_code(args.kill)
       if code in (0, None) or job.logs[args.kill].first(LEFT_OUT)[0] is None:
         raise RuntimeError(f"rank {args.kill}, let go on after the others left it behind, "
                            f"exited {code} without saying it was left out")
-    row = {"signal": args.signal, "ranks": args.ranks, "killed": args.kill}
-    for name, pattern in (("failure_seen_s", FAILED), ("generation_formed_s", FORMED),
-                          ("first_step_s", FIRST)):
+    row = {"signal": "JOIN" if args.join else args.signal, "ranks": args.ranks,
+           "killed": "" if args.join else args.kill}
+    if args.join:
+      joiner = job.logs[args.ranks]
+      row["joined_s"] = joiner.first(JOINED)[0] - killed_at
+      row["joiner_first_step_s"] = joiner.first(JOINER_FIRST)[0] - killed_at
+    for name, pattern in (("failure_seen_s", REGROUP if args.join else FAILED),
+                          ("generation_formed_s", FORMED), ("first_step_s", FIRST)):
       stamps = [job.logs[r].first(pattern)[0] for r in survivors]
       if any(s is None for s in stamps):
         raise RuntimeError(f"a survivor wrote no line for {name}")
@@ -288,10 +327,16 @@ def one_repeat(args, train_flags, run_dir, hosts):
     return row
   except RuntimeError as e:
     job.poll()
-    lines = "\n".join(f"  rank {r}:\n{job.logs[r].tail()}" for r in range(args.ranks))
+    lines = "\n".join(f"  rank {r}:\n{job.logs[r].tail()}" for r in range(len(job.logs)))
     raise RuntimeError(f"{e}\n{lines}") from None
   finally:
     job.stop()
+    job.poll()
+    # Each line with the moment it appeared, for looking at the phases.
+    for log in job.logs:
+      with open(log.path + ".stamped", "w") as f:
+        for stamp, text in log.lines:
+          f.write(f"{stamp:.3f} {text}\n")
 
 
 def torchrun_children(agent_pid):
@@ -397,6 +442,9 @@ def main():
   parser.add_argument("--ranks", type=int, default=4)
   parser.add_argument("--kill", type=int, default=1, help="the rank to signal")
   parser.add_argument("--signal", choices=["KILL", "STOP"], default="KILL")
+  parser.add_argument("--join", action="store_true",
+                      help="instead of a signal, start a process that joins the job (train "
+                      "--elastic --join); times are from its start")
   parser.add_argument("--after_stop", choices=["KILL", "CONT"], default="KILL",
                       help="with --signal=STOP, what the stopped rank gets once the others went on")
   parser.add_argument("--kill_after", type=float, default=1.5,
@@ -449,8 +497,8 @@ def main():
   os.makedirs(output_dir, exist_ok=True)
 
   where = f"{len(hosts)} simulated hosts" if hosts else "loopback"
-  print(f"elastic_recovery: {','.join(args.launchers)}, {args.ranks} ranks on {where}, "
-        f"SIG{args.signal} of rank {args.kill} "
+  event = "a process joining" if args.join else f"SIG{args.signal} of rank {args.kill}"
+  print(f"elastic_recovery: {','.join(args.launchers)}, {args.ranks} ranks on {where}, {event} "
         f"{args.kill_after} s into training, {args.repeats} repeats", flush=True)
   rows = []
   for i in range(args.repeats):
@@ -474,9 +522,13 @@ def main():
       if "failure_seen_s" in row:
         phases = (f"failure seen {row['failure_seen_s']:.3f} s, generation formed "
                   f"{row['generation_formed_s']:.3f} s, ")
+      joined = ""
+      if "joined_s" in row:
+        joined = (f"; the joiner admitted {row['joined_s']:.3f} s, its first step "
+                  f"{row['joiner_first_step_s']:.3f} s after it started")
       print(f"  {launcher}, repeat {i}: {phases}first step {row['first_step_s']:.3f} s after the "
             f"signal (went on from step {row['went_on_from_step']}, {row['steps_lost']} steps "
-            "lost)", flush=True)
+            f"lost){joined}", flush=True)
   for launcher in args.launchers:
     mine = [r for r in rows if r["launcher"] == launcher]
     firsts = [r["first_step_s"] for r in mine]
@@ -485,7 +537,8 @@ def main():
           f"{statistics.median(firsts):.3f} s, worst {max(firsts):.3f} s; steps lost: "
           f"{sum(lost)} in all, at most {max(lost)}")
   fields = ["repeat", "launcher", "ranks", "killed", "signal", "failure_seen_s",
-            "generation_formed_s", "first_step_s", "went_on_from_step", "steps_lost"]
+            "generation_formed_s", "first_step_s", "went_on_from_step", "steps_lost", "joined_s",
+            "joiner_first_step_s"]
   path = os.path.join(output_dir, "elastic_recovery.csv")
   with open(path, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields, restval="")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # experiments/elastic_recovery.py, the measurement of an elastic run's recovery, with real
 # processes: on loopback, rank 1 and then rank 0 (the first store's host) of 3 SIGKILLed, and rank 2
-# SIGSTOPped past the timeout, then let go on, when it must say it was left out; as root, also on
-# two simulated hosts of 2 ranks (sim_cluster --run) at 1 Gbit, the other host's leader killed.
+# SIGSTOPped past the timeout, then let go on, when it must say it was left out; a third process
+# joining two; as root, also on two simulated hosts of 2 ranks (sim_cluster --run) at 1 Gbit, the
+# other host's leader killed.
 # Each time the survivors train again and finish, and the CSV has the repeat's times in order. Also
 # torchrun's restart on the same failure, where Debian's python3-torch is installed: it goes on
 # from its checkpoint.
@@ -10,6 +11,7 @@ set -uo pipefail
 
 recovery=$1
 sim=$2
+# shellcheck source=tools/testing/shell_test_lib.sh
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test elastic_recovery
 
@@ -62,6 +64,18 @@ if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
     && check both 120 elastic,torchrun
 else
   echo "Debian's python3-torch is not installed: torchrun's case is not run"
+fi
+
+# A process joining two: admitted, and every rank (the joiner too) trains on and finishes.
+if run join --ranks=2 --join --kill_after=1 -- "${short[@]}" --synthetic_train_size=20000 \
+  --max_steps=600; then
+  python3 - "$tmp/join/elastic_recovery.csv" <<'PY' || fail "join: $(cat "$tmp/join/elastic_recovery.csv")"
+import csv, sys
+(r,) = list(csv.DictReader(open(sys.argv[1])))
+assert r["signal"] == "JOIN", r
+assert 0 < float(r["joined_s"]) <= float(r["joiner_first_step_s"]) < 60, r
+assert 0 < float(r["first_step_s"]) < 60, r
+PY
 fi
 
 # Bad flags: exit 2, naming the flag.

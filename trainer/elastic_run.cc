@@ -163,6 +163,7 @@ class ElasticRank {
       endpoints.push_back(std::move(e));
     }
     DTRAIN_RETURN_IF_ERROR(OpenFailover(std::move(endpoints)));
+    const absl::Time queued_at = absl::Now();
     rendezvous::GenerationMember self = Self(-1);
     absl::StatusOr<rendezvous::Generation> g = rendezvous::JoinNextGeneration(
         *failover_, self, options_.launch.timeout);
@@ -172,7 +173,14 @@ class ElasticRank {
     who_ = absl::StrCat("[rank ", current_.rank, "] elastic: ");
     Log(absl::StrCat("joined generation ", g->generation, " as rank ",
                      current_.rank, " of ", current_.world_size,
-                     ", going on from step ", g->committed_step));
+                     ", going on from step ", g->committed_step, ", ",
+                     Since(queued_at), " after it queued"));
+    if (context_.log != nullptr) {
+      handover_.first_step_committed = [this, queued_at](int64_t step) {
+        Log(absl::StrCat("trained step ", step, ", its first, ",
+                         Since(queued_at), " after it queued to join"));
+      };
+    }
     return absl::OkStatus();
   }
 
@@ -225,9 +233,7 @@ class ElasticRank {
         handover_.first_step_committed = [this, failed_at,
                                           g = generation + 1](int64_t step) {
           Log(absl::StrCat("generation ", g, " trained step ", step,
-                           ", its first, ",
-                           absl::FormatDuration(absl::Trunc(
-                               absl::Now() - failed_at, absl::Milliseconds(1))),
+                           ", its first, ", Since(failed_at),
                            " after generation ", g - 1, " ended here"));
         };
       }
@@ -240,6 +246,10 @@ class ElasticRank {
   }
   void Log(const std::string& line) const {
     if (context_.log != nullptr) *context_.log << who_ << line << "\n";
+  }
+  static std::string Since(absl::Time t) {
+    return absl::FormatDuration(
+        absl::Trunc(absl::Now() - t, absl::Milliseconds(1)));
   }
 
   absl::Status StartStandby() {

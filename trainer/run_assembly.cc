@@ -222,8 +222,12 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
     resumed = p.checkpoints->resumed();
   }
 
+  ddp::DdpOptions ddp_options = MakeDdpOptions(o);
+  // Every rank decoded rank 0's checkpoint bytes: the model is the same.
+  if (resumed || (env.elastic != nullptr && env.elastic->start_from_memory))
+    ddp_options.init_sync = false;
   DTRAIN_ASSIGN_OR_RETURN(p.ddp, ddp::DistributedDataParallel::Create(
-                                     p.model, backend, MakeDdpOptions(o)));
+                                     p.model, backend, ddp_options));
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<ddp::CommHook> hook,
                           MakeCommHook(o.parallel));
   if (hook != nullptr) DTRAIN_RETURN_IF_ERROR(p.ddp->RegisterCommHook(hook));

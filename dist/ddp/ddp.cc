@@ -53,7 +53,8 @@ DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
       new DistributedDataParallel(std::move(module), backend, options));
   DTRAIN_ASSIGN_OR_RETURN(
       ddp->model_sync_,
-      internal::ModelSync::Create(*ddp->module_, backend, options.timeout));
+      internal::ModelSync::Create(*ddp->module_, backend, options.timeout,
+                                  options.init_sync));
   DTRAIN_ASSIGN_OR_RETURN(
       ddp->reducer_,
       internal::Reducer::Create(ddp->model_sync_->trainable_parameters(),

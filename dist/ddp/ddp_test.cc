@@ -379,6 +379,39 @@ TEST(DdpTest, ParametersAndBuffersComeFromRank0) {
   });
 }
 
+// init_sync=false (every rank holds rank 0's values already, as after a
+// resume): no broadcast at construction, each rank keeps its values; the
+// check that the ranks have the same model still runs.
+TEST(DdpTest, NoInitSyncKeepsEachRanksValuesButStillChecksTheModel) {
+  constexpr int kWorld = 2;
+  std::vector<NormNet> models;
+  for (int r = 0; r < kWorld; ++r) {
+    torch::manual_seed(r);
+    models.emplace_back();
+  }
+  DdpOptions options;
+  options.init_sync = false;
+  RunRanks(kWorld, Gloo(), [&](backend::Backend& inner) {
+    EventLog log;
+    RecordingBackend b(inner, &log);
+    NormNet model = models[b.rank()];
+    const at::Tensor before = model->fc->weight.clone();
+    auto ddp = DistributedDataParallel::Create(model.ptr(), b, options);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    EXPECT_TRUE(model->fc->weight.equal(before));
+    for (const std::string& e : log.events())
+      EXPECT_FALSE(absl::StrContains(e, "parameters and buffers")) << e;
+  });
+  // A model that differs in shape is still refused.
+  RunRanks(kWorld, Gloo(), [&](backend::Backend& b) {
+    auto model = b.rank() == 0 ? std::make_shared<torch::nn::LinearImpl>(8, 4)
+                               : std::make_shared<torch::nn::LinearImpl>(8, 5);
+    auto ddp = DistributedDataParallel::Create(model, b, options);
+    EXPECT_EQ(ddp.status().code(), absl::StatusCode::kInvalidArgument)
+        << ddp.status();
+  });
+}
+
 TEST(DdpTest, BuffersStayLocalWithoutBroadcastBuffers) {
   constexpr int kWorld = 2;
   std::vector<NormNet> models;

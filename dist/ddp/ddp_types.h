@@ -35,6 +35,12 @@ struct DdpOptions {
   // Broadcast buffers (batch-norm statistics) from rank 0 in PrepareForward,
   // as PyTorch's broadcast_buffers.
   bool broadcast_buffers = true;
+  // Broadcast rank 0's parameters and buffers at construction (PyTorch's
+  // init_sync). False only when every rank already holds rank 0's values
+  // bit for bit (all decoded the same checkpoint bytes), to spare a second
+  // copy of the model over the network; the check that every rank has the
+  // same model still runs.
+  bool init_sync = true;
   UnusedParameters unused_parameters = UnusedParameters::kZero;
   // Each parameter's .grad is its slice of its bucket (PyTorch's
   // gradient_as_bucket_view): backward accumulates straight into the bucket

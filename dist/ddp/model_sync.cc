@@ -137,7 +137,7 @@ ModelSync::ModelSync(backend::Backend& backend, absl::Duration timeout)
 
 absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
     const torch::nn::Module& module, backend::Backend& backend,
-    absl::Duration timeout) {
+    absl::Duration timeout, bool broadcast) {
   std::unique_ptr<ModelSync> sync(new ModelSync(backend, timeout));
 
   // Entries for the model check, and the tensors to broadcast.
@@ -172,8 +172,10 @@ absl::StatusOr<std::unique_ptr<ModelSync>> ModelSync::Create(
   DTRAIN_RETURN_IF_ERROR(
       CheckPlacement(sync->comm_.prefix(), backend.name(), named));
   DTRAIN_RETURN_IF_ERROR(sync->CheckSameModel(entries));
-  DTRAIN_RETURN_IF_ERROR(
-      sync->BroadcastFrom(0, all_tensors, "parameters and buffers"));
+  if (broadcast) {
+    DTRAIN_RETURN_IF_ERROR(
+        sync->BroadcastFrom(0, all_tensors, "parameters and buffers"));
+  }
   return sync;
 }
 

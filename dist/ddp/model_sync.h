@@ -40,12 +40,13 @@ class ModelSync {
   // other tensors the backends cannot carry (complex, int16, ...).
   // Then checks that every rank has the same parameters and buffers
   // (kInvalidArgument naming the first difference and the ranks on each
-  // side), and copies rank 0's values to every rank. LibTorch exceptions
+  // side), and with `broadcast` copies rank 0's values to every rank (without
+  // it the caller vouches that they are equal already). LibTorch exceptions
   // become kInternal; a failed collective returns the backend's error.
   // `timeout` bounds each wait (DdpOptions::timeout).
   static absl::StatusOr<std::unique_ptr<ModelSync>> Create(
       const torch::nn::Module& module, backend::Backend& backend,
-      absl::Duration timeout);
+      absl::Duration timeout, bool broadcast = true);
 
   ModelSync(const ModelSync&) = delete;
   ModelSync& operator=(const ModelSync&) = delete;
