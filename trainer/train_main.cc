@@ -119,6 +119,28 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   return result->exit_code;
 }
 
+// The context of this process's training: stop signals handled, the log on
+// stderr.
+TrainContext ProcessContext(absl::Time start) {
+  InstallStopHandlers();
+  TrainContext context;
+  context.stop_requested = &g_stop_requested;
+  context.log = &std::cerr;
+  context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
+  context.start = start;
+  return context;
+}
+
+// The process's exit status for training's result, which it reports.
+int ExitStatus(const absl::Status& s) {
+  if (s.ok()) return 0;
+  std::cerr << "train: " << s.message() << "\n";
+  // Stopped as asked: the shell's convention for death by that signal.
+  if (absl::IsCancelled(s) && g_stop_signal.load() != 0)
+    return 128 + g_stop_signal.load();
+  return 1;
+}
+
 // An elastic rank's settings: its standby store where the other hosts reach
 // it (this machine's address on the route to the first store), the job's
 // token, the backend every generation creates.
@@ -181,21 +203,10 @@ int Join(const TrainOptions& options, const backend::BackendConfig& config,
     std::cerr << "train: --join: " << elastic.status().message() << "\n";
     return 1;
   }
-  InstallStopHandlers();
-  TrainContext context;
-  context.stop_requested = &g_stop_requested;
-  context.log = &std::cerr;
-  context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
-  context.start = start;
+  const TrainContext context = ProcessContext(start);
   absl::StatusOr<TrainResult> result =
       JoinElastic(options, {method->host, method->port}, context, *elastic);
-  if (!result.ok()) {
-    std::cerr << "train: " << result.status().message() << "\n";
-    if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)
-      return 128 + g_stop_signal.load();
-    return 1;
-  }
-  return 0;
+  return ExitStatus(result.status());
 }
 
 int Main(int argc, char** argv) {
@@ -276,12 +287,7 @@ int Main(int argc, char** argv) {
     std::cerr << "train: " << group.status().message() << "\n";
     return 1;
   }
-  InstallStopHandlers();
-  TrainContext context;
-  context.stop_requested = &g_stop_requested;
-  context.log = &std::cerr;
-  context.log_is_terminal = ::isatty(STDERR_FILENO) == 1;
-  context.start = start;
+  TrainContext context = ProcessContext(start);
   context.cuda_device = group->cuda_device;
   absl::StatusOr<TrainResult> result;
   if (options->launch.elastic) {
@@ -300,13 +306,8 @@ int Main(int argc, char** argv) {
     // Peers blocked on this rank learn of the failure now, and destroying
     // the backend does not wait for them (Gloo's exit otherwise waits).
     group->backend->Abort(result.status());
-    std::cerr << "train: " << result.status().message() << "\n";
-    // Stopped as asked: the shell's convention for death by that signal.
-    if (absl::IsCancelled(result.status()) && g_stop_signal.load() != 0)
-      return 128 + g_stop_signal.load();
-    return 1;
   }
-  return 0;
+  return ExitStatus(result.status());
 }
 
 }  // namespace
