@@ -44,9 +44,8 @@ absl::StatusOr<int64_t> Admitted(store::Store& store) {
                           store.Get(kAdmitted, absl::Seconds(10)));
   int64_t n = 0;
   if (!absl::SimpleAtoi(text, &n)) {
-    return absl::InternalError(
-        absl::StrCat("elastic: a bad admitted count in the store: '", text,
-                     "'"));
+    return absl::InternalError(absl::StrCat(
+        "elastic: a bad admitted count in the store: '", text, "'"));
   }
   return n;
 }
