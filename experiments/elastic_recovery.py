@@ -160,6 +160,8 @@ class Job:
     self.ranks = args.ranks
     self.run_dir = run_dir
     self.hosts = hosts
+    # --joiner_host=own keeps the last host for the joiner alone.
+    self.rank_hosts = hosts[:-1] if args.join and args.joiner_host == "own" else hosts
     namespace = hosts[0][0] if hosts else None
     self.port = free_port(namespace)
     master = hosts[0][1] if hosts else "127.0.0.1"
@@ -180,8 +182,8 @@ class Job:
               subprocess.Popen(command(r), stdout=out, stderr=subprocess.STDOUT,
                                start_new_session=True))
       return
-    per_host = self.ranks // len(hosts)
-    for k, (ns, _) in enumerate(hosts):
+    per_host = self.ranks // len(self.rank_hosts)
+    for k, (ns, _) in enumerate(self.rank_hosts):
       lines = []
       for r in range(k * per_host, (k + 1) * per_host):
         log = shlex.quote(self.logs[r].path)
@@ -211,7 +213,8 @@ class Job:
                              start_new_session=True))
       self.joiner = self.procs[-1]
       return
-    # On the last host's network, in a PID namespace of its own: a new machine there.
+    # On the last host's network, in a PID namespace of its own: a new machine there
+    # (alone there with --joiner_host=own).
     rc = shlex.quote(os.path.join(self.run_dir, f"rank{n}.rc"))
     script = f"{shlex.join(self.joiner_command)} >{shlex.quote(log.path)} 2>&1; echo $? >{rc}"
     self.procs.append(
@@ -445,6 +448,10 @@ def main():
   parser.add_argument("--join", action="store_true",
                       help="instead of a signal, start a process that joins the job (train "
                       "--elastic --join); times are from its start")
+  parser.add_argument("--joiner_host", choices=["last", "own"], default="last",
+                      help="on the simulated cluster, where the joiner runs: on the last host "
+                      "beside its ranks, or alone on the last host (the ranks spread over the "
+                      "others), so that the state it receives crosses a link")
   parser.add_argument("--after_stop", choices=["KILL", "CONT"], default="KILL",
                       help="with --signal=STOP, what the stopped rank gets once the others went on")
   parser.add_argument("--kill_after", type=float, default=1.5,
@@ -487,9 +494,10 @@ def main():
       parser.error("--launchers=torchrun runs on loopback only")
     names = os.environ["SIM_CLUSTER_NAMESPACES"].split()
     addresses = os.environ.get("SIM_CLUSTER_ADDRESSES", "").split()
-    if len(names) != len(addresses) or args.ranks % len(names) != 0:
+    rank_hosts = len(names) - (1 if args.join and args.joiner_host == "own" else 0)
+    if len(names) != len(addresses) or rank_hosts < 1 or args.ranks % rank_hosts != 0:
       parser.error(f"--ranks={args.ranks} must spread evenly over the simulated cluster's "
-                   f"{len(names)} hosts")
+                   f"{rank_hosts} hosts for ranks")
     hosts = list(zip(names, addresses))
   output_dir = args.output_dir
   if not os.path.isabs(output_dir):

@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/types/optional.h"
 #include "trainer/training_data.h"
 
@@ -21,10 +22,17 @@ namespace dtrain::trainer {
 
 struct ElasticHandover {
   // In: start from `start_bytes` (a checkpoint, EncodeCheckpoint's bytes) as
-  // --resume starts from a checkpoint file: rank 0's bytes go to every rank
-  // (the other ranks' are ignored), and --resume's directory is not read.
+  // --resume starts from a checkpoint file, and --resume's directory is not
+  // read. Every rank passes the same state (ShareCommittedState in
+  // elastic_state.h gives it to the ranks that lacked it), and decodes its
+  // own: nothing is broadcast. Empty on every rank: nothing is loaded.
   bool start_from_memory = false;
   std::string start_bytes;
+  // In, when set: the start bytes, which may still be arriving, in place of
+  // `start_bytes`. Called once, on the training thread, after the model and
+  // the optimizer were built and before they are loaded, so that building
+  // them overlaps the transfer; an error fails the run with it.
+  std::function<absl::StatusOr<std::string>()> await_start_bytes;
   // Out, when the run fails after training began: this rank's checkpoint as
   // of its last committed step (the model, the optimizer, the sampler's
   // position and the hook's shared state; no per-rank hook state, which a

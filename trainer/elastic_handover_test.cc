@@ -131,6 +131,40 @@ TEST(ElasticHandoverTest, FailureMidTrainingHandsOverTheCommittedStep) {
             committed + (384 - 32 * committed + 15) / 16);
 }
 
+// The state arrives while the model is built (await_start_bytes); a rank
+// whose state never came fails with the transfer's error, and the others
+// with one that says so, instead of waiting in the first collective.
+TEST(ElasticHandoverTest, StateThatDidNotArriveFailsEveryRank) {
+  TrainOptions o = SmallRun();
+  o.optim.epochs = 1;
+  o.skip_validation = true;
+  std::vector<ElasticHandover> handed;
+  auto first = Generation(o, 2, {}, /*stop=*/true, &handed);
+  ASSERT_EQ(handed[0].committed_step, 1);
+  const std::string state = handed[0].committed_bytes;
+
+  std::vector<ElasticHandover> next(2);
+  for (int r = 0; r < 2; ++r) {
+    next[r].start_from_memory = true;
+    next[r].await_start_bytes = [r, &state]() -> absl::StatusOr<std::string> {
+      if (r == 1) return absl::UnavailableError("its source is gone");
+      return state;
+    };
+  }
+  auto results = TrainOnRanks(o, 2, [&](int rank, TrainContext& context) {
+    context.elastic = &next[rank];
+  });
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(results[1].status().message()),
+              HasSubstr("its source is gone"));
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(results[0].status().message()),
+              HasSubstr("1 rank could not load the state this generation "
+                        "starts from"));
+}
+
 // A failure before any training hands nothing over.
 TEST(ElasticHandoverTest, NothingToHandOverBeforeTraining) {
   TrainOptions o = SmallRun();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -20,6 +21,7 @@
 #include "dist/store/prefix_store.h"
 #include "dist/store/tcp_store.h"
 #include "trainer/elastic_handover.h"
+#include "trainer/elastic_state.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -112,6 +114,7 @@ class ElasticRank {
     failover_options_.client.token = elastic.token;
     failover_options_.client.timeout = options.launch.timeout;
   }
+  ~ElasticRank() { FinishSharing(); }
 
   // A rank of the first generation: swaps standbys through `world`'s store.
   absl::Status StartFirst(const rendezvous::World& world) {
@@ -205,6 +208,8 @@ class ElasticRank {
         handover_.regroup_requested = watch.flag();
         result = Train(options_, current_, *running_, generation_context);
         handover_.regroup_requested = nullptr;
+        // A run that failed before it took the state.
+        FinishSharing();
       }
       if (result.ok()) return result;
       const bool regroup = handover_.regrouped;
@@ -247,9 +252,31 @@ class ElasticRank {
   void Log(const std::string& line) const {
     if (context_.log != nullptr) *context_.log << who_ << line << "\n";
   }
-  static std::string Since(absl::Time t) {
-    return absl::FormatDuration(
-        absl::Trunc(absl::Now() - t, absl::Milliseconds(1)));
+  static std::string Duration(absl::Duration d) {
+    return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+  }
+  static std::string Since(absl::Time t) { return Duration(absl::Now() - t); }
+
+  // Waits for the transfer of the state that Enter started, if any.
+  void FinishSharing() {
+    if (sharing_.joinable()) sharing_.join();
+  }
+
+  void LogShare(const StateShare& share, int64_t step) const {
+    if (share.role == StateShare::Role::kKept) return;
+    const std::string what = absl::StrCat(
+        "the state of step ", step, " (",
+        absl::StrFormat("%.1f", static_cast<double>(share.bytes) / 1e6),
+        " MB)");
+    if (share.role == StateShare::Role::kReceived) {
+      Log(absl::StrCat("received ", what, " from rank ", share.source, " in ",
+                       Duration(share.took)));
+    } else {
+      Log(absl::StrCat("sent ", what, " to ",
+                       share.receivers.size() == 1 ? "rank " : "ranks ",
+                       absl::StrJoin(share.receivers, ", "), " in ",
+                       Duration(share.took)));
+    }
   }
 
   absl::Status StartStandby() {
@@ -325,7 +352,8 @@ class ElasticRank {
   }
 
   // Becomes rank `g.rank` of generation `g`: its backend, and the state it
-  // starts from (the new rank 0's, which holds the highest committed step).
+  // starts from (its own at the committed step, or a member's, which arrives
+  // while Train builds the model).
   absl::Status Enter(const rendezvous::Generation& g) {
     members_ = g.members;
     // The old backend goes before the new one is made: its threads and
@@ -341,12 +369,28 @@ class ElasticRank {
     if (!made.ok()) return Fail("creating the backend: ", made.status());
     owned_ = *std::move(made);
     running_ = owned_.get();
-    std::string start = std::move(handover_.committed_bytes);
+    // The state moves while the run builds its model (await_start_bytes).
+    FinishSharing();
+    sharing_bytes_ = std::move(handover_.committed_bytes);
+    sharing_ = std::thread(
+        [this, g,
+         state_store = std::make_shared<store::PrefixStore>(
+             absl::StrCat("elastic/gen/", g.generation, "/state"), failover_)] {
+          sharing_result_ =
+              ShareCommittedState(g, state_store, elastic_.backend,
+                                  options_.launch.timeout, &sharing_bytes_);
+        });
     absl::optional<TrainingData> data = std::move(handover_.data);
     handover_ = ElasticHandover();
     handover_.data = std::move(data);
     handover_.start_from_memory = true;
-    if (current_.rank == 0) handover_.start_bytes = std::move(start);
+    handover_.await_start_bytes =
+        [this, step = g.committed_step]() -> absl::StatusOr<std::string> {
+      FinishSharing();
+      if (!sharing_result_.ok()) return sharing_result_.status();
+      LogShare(*sharing_result_, step);
+      return std::move(sharing_bytes_);
+    };
     return absl::OkStatus();
   }
 
@@ -364,6 +408,11 @@ class ElasticRank {
   std::unique_ptr<backend::Backend> owned_;
   backend::Backend* running_ = nullptr;
   ElasticHandover handover_;
+  // The transfer of the state a generation starts from, which runs while the
+  // generation builds its model: its thread, result and bytes.
+  std::thread sharing_;
+  absl::StatusOr<StateShare> sharing_result_;
+  std::string sharing_bytes_;
   // The generation Run starts with.
   int generation_ = 0;
 };

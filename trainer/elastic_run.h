@@ -6,15 +6,16 @@
 // survivors abort their backend, agree on the next generation through the
 // lowest standby that answers (FormNextGeneration, probing each missing
 // rank's standby), create a backend for it, and train on from the highest
-// committed step, which the new rank 0 holds and hands to every rank
-// (trainer/elastic_handover.h). A failure of this rank's own (bad data, a
+// committed step. The members at that step start from their own state; the
+// others receive it from a member that holds it (trainer/elastic_state.h),
+// while they build their model (trainer/elastic_handover.h). A failure of this rank's own (bad data, a
 // signal's stop) ends the run as without elasticity.
 //
 // Grow: a process started with JoinElastic queues in the job's store; rank 0
 // looks for queued joiners between steps, the step's vote carries the
 // question to every rank, and all stop after the same committed step to form
-// a generation that admits them (up to max_ranks), whose rank 0 sends its
-// state to every rank over the new backend. The batch per rank is kept (the
+// a generation that admits them (up to max_ranks); each joiner receives the
+// state from a member at its address, else from rank 0. The batch per rank is kept (the
 // global batch grows), the learning rate is left as configured.
 //
 // Collective as Train: every rank of the first generation calls TrainElastic
@@ -68,7 +69,7 @@ absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
 // --dist_url of its ranks) is at `first_store`: queues in the job's store and
 // waits until the ranks admit it at a step boundary (up to their max_ranks,
 // within options.launch.timeout), becomes the last rank of the new
-// generation, receives the new rank 0's state over the backend (parameters,
+// generation, receives a member's state over a backend (parameters,
 // optimizer state, sampler position), and trains on with the others as
 // TrainElastic does. The job's first store must still answer (its rank 0
 // alive).

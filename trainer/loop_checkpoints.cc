@@ -76,6 +76,16 @@ absl::StatusOr<TrainingState> RestoreFromRankZero(
                                        options.timeout);
   if (backend.rank() != 0) bytes.clear();
   DTRAIN_RETURN_IF_ERROR(sync.Broadcast(0, &bytes, error));
+  return RestoreFromBytes(options, bytes, model, optimizer, loader, hook,
+                          loaded);
+}
+
+absl::StatusOr<TrainingState> RestoreFromBytes(
+    const LoopCheckpointOptions& options, const std::string& bytes,
+    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+    data::DataLoader* loader, HookState* hook, bool* loaded) {
+  if (hook != nullptr) *hook = HookState();
+  if (loaded != nullptr) *loaded = false;
   if (bytes.empty()) return TrainingState();
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingState state,

@@ -163,15 +163,22 @@ class LoopCheckpoints {
   std::vector<std::string> skipped_;
 };
 
+// Not collective: decodes checkpoint `bytes` into `model` and `optimizer`
+// (DecodeCheckpoint, with the options' expected names); the loader (when not
+// null) continues where the checkpoint stopped, and `hook` (when not null)
+// receives its hook state. Empty bytes load nothing and return a default
+// TrainingState; `*loaded` (when not null) says whether anything was loaded.
+absl::StatusOr<TrainingState> RestoreFromBytes(
+    const LoopCheckpointOptions& options, const std::string& bytes,
+    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+    data::DataLoader* loader = nullptr, HookState* hook = nullptr,
+    bool* loaded = nullptr);
+
 // Collective: Resume's second half, for a checkpoint that rank 0 holds in
 // memory (an elastic run's next generation starts from its rank 0's state).
 // Rank 0's `bytes` (ignored on the other ranks) and `error` go to every rank:
-// an error fails every rank alike; no bytes load nothing and return a default
-// TrainingState. Otherwise every rank decodes them into `model` and
-// `optimizer` (DecodeCheckpoint, with the options' expected names), the
-// loader (when not null) continues where the checkpoint stopped, and `hook`
-// (when not null) receives its hook state; `*loaded` (when not null) says
-// whether anything was loaded.
+// an error fails every rank alike. Every rank then restores them as
+// RestoreFromBytes does.
 absl::StatusOr<TrainingState> RestoreFromRankZero(
     backend::Backend& backend, const LoopCheckpointOptions& options,
     std::string bytes, const absl::Status& error, torch::nn::Module& model,

@@ -206,14 +206,32 @@ absl::StatusOr<RunParts> AssembleRun(const TrainOptions& o,
   HookState saved_hook;
   bool resumed = false;
   if (env.elastic != nullptr && env.elastic->start_from_memory) {
+    // Each rank holds the same state (elastic_state.h): no broadcast here.
+    absl::StatusOr<std::string> arrived = std::string();
+    if (env.elastic->await_start_bytes)
+      arrived = env.elastic->await_start_bytes();
+    absl::StatusOr<TrainingState> start =
+        !arrived.ok()
+            ? arrived.status()
+            : RestoreFromBytes(
+                  {o.checkpoint.keep_checkpoints, p.device, o.launch.timeout,
+                   o.model.name, *o.optim.optimizer},
+                  env.elastic->await_start_bytes ? *arrived
+                                                 : env.elastic->start_bytes,
+                  *p.model, *p.optimizer, p.train_loader.get(), &saved_hook,
+                  &resumed);
+    // A rank that cannot decode fails every rank, rather than leaving them
+    // waiting in the first collective.
     DTRAIN_ASSIGN_OR_RETURN(
-        p.start,
-        RestoreFromRankZero(
-            backend,
-            {o.checkpoint.keep_checkpoints, p.device, o.launch.timeout,
-             o.model.name, *o.optim.optimizer},
-            env.elastic->start_bytes, absl::OkStatus(), *p.model, *p.optimizer,
-            p.train_loader.get(), &saved_hook, &resumed));
+        std::vector<double> failed,
+        p.sync->AllReduce({start.ok() ? 0.0 : 1.0}, backend::ReduceOp::kSum));
+    if (!start.ok()) return start.status();
+    if (failed[0] > 0) {
+      return absl::AbortedError(absl::StrCat(
+          failed[0], failed[0] == 1 ? " rank" : " ranks",
+          " could not load the state this generation starts from"));
+    }
+    p.start = *std::move(start);
     r.Say(absl::StrCat("this generation of ", world.world_size,
                        world.world_size == 1 ? " rank" : " ranks",
                        " goes on from step ", p.start.global_step));
