@@ -191,6 +191,21 @@ dtrain_cc_test(dtrain_base_open_file_limit_test
   DEPS dtrain_base_open_file_limit dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //base:pause_watch
+dtrain_cc_library(dtrain_base_pause_watch
+  EXPORT_NAME base_pause_watch
+  PACKAGE base
+  SRCS base/pause_watch.cc
+  HDRS base/pause_watch.h
+  DEPS dtrain_tp_absl)
+
+# //base:pause_watch_test
+dtrain_cc_test(dtrain_base_pause_watch_test
+  OUTPUT base/pause_watch_test
+  SRCS base/pause_watch_test.cc
+  DEPS dtrain_base_pause_watch dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //base:posix_io_test
 dtrain_cc_test(dtrain_base_posix_io_test
   OUTPUT base/posix_io_test
@@ -1874,6 +1889,14 @@ dtrain_cc_library(dtrain_trainer_elastic_handover
   HDRS trainer/elastic_handover.h
   DEPS dtrain_trainer_training_data dtrain_tp_absl)
 
+# //trainer:elastic_state
+dtrain_cc_library(dtrain_trainer_elastic_state
+  EXPORT_NAME trainer_elastic_state
+  PACKAGE trainer
+  SRCS trainer/elastic_state.cc
+  HDRS trainer/elastic_state.h
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_dist_backend_small_collectives dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
+
 # //trainer:stop_vote
 dtrain_cc_library(dtrain_trainer_stop_vote
   EXPORT_NAME trainer_stop_vote
@@ -2064,7 +2087,7 @@ dtrain_cc_library(dtrain_trainer_elastic_run
   PACKAGE trainer
   SRCS trainer/elastic_run.cc
   HDRS trainer/elastic_run.h
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer_train_options dtrain_trainer dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
 
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
@@ -2609,6 +2632,22 @@ dtrain_cc_test(dtrain_trainer_elastic_run_test
   SRCS trainer/elastic_run_test.cc
   DEPS dtrain_trainer_elastic_run dtrain_trainer_trainer_testing dtrain_dist_backend dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 300)
+
+# //trainer:elastic_soak_test
+dtrain_sh_test(dtrain_trainer_elastic_soak_test
+  OUTPUT trainer/elastic_soak_test
+  SCRIPT trainer/elastic_soak_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_trainer_train
+  TIMEOUT 900
+  ARGS trainer/train)
+
+# //trainer:elastic_state_test
+dtrain_cc_test(dtrain_trainer_elastic_state_test
+  OUTPUT trainer/elastic_state_test
+  SRCS trainer/elastic_state_test.cc
+  DEPS dtrain_trainer_elastic_state dtrain_dist_store_hash_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
 
 # //trainer:elastic_test
 dtrain_sh_test(dtrain_trainer_elastic_test

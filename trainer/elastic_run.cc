@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/pause_watch.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/next_generation.h"
 #include "dist/store/failover_store.h"
@@ -206,6 +207,7 @@ class ElasticRank {
         JoinWatch watch(*failover_, current_.rank == 0, current_.world_size,
                         elastic_.max_ranks);
         handover_.regroup_requested = watch.flag();
+        pause_watch_.Reset();
         result = Train(options_, current_, *running_, generation_context);
         handover_.regroup_requested = nullptr;
         // A run that failed before it took the state.
@@ -216,6 +218,7 @@ class ElasticRank {
       if (!regroup && !PeerFailure(result.status())) return result;
       const absl::Time failed_at = absl::Now();
       running_->Abort(result.status());
+      if (!regroup) DTRAIN_RETURN_IF_ERROR(CheckNotLeftBehind(generation));
       Log(absl::StrCat(
           "generation ", generation, " of ", current_.world_size,
           regroup ? " ranks stopped to admit joiners (" : " ranks failed (",
@@ -304,6 +307,59 @@ class ElasticRank {
     self.host = HostName();
     self.standby = standby_->endpoint().ToString();
     return self;
+  }
+
+  // After generation `generation` failed: when this process did not run for
+  // longer than the others wait for a peer (stopped, starved), they may have
+  // left it out and gone on, even to the end of the run, on a store it does
+  // not use (its own standby, when it was rank 0, holds only what it knew).
+  // It goes on only with another member alive and no newer generation on
+  // that member's store; left out otherwise (kFailedPrecondition), rather
+  // than forming a generation of its own from its stale view.
+  absl::Status CheckNotLeftBehind(int generation) const {
+    const absl::Duration paused = pause_watch_.LongestPause();
+    const absl::Duration timeout = options_.launch.timeout;
+    if (paused < timeout) return absl::OkStatus();
+    const std::string left_out = absl::StrCat(
+        "left out: this process did not run for ", Duration(paused),
+        " (stopped or starved), past the ", absl::FormatDuration(timeout),
+        " timeout after which the others go on without a rank, and ");
+    std::vector<std::string> absent;
+    bool alive = false;
+    for (size_t r = 0; r < members_.size(); ++r) {
+      if (static_cast<int>(r) == current_.rank) continue;
+      std::string why;
+      absl::StatusOr<store::StoreEndpoint> e =
+          store::StoreEndpoint::Parse(members_[r].standby);
+      if (!e.ok() || store::ProbeEndpoint(*e, failover_options_, &why) !=
+                         store::EndpointState::kServing) {
+        absent.push_back(absl::StrCat("rank ", r, ": ", why));
+        continue;
+      }
+      store::TcpStoreOptions o = failover_options_.client;
+      o.host = e->host;
+      o.port = e->port;
+      absl::StatusOr<std::shared_ptr<store::TcpStore>> peer =
+          store::TcpStore::Create(o);
+      if (!peer.ok()) {
+        absent.push_back(
+            absl::StrCat("rank ", r, ": ", peer.status().message()));
+        continue;
+      }
+      alive = true;
+      absl::StatusOr<int> latest = rendezvous::LatestGeneration(**peer);
+      if (latest.ok() && *latest > generation) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            who_, left_out, "the others formed generation ", *latest,
+            " without it (rank ", r, "'s store says so)"));
+      }
+    }
+    if (alive) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        who_, left_out, "no other rank of generation ", generation,
+        " answers (", absl::StrJoin(absent, "; "),
+        "): they went on without it, and may have finished; it does not go on "
+        "alone"));
   }
 
   // The next generation, through the lowest standby that answers; queued
@@ -408,6 +464,8 @@ class ElasticRank {
   std::unique_ptr<backend::Backend> owned_;
   backend::Backend* running_ = nullptr;
   ElasticHandover handover_;
+  // Whether this process ran all along while a generation trained.
+  base::PauseWatch pause_watch_;
   // The transfer of the state a generation starts from, which runs while the
   // generation builds its model: its thread, result and bytes.
   std::thread sharing_;

@@ -4,7 +4,8 @@
 # form the next generation in the same processes, go on from the last step they all committed and
 # finish; their weights equal, byte for byte, those of three ranks stopped at that step and two
 # resumed from its checkpoint. Grow: a third process joins two (--join), and the three end with
-# the weights of two stopped at that step and three resumed. Also the refusals.
+# the weights of two stopped at that step and three resumed. A rank stopped past the timeout is
+# left out, and once continued does not go on alone. Also the refusals.
 set -uo pipefail
 
 train=$1
@@ -89,6 +90,51 @@ kill_case() {
 
 kill_case 1
 kill_case 0
+
+# One of three ranks ($1) SIGSTOPped once training runs, and continued after the two others have
+# left it out (past the timeout and the grace) and finished. It must not go on from what it last
+# knew, alone (its peers have exited) and for rank 0 on its own standby, which never saw the next
+# generation: it exits 1 saying it was left out, and the weights the others wrote stay theirs.
+stop_case() {
+  local stopped=$1 port r rc before after
+  local -a others=()
+  for r in 0 1 2; do [[ $r -ne $stopped ]] && others+=($r); done
+  port=$(free_port)
+  pids=()
+  for r in 0 1 2; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r --elastic "${run[@]}" \
+      --timeout=2s --save_state_dict="$tmp/p$stopped.pt" >"$tmp/p$stopped-e$r.out" 2>&1 &
+    pids+=($!)
+  done
+  wait_for_text "$tmp/p$stopped-e0.out" "Begin training" \
+    || die "stop $stopped: training never began: $(tail -3 "$tmp/p$stopped-e0.out")"
+  sleep 1
+  kill -STOP "${pids[$stopped]}"
+  for r in "${others[@]}"; do
+    wait "${pids[$r]}"
+    rc=$?
+    [[ $rc -eq 0 ]] || die "stop $stopped: rank $r exited $rc: $(tail -3 "$tmp/p$stopped-e$r.out")"
+  done
+  grep -q "this generation of 2 ranks goes on" "$tmp"/p$stopped-e*.out \
+    || die "stop $stopped: the others did not go on without it"
+  before=$(cksum <"$tmp/p$stopped.pt")
+  kill -CONT "${pids[$stopped]}"
+  wait "${pids[$stopped]}"
+  rc=$?
+  pids=()
+  [[ $rc -eq 1 ]] || fail "stop $stopped: the stopped rank exited $rc, not 1"
+  grep -q "left out: this process did not run for .* no other rank of generation 0 answers" \
+    "$tmp/p$stopped-e$stopped.out" \
+    || fail "stop $stopped: the stopped rank did not say it was left out: $(tail -2 "$tmp/p$stopped-e$stopped.out")"
+  grep -q "this generation of 1 rank" "$tmp/p$stopped-e$stopped.out" \
+    && fail "stop $stopped: the stopped rank went on alone"
+  after=$(cksum <"$tmp/p$stopped.pt")
+  [[ $after == "$before" ]] || fail "stop $stopped: the stopped rank overwrote the others' weights"
+  echo "stop $stopped: left out, and said so once continued"
+}
+
+stop_case 1
+stop_case 0
 
 # Grow: two ranks train, a third process joins (--join) once training runs. All three finish, and
 # their weights equal, byte for byte, those of two ranks stopped at the step the three went on from

@@ -70,6 +70,26 @@ absl::StatusOr<std::vector<GenerationMember>> Queued(store::Store& store,
   return out;
 }
 
+// Where each member records the generation it was formed into; only ever
+// raised.
+constexpr absl::string_view kLatest = "elastic/latest";
+
+absl::Status RaiseLatest(store::Store& store, int generation) {
+  DTRAIN_ASSIGN_OR_RETURN(std::string current,
+                          store.CompareSet(kLatest, "", "0"));
+  for (;;) {
+    int n = 0;
+    if (!absl::SimpleAtoi(current, &n)) {
+      return absl::InternalError(absl::StrCat(
+          "elastic: a bad latest generation in the store: '", current, "'"));
+    }
+    if (n >= generation) return absl::OkStatus();
+    // What the key holds afterwards: ours, or a value raised meanwhile.
+    DTRAIN_ASSIGN_OR_RETURN(
+        current, store.CompareSet(kLatest, current, absl::StrCat(generation)));
+  }
+}
+
 // The closed list: members' encodings, one per line, in new-rank order.
 absl::StatusOr<std::vector<GenerationMember>> DecodeList(
     absl::string_view text) {
@@ -88,8 +108,10 @@ std::string Ranks(const std::vector<GenerationMember>& members) {
                        });
 }
 
-absl::StatusOr<Generation> Joined(const NextGenerationOptions& o,
+absl::StatusOr<Generation> Joined(store::Store& store,
+                                  const NextGenerationOptions& o,
                                   std::vector<GenerationMember> members) {
+  DTRAIN_RETURN_IF_ERROR(RaiseLatest(store, o.generation));
   // Rank 0 holds the state every rank starts from: the lowest previous rank
   // among those at the highest committed step goes first.
   int64_t highest = 0;
@@ -167,7 +189,7 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
                               store.Get(list_key, absl::Seconds(10)));
       DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> members,
                               DecodeList(list));
-      return Joined(o, std::move(members));
+      return Joined(store, o, std::move(members));
     }
     // Who is accounted for: registered, gone, or stopped past the grace.
     std::vector<int> waiting;
@@ -223,7 +245,7 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
                               store.CompareSet(list_key, "", list));
       DTRAIN_ASSIGN_OR_RETURN(std::vector<GenerationMember> final_members,
                               DecodeList(agreed));
-      return Joined(o, std::move(final_members));
+      return Joined(store, o, std::move(final_members));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -233,6 +255,19 @@ absl::StatusOr<Generation> FormNextGeneration(store::Store& store,
     }
     absl::SleepFor(kPoll);
   }
+}
+
+absl::StatusOr<int> LatestGeneration(store::Store& store) {
+  DTRAIN_ASSIGN_OR_RETURN(bool any, store.Check({std::string(kLatest)}));
+  if (!any) return 0;
+  DTRAIN_ASSIGN_OR_RETURN(std::string text,
+                          store.Get(kLatest, absl::Seconds(10)));
+  int n = 0;
+  if (!absl::SimpleAtoi(text, &n)) {
+    return absl::InternalError(absl::StrCat(
+        "elastic: a bad latest generation in the store: '", text, "'"));
+  }
+  return n;
 }
 
 absl::Status AdmitJoiners(store::Store& store, const Generation& g) {
@@ -285,7 +320,7 @@ absl::StatusOr<Generation> JoinNextGeneration(store::Store& store,
   NextGenerationOptions o;
   o.generation = generation;
   o.self = self;
-  return Joined(o, std::move(members));
+  return Joined(store, o, std::move(members));
 }
 
 }  // namespace dtrain::rendezvous

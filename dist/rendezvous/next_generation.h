@@ -101,6 +101,11 @@ struct Generation {
 absl::StatusOr<Generation> FormNextGeneration(
     store::Store& store, const NextGenerationOptions& options);
 
+// The newest generation formed through `store` (FormNextGeneration records it
+// on every member), 0 when none was: how a rank that was stopped finds that
+// the others went on without it, on a store it did not use.
+absl::StatusOr<int> LatestGeneration(store::Store& store);
+
 // After FormNextGeneration, on every member: tells the joiners it admitted
 // which generation they are in. Idempotent.
 absl::Status AdmitJoiners(store::Store& store, const Generation& generation);

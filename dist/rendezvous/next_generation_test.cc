@@ -129,6 +129,29 @@ TEST(NextGenerationTest, StoppedRankIsLeftOutAndToldSoWhenItComesBack) {
                         "0, 2 formed without it"));
 }
 
+// The store records the newest generation formed through it, raised only:
+// what a rank that was stopped reads on the others' store.
+TEST(NextGenerationTest, TheStoreRecordsTheLatestGeneration) {
+  store::HashStore store;
+  EXPECT_EQ(*LatestGeneration(store), 0);
+  auto formed = Form(store, 2, {0, 1}, [](int) { return PeerState::kAlive; });
+  for (const auto& [r, g] : formed) ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*LatestGeneration(store), 1);
+  NextGenerationOptions third = Options(0, 1, 20);
+  third.generation = 3;
+  third.probe = [](int) { return PeerState::kAlive; };
+  ASSERT_TRUE(FormNextGeneration(store, third).ok());
+  EXPECT_EQ(*LatestGeneration(store), 3);
+  // A slow member of generation 1 reading its list afterwards lowers nothing.
+  NextGenerationOptions slow = Options(1, 2, 11);
+  slow.probe = [](int) { return PeerState::kAlive; };
+  ASSERT_TRUE(FormNextGeneration(store, slow).ok());
+  EXPECT_EQ(*LatestGeneration(store), 3);
+  ASSERT_TRUE(store.Set("elastic/latest", "x").ok());
+  EXPECT_EQ(LatestGeneration(store).status().code(),
+            absl::StatusCode::kInternal);
+}
+
 TEST(NextGenerationTest, FewerThanTheMinimumFailsEveryRank) {
   store::HashStore store;
   auto results = Form(
