@@ -2087,7 +2087,7 @@ dtrain_cc_library(dtrain_trainer_elastic_run
   PACKAGE trainer
   SRCS trainer/elastic_run.cc
   HDRS trainer/elastic_run.h
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_atomic_file dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
 
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
@@ -2655,7 +2655,7 @@ dtrain_sh_test(dtrain_trainer_elastic_test
   SCRIPT trainer/elastic_test.sh
   DATA tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_trainer_train dtrain_tools_launch
-  TIMEOUT 300
+  TIMEOUT 900
   ARGS trainer/train tools/launch/launch)
 
 # //trainer:fault_test

@@ -9,12 +9,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/atomic_file.h"
 #include "base/pause_watch.h"
 #include "base/status_macros.h"
 #include "dist/rendezvous/next_generation.h"
@@ -29,6 +31,20 @@ namespace {
 
 // Where the first generation publishes every rank's standby, for joiners.
 constexpr char kEndpointsKey[] = "elastic/endpoints";
+
+// The standbys' list as the first generation writes it: "host:port ...".
+absl::StatusOr<std::vector<store::StoreEndpoint>> ParseStandbys(
+    absl::string_view text) {
+  std::vector<store::StoreEndpoint> endpoints;
+  for (absl::string_view part : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    DTRAIN_ASSIGN_OR_RETURN(store::StoreEndpoint e,
+                            store::StoreEndpoint::Parse(part));
+    endpoints.push_back(std::move(e));
+  }
+  if (endpoints.empty())
+    return absl::InvalidArgumentError("an empty list of standby stores");
+  return endpoints;
+}
 // How often rank 0 looks for queued joiners while training.
 constexpr absl::Duration kJoinPoll = absl::Milliseconds(100);
 
@@ -134,10 +150,18 @@ class ElasticRank {
       members_.push_back(m);
       texts.push_back(m.standby);
     }
-    // For joiners, which find the job through its first store.
+    // For joiners, which find the job through its first store, and for a
+    // launcher's replacements, through a file of the launcher's on each host.
     if (world.rank == 0) {
       DTRAIN_RETURN_IF_ERROR(
           world.store->Set(kEndpointsKey, absl::StrJoin(texts, " ")));
+    }
+    if (world.local_rank == 0 && !elastic_.addresses_dir.empty()) {
+      if (absl::Status s = base::WriteFileAtomically(
+              StandbysFile(elastic_.addresses_dir), absl::StrJoin(texts, " "));
+          !s.ok()) {
+        return Fail("writing the standby stores for replacements: ", s);
+      }
     }
     return OpenFailover(*std::move(endpoints));
   }
@@ -146,7 +170,6 @@ class ElasticRank {
   // `first_store`, queues, and waits to be admitted.
   absl::Status StartJoined(const store::StoreEndpoint& first_store) {
     who_ = absl::StrCat("[joiner pid ", ::getpid(), "] elastic: ");
-    DTRAIN_RETURN_IF_ERROR(StartStandby());
     store::TcpStoreOptions o = failover_options_.client;
     o.host = first_store.host;
     o.port = first_store.port;
@@ -159,13 +182,17 @@ class ElasticRank {
     absl::StatusOr<std::string> text =
         job.Get(kEndpointsKey, options_.launch.timeout);
     if (!text.ok()) return Fail("reading the job's standbys: ", text.status());
-    std::vector<store::StoreEndpoint> endpoints;
-    for (absl::string_view part :
-         absl::StrSplit(*text, ' ', absl::SkipEmpty())) {
-      DTRAIN_ASSIGN_OR_RETURN(store::StoreEndpoint e,
-                              store::StoreEndpoint::Parse(part));
-      endpoints.push_back(std::move(e));
-    }
+    absl::StatusOr<std::vector<store::StoreEndpoint>> endpoints =
+        ParseStandbys(*text);
+    if (!endpoints.ok()) return Fail("", endpoints.status());
+    return StartJoinedThrough(*std::move(endpoints));
+  }
+
+  // A joiner that knows the job's standbys (the first generation's): the
+  // lowest that answers is the job's store.
+  absl::Status StartJoinedThrough(std::vector<store::StoreEndpoint> endpoints) {
+    who_ = absl::StrCat("[joiner pid ", ::getpid(), "] elastic: ");
+    DTRAIN_RETURN_IF_ERROR(StartStandby());
     DTRAIN_RETURN_IF_ERROR(OpenFailover(std::move(endpoints)));
     const absl::Time queued_at = absl::Now();
     rendezvous::GenerationMember self = Self(-1);
@@ -477,6 +504,25 @@ class ElasticRank {
 
 }  // namespace
 
+std::string StandbysFile(const std::string& addresses_dir) {
+  return absl::StrCat(addresses_dir, "/standbys");
+}
+
+absl::StatusOr<std::vector<store::StoreEndpoint>> ReadStandbys(
+    const std::string& addresses_dir) {
+  const std::string path = StandbysFile(addresses_dir);
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::string text,
+      base::ReadFile(path, {"the job's standby stores", 64 << 10}));
+  absl::StatusOr<std::vector<store::StoreEndpoint>> endpoints =
+      ParseStandbys(absl::StripAsciiWhitespace(text));
+  if (!endpoints.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", endpoints.status().message()));
+  }
+  return endpoints;
+}
+
 absl::StatusOr<TrainResult> TrainElastic(const TrainOptions& options,
                                          const rendezvous::World& world,
                                          backend::Backend& backend,
@@ -493,6 +539,14 @@ absl::StatusOr<TrainResult> JoinElastic(const TrainOptions& options,
                                         const ElasticOptions& elastic) {
   ElasticRank rank(options, context, elastic);
   DTRAIN_RETURN_IF_ERROR(rank.StartJoined(first_store));
+  return rank.Run(nullptr, nullptr);
+}
+
+absl::StatusOr<TrainResult> JoinElasticThroughStandbys(
+    const TrainOptions& options, std::vector<store::StoreEndpoint> standbys,
+    const TrainContext& context, const ElasticOptions& elastic) {
+  ElasticRank rank(options, context, elastic);
+  DTRAIN_RETURN_IF_ERROR(rank.StartJoinedThrough(std::move(standbys)));
   return rank.Run(nullptr, nullptr);
 }
 

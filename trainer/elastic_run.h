@@ -8,15 +8,15 @@
 // rank's standby), create a backend for it, and train on from the highest
 // committed step. The members at that step start from their own state; the
 // others receive it from a member that holds it (trainer/elastic_state.h),
-// while they build their model (trainer/elastic_handover.h). A failure of this rank's own (bad data, a
-// signal's stop) ends the run as without elasticity.
+// while they build their model (trainer/elastic_handover.h). A failure of this
+// rank's own (bad data, a signal's stop) ends the run as without elasticity.
 //
 // Grow: a process started with JoinElastic queues in the job's store; rank 0
 // looks for queued joiners between steps, the step's vote carries the
 // question to every rank, and all stop after the same committed step to form
 // a generation that admits them (up to max_ranks); each joiner receives the
-// state from a member at its address, else from rank 0. The batch per rank is kept (the
-// global batch grows), the learning rate is left as configured.
+// state from a member at its address, else from rank 0. The batch per rank is
+// kept (the global batch grows), the learning rate is left as configured.
 //
 // Collective as Train: every rank of the first generation calls TrainElastic
 // with the same options. Uses the process's LibTorch settings as Train does.
@@ -26,6 +26,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -52,7 +53,20 @@ struct ElasticOptions {
   std::string token;
   // The backend each generation creates.
   backend::BackendConfig backend;
+  // When set (a launcher's DTRAIN_ELASTIC_DIR): the first generation's ranks
+  // of local rank 0 write the job's standby stores there (StandbysFile), for
+  // replacements to join through (JoinElasticThroughStandbys).
+  std::string addresses_dir;
 };
+
+// The file in `addresses_dir` that lists the first generation's standby
+// stores, "host:port" separated by spaces, in rank order.
+std::string StandbysFile(const std::string& addresses_dir);
+
+// The list StandbysFile holds; kNotFound when the job has not written it (it
+// has not formed its first generation), kInvalidArgument for garbage.
+absl::StatusOr<std::vector<store::StoreEndpoint>> ReadStandbys(
+    const std::string& addresses_dir);
 
 // Train over generations, starting with `world` and `backend` (the first
 // generation's, which the caller keeps alive until this returns). Returns the
@@ -77,6 +91,13 @@ absl::StatusOr<TrainResult> JoinElastic(const TrainOptions& options,
                                         const store::StoreEndpoint& first_store,
                                         const TrainContext& context,
                                         const ElasticOptions& elastic);
+
+// As JoinElastic, finding the job through the first generation's standby
+// stores (ReadStandbys): the job's store is the lowest that answers, so the
+// job's rank 0 may be dead. How a launcher's replacement joins.
+absl::StatusOr<TrainResult> JoinElasticThroughStandbys(
+    const TrainOptions& options, std::vector<store::StoreEndpoint> standbys,
+    const TrainContext& context, const ElasticOptions& elastic);
 
 }  // namespace dtrain::trainer
 

@@ -193,7 +193,7 @@ join_case() {
 join_case
 
 # Under the launcher with --elastic: a rank's death does not stop the others; the launcher says so
-# and exits 0 once they have finished.
+# and exits 0 once they have finished. Then with a replacement.
 "$launch" --elastic --nproc_per_node=3 --master_port=0 -- "$train" --elastic "${run[@]}" \
   --save_state_dict="$tmp/launched.pt" >"$tmp/launch.out" 2>&1 &
 launcher=$!
@@ -214,9 +214,34 @@ grep -q 'rank 1 (local rank 1, pid [0-9]*) was killed by signal 9 (Killed); the 
   "$tmp/launch.out" || fail "launcher: no word of rank 1's death: $(grep launch "$tmp/launch.out")"
 [[ -s $tmp/launched.pt ]] || fail "launcher: no weights written"
 echo "launcher: $(grep 'exited with code 0 after losing' "$tmp/launch.out")"
-"$launch" --elastic --max_restarts=1 --nproc_per_node=1 -- true >"$tmp/bad.out" 2>&1 \
-  && fail "launch --elastic --max_restarts=1 was accepted"
-grep -q 'do not combine' "$tmp/bad.out" || fail "launch --elastic --max_restarts: $(cat "$tmp/bad.out")"
+
+# With --max_restarts: the launcher starts a replacement, which joins the running job. Rank 0 is
+# killed, so the first store is gone: the replacement finds the job through the standby stores the
+# first generation left in the launcher's DTRAIN_ELASTIC_DIR. Three ranks finish.
+"$launch" --elastic --max_restarts=1 --nproc_per_node=3 --master_port=0 -- "$train" --elastic \
+  "${run[@]}" --save_state_dict="$tmp/replaced.pt" >"$tmp/replace.out" 2>&1 &
+launcher=$!
+pids=($launcher)
+wait_for_text "$tmp/replace.out" "Begin training" || die "replacement: training never began"
+sleep 1
+rank0=""
+for p in $(pgrep -P "$launcher"); do
+  if grep -qxz RANK=0 "/proc/$p/environ" 2>/dev/null; then rank0=$p; fi
+done
+[[ -n $rank0 ]] || die "replacement: no rank 0 among the launcher's children"
+kill -KILL "$rank0"
+wait "$launcher"
+rc=$?
+pids=()
+[[ $rc -eq 0 ]] || fail "launcher --elastic --max_restarts=1 exited $rc: $(tail -3 "$tmp/replace.out")"
+grep -q 'started rank 0 (local rank 0, pid [0-9]*) to replace it (1 of 1); it joins the running job' \
+  "$tmp/replace.out" || fail "replacement: none started: $(grep launch "$tmp/replace.out")"
+grep -q 'joined generation [0-9]* as rank 2 of 3' "$tmp/replace.out" \
+  || fail "replacement: it did not join: $(grep -i 'joiner\|elastic' "$tmp/replace.out" | tail -5)"
+grep -q 'this generation of 3 ranks goes on from step' "$tmp/replace.out" \
+  || fail "replacement: the world did not grow back to 3"
+[[ -s $tmp/replaced.pt ]] || fail "replacement: no weights written"
+echo "replacement: $(grep -o 'joined generation.*' "$tmp/replace.out" | head -1)"
 
 # Refusals.
 for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0" "--even_batches=false" \

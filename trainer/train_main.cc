@@ -166,7 +166,38 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
   absl::StatusOr<std::string> token =
       rendezvous::StoreToken(rendezvous::ProcessEnv());
   if (token.ok()) elastic.token = *token;
+  // Under the project's launcher with --elastic.
+  if (const char* dir = std::getenv("DTRAIN_ELASTIC_DIR"))
+    elastic.addresses_dir = dir;
   return elastic;
+}
+
+// A replacement the launcher started (DTRAIN_ELASTIC_JOIN=1) for a failed
+// rank of an elastic job: joins it through the standby stores the job left
+// in DTRAIN_ELASTIC_DIR. Returns the exit status.
+int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
+            const backend::BackendConfig& config, absl::Time start) {
+  absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, config);
+  if (!elastic.ok()) {
+    std::cerr << "train: --elastic: " << elastic.status().message() << "\n";
+    return 1;
+  }
+  if (elastic->addresses_dir.empty()) {
+    std::cerr << "train: DTRAIN_ELASTIC_JOIN is set without "
+                 "DTRAIN_ELASTIC_DIR: the launcher says where the job is\n";
+    return 2;
+  }
+  absl::StatusOr<std::vector<store::StoreEndpoint>> standbys =
+      ReadStandbys(elastic->addresses_dir);
+  if (!standbys.ok()) {
+    std::cerr << "train: joining as a replacement: "
+              << standbys.status().message() << "\n";
+    return 1;
+  }
+  const TrainContext context = ProcessContext(start);
+  absl::StatusOr<TrainResult> result = JoinElasticThroughStandbys(
+      options, *std::move(standbys), context, *elastic);
+  return ExitStatus(result.status());
 }
 
 // --join: this process joins a running elastic job instead of meeting a
@@ -280,6 +311,24 @@ int Main(int argc, char** argv) {
     }
   };
   if (options->launch.join) return Join(*options, group_options.backend, start);
+  if (options->launch.elastic &&
+      std::getenv("DTRAIN_ELASTIC_JOIN") != nullptr &&
+      std::string(std::getenv("DTRAIN_ELASTIC_JOIN")) == "1") {
+    if (options->launch.device != "cpu") {
+      std::cerr << "train: a replacement joins on the CPU only, as yet\n";
+      return 2;
+    }
+    absl::StatusOr<rendezvous::LaunchEnv> env =
+        rendezvous::DiscoverLaunchEnv(rendezvous::ProcessEnv(), init.args);
+    if (!env.ok()) {
+      std::cerr << "train: " << env.status().message() << "\n";
+      return 2;
+    }
+    backend::BackendConfig backend = group_options.backend;
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+      backend.gloo_iface = ifname;
+    return Replace(*options, *env, backend, start);
+  }
   // Errors after the rendezvous start with "[rank R]".
   absl::StatusOr<backend::ProcessGroup> group =
       backend::InitProcessGroup(group_options, rendezvous::ProcessEnv());

@@ -1,5 +1,6 @@
 #include "dist/launch/launcher.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -132,10 +133,18 @@ absl::StatusOr<std::string> JobStoreToken(const LaunchOptions& o) {
   return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
 
+// What every rank of a Run() shares: the store token, and with --elastic the
+// folder where the ranks leave the job's store addresses for replacements.
+struct GroupEnv {
+  std::string store_token;
+  std::string elastic_dir;
+};
+
 // The environment of one rank: ours, with the launcher's variables set.
+// `joiner`: a replacement, which joins the running job.
 std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
                                          int local_rank, int restart,
-                                         const std::string& store_token) {
+                                         const GroupEnv& group, bool joiner) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
@@ -149,7 +158,9 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
   env["MASTER_ADDR"] = o.master_addr;
   env["MASTER_PORT"] = std::to_string(o.master_port);
   env["DTRAIN_RESTART_COUNT"] = std::to_string(restart);
-  if (!store_token.empty()) env["DTRAIN_STORE_TOKEN"] = store_token;
+  if (!group.store_token.empty()) env["DTRAIN_STORE_TOKEN"] = group.store_token;
+  if (!group.elastic_dir.empty()) env["DTRAIN_ELASTIC_DIR"] = group.elastic_dir;
+  if (joiner) env["DTRAIN_ELASTIC_JOIN"] = "1";
   // Several ranks on few cores oversubscribe with one OpenMP thread pool per
   // core each; OpenBLAS (Debian's LibTorch) has a pool of its own whose idle
   // workers spin, and it sizes the pool from this variable when loaded.
@@ -162,9 +173,9 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
 
 // Starts one rank. Everything the child needs is prepared before fork().
 absl::StatusOr<pid_t> Spawn(const LaunchOptions& o, const Rank& r, int restart,
-                            const std::string& store_token) {
+                            const GroupEnv& group, bool joiner = false) {
   std::vector<std::string> env_strings =
-      RankEnvironment(o, r.rank, r.local_rank, restart, store_token);
+      RankEnvironment(o, r.rank, r.local_rank, restart, group, joiner);
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -256,6 +267,40 @@ absl::StatusOr<base::UniqueFd> ReservePort(const std::string& host, int* port) {
       " (--master_addr must be an address of this machine): ", error));
 }
 
+// The folder of an elastic group's store addresses (DTRAIN_ELASTIC_DIR):
+// made under $TMPDIR, emptied and removed when the group ends.
+class ElasticDir {
+ public:
+  ~ElasticDir() {
+    if (path_.empty()) return;
+    if (DIR* d = ::opendir(path_.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
+      }
+      ::closedir(d);
+    }
+    ::rmdir(path_.c_str());
+  }
+  absl::Status Make() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                     "/dtrain-elastic-XXXXXX");
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return base::ErrnoStatus(
+          errno, absl::StrCat("--elastic: cannot make a folder like ", pattern,
+                              " for the job's store addresses"));
+    }
+    path_ = pattern;
+    return absl::OkStatus();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 void SignalGroup(const std::vector<Rank>& ranks, int sig) {
   for (const Rank& r : ranks) {
     if (r.running) ::killpg(r.pid, sig);
@@ -315,11 +360,6 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts=", o.max_restarts, " must not be negative"));
   }
-  if (o.elastic && o.max_restarts > 0) {
-    return absl::InvalidArgumentError(
-        "--elastic and --max_restarts do not combine: an elastic group goes "
-        "on without the failed rank instead of restarting");
-  }
   for (const auto& [flag, d] : {std::pair<const char*, absl::Duration>{
                                     "failure_grace", o.failure_grace},
                                 {"stop_timeout", o.stop_timeout}}) {
@@ -348,7 +388,13 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
   const int pipe_fds[2] = {wake.read_fd(), wake.write_fd()};
   SignalScope signals(
       wake.write_fd());  // Destroyed before the pipe it writes to.
-  DTRAIN_ASSIGN_OR_RETURN(const std::string store_token, JobStoreToken(o));
+  GroupEnv group;
+  DTRAIN_ASSIGN_OR_RETURN(group.store_token, JobStoreToken(o));
+  ElasticDir elastic_dir;
+  if (o.elastic) {
+    DTRAIN_RETURN_IF_ERROR(elastic_dir.Make());
+    group.elastic_dir = elastic_dir.path();
+  }
   LaunchResult result;
   result.master_port = o.master_port;
   const int world_size = o.nproc_per_node * o.nnodes;
@@ -368,7 +414,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
                 : "")
         << ": " << absl::StrJoin(o.command, " ") << std::endl;
     for (Rank& r : ranks) {
-      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt, store_token);
+      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt, group);
       if (!pid.ok()) {
         SignalGroup(ranks, SIGKILL);
         for (Rank& q : ranks) {
@@ -384,6 +430,7 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
     std::vector<std::string> lost;  // --elastic: the ranks that failed.
     int stop_signal = 0;            // A SIGINT/SIGTERM received and forwarded.
     std::string finished;           // The first rank that exited 0.
+    int succeeded = 0;              // How many exited 0.
     absl::Time kill_at = absl::InfiniteFuture();
     int running = static_cast<int>(ranks.size());
     while (running > 0) {
@@ -399,12 +446,36 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
         --running;
         // Anything the rank left in its process group goes with it.
         ::killpg(r.pid, SIGKILL);
-        if (!Failed(r.status) && finished.empty()) finished = r.Name();
+        if (!Failed(r.status)) {
+          ++succeeded;
+          if (finished.empty()) finished = r.Name();
+        }
         if (Failed(r.status) && o.elastic && stop_signal == 0 && !r.killed) {
           lost.push_back(absl::StrCat(r.Name(), " ", DescribeStatus(r.status)));
           log << "[launch] " << lost.back()
               << (running > 0 ? "; the others go on (elastic)" : "")
               << std::endl;
+          // A replacement joins the job while it runs: not once a rank has
+          // finished, which means the job is ending.
+          if (result.restarts < o.max_restarts && running > 0 &&
+              finished.empty()) {
+            ++result.restarts;
+            absl::StatusOr<pid_t> pid =
+                Spawn(o, r, result.restarts, group, /*joiner=*/true);
+            if (pid.ok()) {
+              r.pid = *pid;
+              r.running = true;
+              r.status = 0;
+              r.stopped_since = absl::InfiniteFuture();
+              ++running;
+              log << "[launch] started " << r.Name() << " to replace it ("
+                  << result.restarts << " of " << o.max_restarts
+                  << "); it joins the running job" << std::endl;
+            } else {
+              log << "[launch] cannot start a replacement: "
+                  << pid.status().message() << std::endl;
+            }
+          }
           continue;
         }
         if (Failed(r.status) && failure.empty() && stop_signal == 0) {
@@ -481,10 +552,13 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
       const bool any = !finished.empty();
       result.exit_code = any ? 0 : 1;
       result.summary = absl::StrCat(
-          any ? absl::StrCat(ranks.size() - lost.size(),
+          any ? absl::StrCat(succeeded,
                              " rank(s) exited with code 0 after losing ")
               : "every rank failed: ",
-          absl::StrJoin(lost, "; "));
+          absl::StrJoin(lost, "; "),
+          result.restarts > 0
+              ? absl::StrCat(" (", result.restarts, " replaced)")
+              : "");
       if (!any) log << "[launch] " << result.summary << std::endl;
       break;
     }
@@ -494,9 +568,10 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
           absl::StrCat("all ", ranks.size(), " rank(s) exited with code 0");
       break;
     }
-    if (attempt >= o.max_restarts) {
+    // An elastic group replaces ranks one by one (above), never as a whole.
+    if (attempt >= o.max_restarts || o.elastic) {
       result.exit_code = 1;
-      result.summary = o.max_restarts > 0
+      result.summary = o.max_restarts > 0 && !o.elastic
                            ? absl::StrCat(failure, " (after ", attempt,
                                           " restart(s), the limit)")
                            : failure;

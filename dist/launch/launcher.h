@@ -27,7 +27,8 @@
 // failed and how, once. A rank still stopped `failure_grace` after another
 // exited 0 has failed too: nothing else would end it. With max_restarts > 0 it
 // then starts the whole group again (a trainer resumes from its latest
-// checkpoint). SIGINT and SIGTERM sent to the launcher are forwarded to every
+// checkpoint), or with `elastic` replaces the failed rank alone (below).
+// SIGINT and SIGTERM sent to the launcher are forwarded to every
 // rank; the launcher then waits `stop_timeout` for them to exit.
 //
 // Run() installs SIGINT/SIGTERM/SIGCHLD handling for its duration; call it from
@@ -55,7 +56,13 @@ struct LaunchOptions {
   // A rank that fails does not end the group: the others go on (a program
   // that survives a peer's death, such as train --elastic). The group
   // succeeds when every rank that did not fail exits 0, and at least one
-  // does. Not with max_restarts.
+  // does. With max_restarts, a failed rank is replaced by a new process in
+  // its place (the same LOCAL_RANK), up to max_restarts times in all, while
+  // no rank has finished: it gets DTRAIN_ELASTIC_JOIN=1 and joins the running
+  // job (train --elastic does) rather than starting one. Every rank gets
+  // DTRAIN_ELASTIC_DIR, a folder of the launcher's (removed at the end) where
+  // the job leaves its store addresses for replacements to find it, its
+  // rank 0 dead or not.
   bool elastic = false;
   // After a rank failed: how long the others get to exit after SIGTERM before
   // SIGKILL. Short: they cannot finish the job without the failed rank. Also

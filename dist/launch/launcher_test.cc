@@ -4,6 +4,7 @@
 #include "dist/launch/launcher.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -197,6 +198,69 @@ TEST(LauncherTest, GivingUpIsSaidOnceAfterEachFailure) {
   EXPECT_EQ(Count(log, "exited with code 4"), 2) << log;
   EXPECT_THAT(log,
               HasSubstr("[launch] giving up after 1 restart(s), the limit"));
+}
+
+// --elastic: a failed rank does not stop the others, and with max_restarts a
+// replacement starts in its place, told to join (DTRAIN_ELASTIC_JOIN=1); the
+// folder of the job's addresses is the same for every rank and removed at
+// the end.
+TEST(LauncherTest, ElasticReplacesAFailedRankWithAJoiner) {
+  const std::string dir = TmpDir() + "/replaced";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  LaunchOptions o = Shell(
+      2,
+      absl::StrCat(
+          "d=", dir,
+          "; echo \"$DTRAIN_ELASTIC_DIR\" > $d/dir.$RANK.$DTRAIN_RESTART_COUNT;"
+          " test -d \"$DTRAIN_ELASTIC_DIR\" || exit 9;"
+          " if [ \"$DTRAIN_ELASTIC_JOIN\" = 1 ]; then"
+          " echo \"$RANK $LOCAL_RANK $DTRAIN_RESTART_COUNT\" > $d/joiner; exit "
+          "0; fi;"
+          " if [ \"$RANK\" = 1 ]; then exit 3; fi;"
+          " i=0; while [ ! -e $d/joiner ] && [ $i -lt 100 ]; do sleep 0.1;"
+          " i=$((i+1)); done"));
+  o.elastic = true;
+  o.max_restarts = 1;
+  std::string log;
+  LaunchResult r = MustRun(o, &log);
+  EXPECT_EQ(r.exit_code, 0) << log;
+  EXPECT_EQ(r.restarts, 1);
+  EXPECT_EQ(Slurp(dir + "/joiner"), "1 1 1\n");
+  EXPECT_THAT(log, MatchesRegex(".*started rank 1 \\(local rank 1, pid "
+                                "[0-9]+\\) to replace it \\(1 of 1\\); it "
+                                "joins the running job.*"));
+  EXPECT_THAT(r.summary,
+              MatchesRegex("2 rank\\(s\\) exited with code 0 after losing rank "
+                           "1 .* exited with code 3 \\(1 replaced\\)"));
+  const std::string elastic_dir = Slurp(dir + "/dir.0.0");
+  ASSERT_FALSE(elastic_dir.empty());
+  EXPECT_EQ(Slurp(dir + "/dir.1.0"), elastic_dir);
+  EXPECT_EQ(Slurp(dir + "/dir.1.1"), elastic_dir);
+  struct stat st;
+  EXPECT_NE(::stat(elastic_dir.substr(0, elastic_dir.size() - 1).c_str(), &st),
+            0)
+      << "the launcher left " << elastic_dir;
+}
+
+// At most max_restarts replacements in all; none once a rank has finished
+// (the job is ending: nothing to join).
+TEST(LauncherTest, ElasticReplacementsAreBounded) {
+  LaunchOptions o = Shell(2, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 2");
+  o.elastic = true;
+  o.max_restarts = 2;
+  std::string log;
+  LaunchResult r = MustRun(o, &log);
+  EXPECT_EQ(r.exit_code, 0) << log;
+  EXPECT_EQ(r.restarts, 2);
+  EXPECT_EQ(Count(log, "exited with code 3; the others go on"), 3) << log;
+
+  LaunchOptions late =
+      Shell(2, "if [ \"$RANK\" = 1 ]; then sleep 1; exit 3; fi");
+  late.elastic = true;
+  late.max_restarts = 2;
+  r = MustRun(late, &log);
+  EXPECT_EQ(r.exit_code, 0) << log;
+  EXPECT_EQ(r.restarts, 0) << log;
 }
 
 TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {

@@ -25,7 +25,9 @@ ABSL_FLAG(int, master_port, 29500,
           "Port of the rendezvous store on the master; 0: a free port the "
           "launcher picks (one node only), for jobs side by side.");
 ABSL_FLAG(int, max_restarts, 0,
-          "Restart the group this many times after a rank fails.");
+          "Restart the group this many times after a rank fails; with "
+          "--elastic, start this many replacements in all, each joining the "
+          "running job in a failed rank's place.");
 ABSL_FLAG(bool, elastic, false,
           "A rank that fails does not stop the others (for programs that go "
           "on without it, such as train --elastic); the launcher succeeds "

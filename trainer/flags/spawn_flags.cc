@@ -13,7 +13,9 @@ ABSL_FLAG(int, nnodes, 1, "With --nproc_per_node: number of nodes.");
 ABSL_FLAG(int, node_rank, 0, "With --nproc_per_node: this node's index.");
 ABSL_FLAG(int, max_restarts, 0,
           "With --nproc_per_node: restart the group this many times after a "
-          "failure (it resumes from --checkpoint_dir).");
+          "failure (it resumes from --checkpoint_dir); with --elastic, start "
+          "this many replacements in all, each joining the running job in a "
+          "failed rank's place.");
 ABSL_FLAG(dtrain::base::DurationFlag, failure_grace,
           dtrain::base::DurationFlag(absl::Seconds(5)),
           "With --nproc_per_node: after a rank fails, how long the others get "
