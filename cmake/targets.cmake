@@ -1543,6 +1543,21 @@ dtrain_cc_test(dtrain_dist_launch_launcher_test
   DEPS dtrain_dist_launch_launcher dtrain_base_machine_limits dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/launch:nnodes_flag
+dtrain_cc_library(dtrain_dist_launch_nnodes_flag
+  EXPORT_NAME launch_nnodes_flag
+  PACKAGE dist/launch
+  SRCS dist/launch/nnodes_flag.cc
+  HDRS dist/launch/nnodes_flag.h
+  DEPS dtrain_tp_absl)
+
+# //dist/launch:nnodes_flag_test
+dtrain_cc_test(dtrain_dist_launch_nnodes_flag_test
+  OUTPUT dist/launch/nnodes_flag_test
+  SRCS dist/launch/nnodes_flag_test.cc
+  DEPS dtrain_dist_launch_nnodes_flag dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //dist/rendezvous:init_test
 dtrain_cc_test(dtrain_dist_rendezvous_init_test
   OUTPUT dist/rendezvous/init_test
@@ -2095,7 +2110,7 @@ dtrain_cc_library(dtrain_trainer_flags_train_flags
   PACKAGE trainer/flags
   SRCS trainer/flags/checkpoint_flags.cc trainer/flags/data_flags.cc trainer/flags/data_parallel_flags.cc trainer/flags/launch_flags.cc trainer/flags/model_flags.cc trainer/flags/optimizer_flags.cc trainer/flags/report_flags.cc trainer/flags/run_flags.cc trainer/flags/spawn_flags.cc trainer/flags/train_flags.cc
   HDRS trainer/flags/train_flags.h
-  DEPS dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_user_path dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_train_options)
+  DEPS dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_user_path dtrain_dist_launch_nnodes_flag dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_train_options)
 
 # //trainer:train_main
 dtrain_cc_library(dtrain_trainer_train_main
@@ -2114,7 +2129,7 @@ dtrain_cc_binary(dtrain_examples_own_model_train_with_own_model
 dtrain_cc_binary(dtrain_tools_launch
   OUTPUT tools/launch/launch
   SRCS tools/launch/main.cc
-  DEPS dtrain_base_duration_flag dtrain_base_open_file_limit dtrain_dist_launch_launcher dtrain_tp_absl)
+  DEPS dtrain_base_duration_flag dtrain_base_open_file_limit dtrain_dist_launch_launcher dtrain_dist_launch_nnodes_flag dtrain_tp_absl)
 
 # //examples/own_model:own_model_test
 dtrain_sh_test(dtrain_examples_own_model_own_model_test

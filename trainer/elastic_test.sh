@@ -243,6 +243,32 @@ grep -q 'this generation of 3 ranks goes on from step' "$tmp/replace.out" \
 [[ -s $tmp/replaced.pt ]] || fail "replacement: no weights written"
 echo "replacement: $(grep -o 'joined generation.*' "$tmp/replace.out" | head -1)"
 
+# torchrun's --nnodes=MIN:MAX: node 0's launcher starts the job with its two ranks; node 1's (here
+# on the same machine) starts two more once it runs, which join it through its first store. Four
+# ranks finish.
+port=$(free_port)
+"$launch" --elastic --nnodes=1:2 --node_rank=0 --nproc_per_node=2 --master_port="$port" -- \
+  "$train" --elastic "${run[@]}" --save_state_dict="$tmp/nodes.pt" >"$tmp/node0.out" 2>&1 &
+node0=$!
+pids=($node0)
+wait_for_text "$tmp/node0.out" "Begin training" || die "nodes: training never began"
+"$launch" --elastic --nnodes=1:2 --node_rank=1 --nproc_per_node=2 --master_port="$port" -- \
+  "$train" --elastic "${run[@]}" >"$tmp/node1.out" 2>&1 &
+node1=$!
+pids+=($node1)
+for p in $node0 $node1; do
+  wait "$p" || fail "nodes: launcher $p exited $?: $(tail -3 "$tmp/node0.out" "$tmp/node1.out")"
+done
+pids=()
+grep -q 'rank(s) that join the running job' "$tmp/node1.out" || fail "nodes: node 1 did not join"
+# Together or one after the other, as they queued.
+[[ $(grep -c 'joined generation [0-9]* as rank [23] of [34]' "$tmp/node1.out") -eq 2 ]] \
+  || fail "nodes: not both joined: $(grep -i 'elastic\|launch' "$tmp/node1.out" | tail -4)"
+grep -q 'this generation of 4 ranks goes on from step' "$tmp/node0.out" \
+  || fail "nodes: the world did not grow to 4"
+[[ -s $tmp/nodes.pt ]] || fail "nodes: no weights written"
+echo "nodes: $(grep -o 'this generation of 4 ranks goes on from step [0-9]*' "$tmp/node0.out")"
+
 # Refusals.
 for bad in "--zero=1" "--sync_batchnorm" "--min_ranks=0" "--even_batches=false" \
   "--min_ranks=3 --max_ranks=2"; do

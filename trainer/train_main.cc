@@ -25,11 +25,13 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -103,6 +105,7 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   launch::LaunchOptions l;
   l.nproc_per_node = spawn.nproc_per_node;
   l.nnodes = spawn.nnodes;
+  l.max_nnodes = spawn.max_nnodes;
   l.node_rank = spawn.node_rank;
   if (options.master_addr) l.master_addr = *options.master_addr;
   if (options.master_port) l.master_port = *options.master_port;
@@ -150,6 +153,18 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
   ElasticOptions elastic;
   elastic.min_ranks = options.launch.min_ranks;
   elastic.max_ranks = options.launch.max_ranks;
+  // The launcher's --nnodes=MIN:MAX, in ranks, unless the flags say.
+  for (auto [name, variable, value] :
+       {std::tuple<const char*, const char*, int*>{
+            "min_ranks", "DTRAIN_ELASTIC_MIN_RANKS", &elastic.min_ranks},
+        {"max_ranks", "DTRAIN_ELASTIC_MAX_RANKS", &elastic.max_ranks}}) {
+    const char* text = std::getenv(variable);
+    if (text == nullptr || Specified(name)) continue;
+    if (!absl::SimpleAtoi(text, value) || *value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(variable, "='", text, "' is not a number of ranks"));
+    }
+  }
   elastic.backend = backend;
   std::string master = launch.master_addr;
   int master_port = launch.master_port;
@@ -172,9 +187,11 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
   return elastic;
 }
 
-// A replacement the launcher started (DTRAIN_ELASTIC_JOIN=1) for a failed
-// rank of an elastic job: joins it through the standby stores the job left
-// in DTRAIN_ELASTIC_DIR. Returns the exit status.
+// A process the launcher started to join an elastic job (DTRAIN_ELASTIC_JOIN
+// =1): a replacement for a failed rank joins through the standby stores the
+// job left in DTRAIN_ELASTIC_DIR; a node that joins (none of the job's
+// ranks ran under its launcher) through the job's first store, MASTER_ADDR
+// and MASTER_PORT. Returns the exit status.
 int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
             const backend::BackendConfig& config, absl::Time start) {
   absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, config);
@@ -189,12 +206,20 @@ int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
   }
   absl::StatusOr<std::vector<store::StoreEndpoint>> standbys =
       ReadStandbys(elastic->addresses_dir);
+  const TrainContext context = ProcessContext(start);
+  if (absl::IsNotFound(standbys.status())) {
+    // No rank of the job's first generation ran under this launcher: a node
+    // that joins (--nnodes=MIN:MAX) finds the job through its first store.
+    return ExitStatus(JoinElastic(options,
+                                  {launch.master_addr, launch.master_port},
+                                  context, *elastic)
+                          .status());
+  }
   if (!standbys.ok()) {
     std::cerr << "train: joining as a replacement: "
               << standbys.status().message() << "\n";
     return 1;
   }
-  const TrainContext context = ProcessContext(start);
   absl::StatusOr<TrainResult> result = JoinElasticThroughStandbys(
       options, *std::move(standbys), context, *elastic);
   return ExitStatus(result.status());
@@ -318,16 +343,23 @@ int Main(int argc, char** argv) {
       std::cerr << "train: a replacement joins on the CPU only, as yet\n";
       return 2;
     }
-    absl::StatusOr<rendezvous::LaunchEnv> env =
-        rendezvous::DiscoverLaunchEnv(rendezvous::ProcessEnv(), init.args);
-    if (!env.ok()) {
-      std::cerr << "train: " << env.status().message() << "\n";
+    // Its RANK and WORLD_SIZE are the launcher's placeholders: the job gives
+    // it a rank. Only the job's first store matters.
+    rendezvous::LaunchEnv env;
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr == nullptr || *addr == '\0' || port == nullptr ||
+        !absl::SimpleAtoi(port, &env.master_port)) {
+      std::cerr << "train: a process the launcher starts to join "
+                   "(DTRAIN_ELASTIC_JOIN=1) needs MASTER_ADDR and MASTER_PORT, "
+                   "the job's first store\n";
       return 2;
     }
+    env.master_addr = addr;
     backend::BackendConfig backend = group_options.backend;
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
       backend.gloo_iface = ifname;
-    return Replace(*options, *env, backend, start);
+    return Replace(*options, env, backend, start);
   }
   // Errors after the rendezvous start with "[rank R]".
   absl::StatusOr<backend::ProcessGroup> group =

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -122,7 +123,8 @@ bool Failed(int status) {
 // loopback, reachable by every local user). Empty when the user set one, or
 // for several nodes, whose launchers cannot agree on a secret.
 absl::StatusOr<std::string> JobStoreToken(const LaunchOptions& o) {
-  if (o.nnodes != 1 || std::getenv("DTRAIN_STORE_TOKEN") != nullptr ||
+  if (o.nnodes != 1 || o.max_nnodes > 1 ||
+      std::getenv("DTRAIN_STORE_TOKEN") != nullptr ||
       std::getenv("DTRAIN_STORE_TOKEN_FILE") != nullptr) {
     return std::string();
   }
@@ -160,6 +162,12 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank,
   env["DTRAIN_RESTART_COUNT"] = std::to_string(restart);
   if (!group.store_token.empty()) env["DTRAIN_STORE_TOKEN"] = group.store_token;
   if (!group.elastic_dir.empty()) env["DTRAIN_ELASTIC_DIR"] = group.elastic_dir;
+  if (o.max_nnodes > o.nnodes) {
+    env["DTRAIN_ELASTIC_MIN_RANKS"] =
+        std::to_string(o.nproc_per_node * o.nnodes);
+    env["DTRAIN_ELASTIC_MAX_RANKS"] =
+        std::to_string(o.nproc_per_node * o.max_nnodes);
+  }
   if (joiner) env["DTRAIN_ELASTIC_JOIN"] = "1";
   // Several ranks on few cores oversubscribe with one OpenMP thread pool per
   // core each; OpenBLAS (Debian's LibTorch) has a pool of its own whose idle
@@ -330,27 +338,45 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& o) {
   const base::Limit world = base::WorldSizeLimit();
   DTRAIN_RETURN_IF_ERROR(base::CheckAtMost("--nnodes", o.nnodes, world));
   // As int64: the product of two ints may not fit an int.
-  const int64_t world_size = int64_t{o.nproc_per_node} * o.nnodes;
+  const int64_t world_size =
+      int64_t{o.nproc_per_node} * std::max(o.nnodes, o.max_nnodes);
   if (world_size > world.max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nproc_per_node=", o.nproc_per_node, " x --nnodes=", o.nnodes, " = ",
         world_size, " ranks: at most ", world.max, " (", world.why, ")"));
   }
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+  if (o.max_nnodes != 0 && o.max_nnodes < o.nnodes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--node_rank=", o.node_rank,
-                     " is outside [0, --nnodes=", o.nnodes, ")"));
+        absl::StrCat("--nnodes=", o.nnodes, ":", o.max_nnodes,
+                     ": the maximum is below the minimum"));
+  }
+  if (o.max_nnodes > o.nnodes && !o.elastic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", o.nnodes, ":", o.max_nnodes,
+        " (a range) needs --elastic: only an elastic job admits nodes while it "
+        "runs"));
+  }
+  DTRAIN_RETURN_IF_ERROR(base::CheckAtMost("--nnodes", o.max_nnodes, world));
+  const int nodes = std::max(o.nnodes, o.max_nnodes);
+  if (o.node_rank < 0 || o.node_rank >= nodes) {
+    return absl::InvalidArgumentError(
+        o.max_nnodes > o.nnodes
+            ? absl::StrCat("--node_rank=", o.node_rank, " is outside [0, ",
+                           nodes, "), the maximum of --nnodes=", o.nnodes, ":",
+                           o.max_nnodes)
+            : absl::StrCat("--node_rank=", o.node_rank,
+                           " is outside [0, --nnodes=", o.nnodes, ")"));
   }
   if (o.master_port < 0 || o.master_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--master_port=", o.master_port,
                      " is outside 0..65535 (0: a free port, on one node)"));
   }
-  if (o.master_port == 0 && o.nnodes > 1) {
+  if (o.master_port == 0 && std::max(o.nnodes, o.max_nnodes) > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--master_port=0 (a free port) works on one node only: the "
         "launchers of the other ",
-        o.nnodes - 1,
+        std::max(o.nnodes, o.max_nnodes) - 1,
         " node(s) cannot learn the port this one picks; give every node "
         "the same fixed --master_port"));
   }
@@ -404,17 +430,23 @@ absl::StatusOr<LaunchResult> Run(const LaunchOptions& options,
       ranks[i].local_rank = i;
       ranks[i].rank = o.node_rank * o.nproc_per_node + i;
     }
-    log << "[launch] starting ranks " << ranks.front().rank << "-"
-        << ranks.back().rank << " of " << world_size << " (node " << o.node_rank
-        << " of " << o.nnodes << ", master " << o.master_addr << ":"
-        << o.master_port << (options.master_port == 0 ? ", a free port" : "")
-        << ")"
+    // A node beyond the ones the job started with joins it.
+    const bool joining = o.node_rank >= o.nnodes;
+    log << "[launch] starting "
+        << (joining ? absl::StrCat(ranks.size(),
+                                   " rank(s) that join the running job")
+                    : absl::StrCat("ranks ", ranks.front().rank, "-",
+                                   ranks.back().rank, " of ", world_size))
+        << " (node " << o.node_rank << " of " << o.nnodes
+        << (o.max_nnodes > o.nnodes ? absl::StrCat(" to ", o.max_nnodes) : "")
+        << ", master " << o.master_addr << ":" << o.master_port
+        << (options.master_port == 0 ? ", a free port" : "") << ")"
         << (attempt > 0
                 ? absl::StrCat(", restart ", attempt, " of ", o.max_restarts)
                 : "")
         << ": " << absl::StrJoin(o.command, " ") << std::endl;
     for (Rank& r : ranks) {
-      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt, group);
+      absl::StatusOr<pid_t> pid = Spawn(o, r, attempt, group, joining);
       if (!pid.ok()) {
         SignalGroup(ranks, SIGKILL);
         for (Rank& q : ranks) {

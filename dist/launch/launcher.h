@@ -47,7 +47,16 @@ namespace dtrain::launch {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  // The nodes the job starts with, each running a launcher.
   int nnodes = 1;
+  // With elastic (torchrun's --nnodes=MIN:MAX, MIN being nnodes): the nodes
+  // it may grow to. A launcher of node_rank in [nnodes, max_nnodes) starts
+  // its ranks as joiners of the running job (found through master_addr and
+  // master_port, the job's first store). Every rank gets
+  // DTRAIN_ELASTIC_MIN_RANKS and DTRAIN_ELASTIC_MAX_RANKS (nproc_per_node
+  // times each bound), which train --elastic takes as its --min_ranks and
+  // --max_ranks unless given. 0 (or nnodes): no range.
+  int max_nnodes = 0;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   // 0: a free port, chosen by the launcher (nnodes 1 only; see above).

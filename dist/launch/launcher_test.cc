@@ -263,6 +263,35 @@ TEST(LauncherTest, ElasticReplacementsAreBounded) {
   EXPECT_EQ(r.restarts, 0) << log;
 }
 
+// --nnodes=1:2: node 0 starts the job, node 1's launcher starts its ranks as
+// joiners; every rank learns the bounds in ranks.
+TEST(LauncherTest, NodesBeyondTheMinimumJoin) {
+  const std::string dir = TmpDir() + "/nodes";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (int node = 0; node < 2; ++node) {
+    LaunchOptions o = Shell(
+        2, absl::StrCat("echo \"${DTRAIN_ELASTIC_JOIN:-0} "
+                        "$DTRAIN_ELASTIC_MIN_RANKS $DTRAIN_ELASTIC_MAX_RANKS "
+                        "$WORLD_SIZE\" > ",
+                        dir, "/env.$RANK"));
+    o.elastic = true;
+    o.nnodes = 1;
+    o.max_nnodes = 2;
+    o.node_rank = node;
+    std::string log;
+    LaunchResult r = MustRun(o, &log);
+    EXPECT_EQ(r.exit_code, 0) << log;
+    if (node == 1) {
+      EXPECT_THAT(log, HasSubstr("starting 2 rank(s) that join the running job "
+                                 "(node 1 of 1 to 2"));
+    }
+  }
+  EXPECT_EQ(Slurp(dir + "/env.0"), "0 2 4 2\n");
+  EXPECT_EQ(Slurp(dir + "/env.1"), "0 2 4 2\n");
+  EXPECT_EQ(Slurp(dir + "/env.2"), "1 2 4 2\n");
+  EXPECT_EQ(Slurp(dir + "/env.3"), "1 2 4 2\n");
+}
+
 TEST(LauncherTest, MasterPortZeroGivesEveryRankTheSameFreePort) {
   const std::string dir = TmpDir();
   LaunchOptions o =
@@ -390,6 +419,21 @@ TEST(LauncherTest, BadOptionsAreNamed) {
   cases.back().options.nnodes = 2;
   cases.push_back({base, "--max_restarts=-1"});
   cases.back().options.max_restarts = -1;
+  cases.push_back({base, "--nnodes=1:2 (a range) needs --elastic"});
+  cases.back().options.max_nnodes = 2;
+  cases.push_back({base, "--nnodes=3:2: the maximum is below the minimum"});
+  cases.back().options.nnodes = 3;
+  cases.back().options.max_nnodes = 2;
+  cases.back().options.elastic = true;
+  cases.push_back(
+      {base, "--node_rank=2 is outside [0, 2), the maximum of --nnodes=1:2"});
+  cases.back().options.max_nnodes = 2;
+  cases.back().options.node_rank = 2;
+  cases.back().options.elastic = true;
+  cases.push_back({base, "--master_port=0 (a free port) works on one node"});
+  cases.back().options.max_nnodes = 2;
+  cases.back().options.master_port = 0;
+  cases.back().options.elastic = true;
   for (const Case& c : cases) {
     std::ostringstream log;
     absl::StatusOr<LaunchResult> r = launch::Run(c.options, log);

@@ -3,6 +3,8 @@
 //   launch --nproc_per_node=2 -- ./train --epochs=1
 //   launch --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --nproc_per_node=4
 //   -- ./train
+//   launch --elastic --nnodes=1:2 --node_rank=1 --master_addr=10.0.0.1
+//   --nproc_per_node=4 -- ./train --elastic     (a second node joins)
 
 #include <cstdio>
 #include <iostream>
@@ -15,10 +17,14 @@
 #include "base/duration_flag.h"
 #include "base/open_file_limit.h"
 #include "dist/launch/launcher.h"
+#include "dist/launch/nnodes_flag.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
-ABSL_FLAG(int, nnodes, 1, "Number of nodes, each running its own launcher.");
-ABSL_FLAG(int, node_rank, 0, "This node's index in [0, nnodes).");
+ABSL_FLAG(dtrain::launch::NnodesFlag, nnodes, dtrain::launch::NnodesFlag(),
+          "Number of nodes, each running its own launcher; with --elastic, "
+          "MIN:MAX as torchrun: the job starts with MIN nodes, and the "
+          "launchers of nodes MIN..MAX-1 join it while it runs.");
+ABSL_FLAG(int, node_rank, 0, "This node's index in [0, nnodes) (the MAX).");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "Address of the node that runs rank 0.");
 ABSL_FLAG(int, master_port, 29500,
@@ -52,7 +58,8 @@ int main(int argc, char** argv) {
   dtrain::base::RaiseOpenFileLimitOrWarn("launch");
   dtrain::launch::LaunchOptions o;
   o.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
-  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.nnodes = absl::GetFlag(FLAGS_nnodes).min;
+  o.max_nnodes = absl::GetFlag(FLAGS_nnodes).max;
   o.node_rank = absl::GetFlag(FLAGS_node_rank);
   o.master_addr = absl::GetFlag(FLAGS_master_addr);
   o.master_port = absl::GetFlag(FLAGS_master_port);

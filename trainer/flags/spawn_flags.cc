@@ -5,11 +5,14 @@
 
 #include "absl/flags/flag.h"
 #include "base/duration_flag.h"
+#include "dist/launch/nnodes_flag.h"
 #include "trainer/flags/train_flags.h"
 
 ABSL_FLAG(int, nproc_per_node, 0,
           "Spawn this many local ranks (0: this process is one rank).");
-ABSL_FLAG(int, nnodes, 1, "With --nproc_per_node: number of nodes.");
+ABSL_FLAG(dtrain::launch::NnodesFlag, nnodes, dtrain::launch::NnodesFlag(),
+          "With --nproc_per_node: number of nodes; with --elastic, MIN:MAX as "
+          "torchrun (the job starts with MIN, nodes MIN..MAX-1 join it).");
 ABSL_FLAG(int, node_rank, 0, "With --nproc_per_node: this node's index.");
 ABSL_FLAG(int, max_restarts, 0,
           "With --nproc_per_node: restart the group this many times after a "
@@ -26,7 +29,8 @@ namespace dtrain::trainer {
 SpawnFlags ReadSpawnFlags() {
   SpawnFlags s;
   s.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
-  s.nnodes = absl::GetFlag(FLAGS_nnodes);
+  s.nnodes = absl::GetFlag(FLAGS_nnodes).min;
+  s.max_nnodes = absl::GetFlag(FLAGS_nnodes).max;
   s.node_rank = absl::GetFlag(FLAGS_node_rank);
   s.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   s.failure_grace = absl::GetFlag(FLAGS_failure_grace).value;

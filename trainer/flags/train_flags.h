@@ -54,6 +54,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags();
 struct SpawnFlags {
   int nproc_per_node = 0;
   int nnodes = 1;
+  int max_nnodes = 1;
   int node_rank = 0;
   int max_restarts = 0;
   absl::Duration failure_grace = absl::Seconds(5);
