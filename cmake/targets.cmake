@@ -1532,7 +1532,7 @@ dtrain_cc_test(dtrain_dist_ddp_hooks_powersgd_hook_test
 dtrain_cc_library(dtrain_dist_launch_launcher
   EXPORT_NAME launch_launcher
   PACKAGE dist/launch
-  SRCS dist/launch/launcher.cc
+  SRCS dist/launch/launcher.cc dist/launch/spawn.cc dist/launch/spawn.h
   HDRS dist/launch/launcher.h
   DEPS dtrain_base_machine_limits dtrain_base_posix_io dtrain_base_process_liveness dtrain_base_status_macros dtrain_tp_absl)
 

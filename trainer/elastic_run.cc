@@ -45,6 +45,9 @@ absl::StatusOr<std::vector<store::StoreEndpoint>> ParseStandbys(
     return absl::InvalidArgumentError("an empty list of standby stores");
   return endpoints;
 }
+// How long the job's store may leave a call unanswered past its own wait
+// before the survivors take it for stopped and fail over.
+constexpr absl::Duration kUnresponsiveAfter = absl::Seconds(2);
 // How often rank 0 looks for queued joiners while training.
 constexpr absl::Duration kJoinPoll = absl::Milliseconds(100);
 
@@ -130,6 +133,9 @@ class ElasticRank {
       : options_(options), context_(context), elastic_(elastic) {
     failover_options_.client.token = elastic.token;
     failover_options_.client.timeout = options.launch.timeout;
+    // A stopped rank's server is left within seconds, not after --timeout
+    // (minutes) and more: a live server answers at once from its own thread.
+    failover_options_.client.unresponsive_after = kUnresponsiveAfter;
   }
   ~ElasticRank() { FinishSharing(); }
 

@@ -267,5 +267,42 @@ TEST(FailoverStoreTest, KilledAndStoppedProcessesAreSkipped) {
   }
 }
 
+// With unresponsive_after, a call to a stopped process's server fails that
+// long past its own wait, not after the client's (long) timeout: how an
+// elastic job leaves a stopped rank 0's store within seconds.
+TEST(FailoverStoreTest, StoppedServerFailsACallSoonWithUnresponsiveAfter) {
+  Child child = StartChild();
+  FailoverStoreOptions o = Quick();
+  o.client.timeout = absl::Minutes(5);
+  o.client.unresponsive_after = absl::Milliseconds(500);
+  // Two clients: a failed call leaves its client for Failover to choose again.
+  std::shared_ptr<FailoverStore> setter =
+      *FailoverStore::Create({child.endpoint}, o);
+  std::shared_ptr<FailoverStore> getter =
+      *FailoverStore::Create({child.endpoint}, o);
+  ASSERT_TRUE(setter->Set("k", "0").ok());
+  ASSERT_TRUE(getter->Get("k", absl::Seconds(1)).ok());
+  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child.pid, &status, WUNTRACED), child.pid);
+  absl::Time start = absl::Now();
+  absl::Status set = setter->Set("k", "1");
+  absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
+  EXPECT_THAT(set.message(), HasSubstr("stopped answering"));
+  EXPECT_GE(took, absl::Milliseconds(450));
+  EXPECT_LT(took, absl::Seconds(3));
+  // A Get waits its own timeout first.
+  start = absl::Now();
+  absl::StatusOr<std::string> get = getter->Get("absent", absl::Seconds(1));
+  took = absl::Now() - start;
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kUnavailable)
+      << get.status();
+  EXPECT_GE(took, absl::Milliseconds(1450));
+  EXPECT_LT(took, absl::Seconds(4));
+  ::kill(child.pid, SIGKILL);
+  ::waitpid(child.pid, &status, 0);
+}
+
 }  // namespace
 }  // namespace dtrain::store

@@ -216,7 +216,12 @@ absl::StatusOr<std::string> TcpStore::Call(Request type,
   std::string frame;
   protocol::AppendFrame(static_cast<uint8_t>(type), payload, &frame);
   const absl::Time start = absl::Now();
-  const absl::Time deadline = start + wait + kReplyGrace;
+  const bool blocking = type == Request::kGet || type == Request::kWait;
+  const absl::Time deadline =
+      options_.unresponsive_after.has_value()
+          ? start + (blocking ? wait : absl::ZeroDuration()) +
+                *options_.unresponsive_after
+          : start + wait + kReplyGrace;
   auto lost = [&](const absl::Status& s) {
     return absl::UnavailableError(
         absl::StrCat(what, " at ", Describe(), " failed after ",

@@ -54,6 +54,13 @@ struct TcpStoreOptions {
   // The job's shared secret, or empty. A server with one serves only clients
   // whose hello carries it; a client presents it on every connection.
   std::string token;
+  // When set: how long a reply may take past the call's own wait (a Get's or
+  // a Wait's timeout; none for the other calls, which a server answers at
+  // once from its own thread) before the server counts as stopped and the
+  // call fails with kUnavailable. An elastic job's store sets it short, so
+  // that a stopped rank's server is left for another within seconds. Unset:
+  // the other calls wait `timeout` and 10 s more.
+  absl::optional<absl::Duration> unresponsive_after;
 };
 
 class TcpStore : public Store {
