@@ -984,7 +984,7 @@ dtrain_sh_test(dtrain_bench_shm_allreduce_bandwidth_test
   SCRIPT bench/shm_allreduce_bandwidth_test.sh
   DATA tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_bench_shm_allreduce_bandwidth
-  TIMEOUT 60
+  TIMEOUT 300
   ARGS bench/shm_allreduce_bandwidth)
 
 # //dist/zero:shard_layout
@@ -2517,7 +2517,7 @@ dtrain_sh_test(dtrain_tools_model_summary_test
   SCRIPT tools/model_summary_test.sh
   DATA tools/testing/shell_test_lib.sh
   DATA_TARGETS dtrain_tools_model_summary
-  TIMEOUT 60
+  TIMEOUT 300
   ARGS tools/model_summary)
 
 # //tools:rendezvous_probe
