@@ -353,8 +353,10 @@ class ElasticRank {
     const absl::Duration paused = pause_watch_.LongestPause();
     const absl::Duration timeout = options_.launch.timeout;
     if (paused < timeout) return absl::OkStatus();
+    // "was left out of generation N", as FormNextGeneration says it.
     const std::string left_out = absl::StrCat(
-        "left out: this process did not run for ", Duration(paused),
+        "rank ", current_.rank, " was left out of generation ", generation + 1,
+        ": this process did not run for ", Duration(paused),
         " (stopped or starved), past the ", absl::FormatDuration(timeout),
         " timeout after which the others go on without a rank, and ");
     std::vector<std::string> absent;

@@ -123,7 +123,7 @@ stop_case() {
   rc=$?
   pids=()
   [[ $rc -eq 1 ]] || fail "stop $stopped: the stopped rank exited $rc, not 1"
-  grep -q "left out: this process did not run for .* no other rank of generation 0 answers" \
+  grep -q "rank $stopped was left out of generation 1: this process did not run for .* no other rank of generation 0 answers" \
     "$tmp/p$stopped-e$stopped.out" \
     || fail "stop $stopped: the stopped rank did not say it was left out: $(tail -2 "$tmp/p$stopped-e$stopped.out")"
   grep -q "this generation of 1 rank" "$tmp/p$stopped-e$stopped.out" \
