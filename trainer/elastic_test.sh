@@ -192,6 +192,14 @@ join_case() {
 
 join_case
 
+# launched_rank LAUNCHER RANK: the pid of the launcher's child with that RANK, or nothing.
+launched_rank() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if grep -qxz "RANK=$2" "/proc/$p/environ" 2>/dev/null; then echo "$p"; fi
+  done
+}
+
 # Under the launcher with --elastic: a rank's death does not stop the others; the launcher says so
 # and exits 0 once they have finished. Then with a replacement.
 "$launch" --elastic --nproc_per_node=3 --master_port=0 -- "$train" --elastic "${run[@]}" \
@@ -200,10 +208,7 @@ launcher=$!
 pids=($launcher)
 wait_for_text "$tmp/launch.out" "Begin training" || die "launcher: training never began"
 sleep 1
-rank1=""
-for p in $(pgrep -P "$launcher"); do
-  if grep -qxz RANK=1 "/proc/$p/environ" 2>/dev/null; then rank1=$p; fi
-done
+rank1=$(launched_rank "$launcher" 1)
 [[ -n $rank1 ]] || die "launcher: no rank 1 among its children"
 kill -KILL "$rank1"
 wait "$launcher"
@@ -224,10 +229,7 @@ launcher=$!
 pids=($launcher)
 wait_for_text "$tmp/replace.out" "Begin training" || die "replacement: training never began"
 sleep 1
-rank0=""
-for p in $(pgrep -P "$launcher"); do
-  if grep -qxz RANK=0 "/proc/$p/environ" 2>/dev/null; then rank0=$p; fi
-done
+rank0=$(launched_rank "$launcher" 0)
 [[ -n $rank0 ]] || die "replacement: no rank 0 among the launcher's children"
 kill -KILL "$rank0"
 wait "$launcher"

@@ -166,6 +166,11 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
     }
   }
   elastic.backend = backend;
+  // A process that joins made no process group, which would have read it.
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      ifname != nullptr && elastic.backend.gloo_iface.empty()) {
+    elastic.backend.gloo_iface = ifname;
+  }
   std::string master = launch.master_addr;
   int master_port = launch.master_port;
   if (absl::StatusOr<rendezvous::InitMethod> method =
@@ -248,13 +253,10 @@ int Join(const TrainOptions& options, const backend::BackendConfig& config,
     std::cerr << "train: --join trains on the CPU only, as yet\n";
     return 2;
   }
-  backend::BackendConfig backend = config;
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-    backend.gloo_iface = ifname;
   rendezvous::LaunchEnv launch;
   launch.master_addr = method->host;
   launch.master_port = method->port;
-  absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, backend);
+  absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, config);
   if (!elastic.ok()) {
     std::cerr << "train: --join: " << elastic.status().message() << "\n";
     return 1;
@@ -356,10 +358,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     env.master_addr = addr;
-    backend::BackendConfig backend = group_options.backend;
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-      backend.gloo_iface = ifname;
-    return Replace(*options, env, backend, start);
+    return Replace(*options, env, group_options.backend, start);
   }
   // Errors after the rendezvous start with "[rank R]".
   absl::StatusOr<backend::ProcessGroup> group =
