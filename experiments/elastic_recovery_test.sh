@@ -15,7 +15,8 @@ sim=$2
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/testing/shell_test_lib.sh"
 start_test elastic_recovery
 
-short=(--dataset=synthetic --synthetic_train_size=6000 --batch_size=16 --max_steps=150)
+# About 4 s of training on 3 idle ranks here, so that the signal 1.5 s in lands mid-training.
+short=(--dataset=synthetic --synthetic_train_size=16000 --batch_size=16 --max_steps=400)
 
 # check NAME LIMIT [LAUNCHERS]: the CSV of $tmp/NAME holds one repeat per launcher (default:
 # elastic); elastic's times are in order, every first step under LIMIT seconds, no elastic step
