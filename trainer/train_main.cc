@@ -20,6 +20,7 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,7 @@
 #include "base/malloc_tuning.h"
 #include "base/open_file_limit.h"
 #include "base/status_macros.h"
+#include "dist/backend/device_choice.h"
 #include "dist/backend/process_group.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"
@@ -192,13 +194,44 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
   return elastic;
 }
 
+// A joining process's CUDA device (-1 for the CPU), chosen and made current
+// before any backend exists, as a first-generation rank's is: --device=cuda:N,
+// or for "cuda" its local rank (--local_rank, or the launcher's LOCAL_RANK: a
+// replacement takes its failed rank's), cuda:0 where neither says. Its
+// backends are created on it.
+absl::StatusOr<int> JoinerCudaDevice(const TrainOptions& options,
+                                     backend::BackendConfig* config) {
+  rendezvous::ExplicitArgs args;
+  args.local_rank = options.launch.local_rank;
+  args.local_world_size = options.launch.local_world_size;
+  DTRAIN_ASSIGN_OR_RETURN(
+      const rendezvous::LaunchEnv env,
+      rendezvous::DiscoverLaunchEnv(rendezvous::ProcessEnv(), args));
+  backend::RankPlacement placement;
+  placement.rank = env.rank;
+  placement.world_size = env.world_size;
+  placement.local_rank = env.local_rank;
+  placement.local_world_size = env.local_world_size;
+  placement.local_inferred = env.local_inferred;
+  DTRAIN_ASSIGN_OR_RETURN(
+      const int device,
+      backend::SelectCudaDevice(options.launch.device, placement));
+  config->cuda_device = std::max(0, device);
+  return device;
+}
+
 // A process the launcher started to join an elastic job (DTRAIN_ELASTIC_JOIN
 // =1): a replacement for a failed rank joins through the standby stores the
 // job left in DTRAIN_ELASTIC_DIR; a node that joins (none of the job's
 // ranks ran under its launcher) through the job's first store, MASTER_ADDR
 // and MASTER_PORT. Returns the exit status.
 int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
-            const backend::BackendConfig& config, absl::Time start) {
+            backend::BackendConfig config, absl::Time start) {
+  absl::StatusOr<int> device = JoinerCudaDevice(options, &config);
+  if (!device.ok()) {
+    std::cerr << "train: joining: " << device.status().message() << "\n";
+    return 1;
+  }
   absl::StatusOr<ElasticOptions> elastic = Elastic(options, launch, config);
   if (!elastic.ok()) {
     std::cerr << "train: --elastic: " << elastic.status().message() << "\n";
@@ -211,7 +244,8 @@ int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
   }
   absl::StatusOr<std::vector<store::StoreEndpoint>> standbys =
       ReadStandbys(elastic->addresses_dir);
-  const TrainContext context = ProcessContext(start);
+  TrainContext context = ProcessContext(start);
+  context.cuda_device = *device;
   if (absl::IsNotFound(standbys.status())) {
     // No rank of the job's first generation ran under this launcher: a node
     // that joins (--nnodes=MIN:MAX) finds the job through its first store.
@@ -232,7 +266,7 @@ int Replace(const TrainOptions& options, const rendezvous::LaunchEnv& launch,
 
 // --join: this process joins a running elastic job instead of meeting a
 // first generation. Returns the exit status.
-int Join(const TrainOptions& options, const backend::BackendConfig& config,
+int Join(const TrainOptions& options, backend::BackendConfig config,
          absl::Time start) {
   absl::StatusOr<rendezvous::InitMethod> method =
       rendezvous::ParseInitMethod(options.launch.dist_url);
@@ -249,9 +283,10 @@ int Join(const TrainOptions& options, const backend::BackendConfig& config,
       return 2;
     }
   }
-  if (options.launch.device != "cpu") {
-    std::cerr << "train: --join trains on the CPU only, as yet\n";
-    return 2;
+  absl::StatusOr<int> device = JoinerCudaDevice(options, &config);
+  if (!device.ok()) {
+    std::cerr << "train: --join: " << device.status().message() << "\n";
+    return 1;
   }
   rendezvous::LaunchEnv launch;
   launch.master_addr = method->host;
@@ -261,7 +296,8 @@ int Join(const TrainOptions& options, const backend::BackendConfig& config,
     std::cerr << "train: --join: " << elastic.status().message() << "\n";
     return 1;
   }
-  const TrainContext context = ProcessContext(start);
+  TrainContext context = ProcessContext(start);
+  context.cuda_device = *device;
   absl::StatusOr<TrainResult> result =
       JoinElastic(options, {method->host, method->port}, context, *elastic);
   return ExitStatus(result.status());
@@ -341,10 +377,6 @@ int Main(int argc, char** argv) {
   if (options->launch.elastic &&
       std::getenv("DTRAIN_ELASTIC_JOIN") != nullptr &&
       std::string(std::getenv("DTRAIN_ELASTIC_JOIN")) == "1") {
-    if (options->launch.device != "cpu") {
-      std::cerr << "train: a replacement joins on the CPU only, as yet\n";
-      return 2;
-    }
     // Its RANK and WORLD_SIZE are the launcher's placeholders: the job gives
     // it a rank. Only the job's first store matters.
     rendezvous::LaunchEnv env;

@@ -3,7 +3,7 @@
 # --dist_backend=nccl --device=cuda, and the tutorial's explicit form (tcp://, --rank,
 # --local_rank, --local_world_size), each rank on its own GPU. The checks that need no GPU run
 # everywhere: the explicit form without a local world size, and --device=cuda where no CUDA device
-# is usable, fail naming what to pass. The GPU part skips, saying why, below two CUDA devices.
+# is usable (for a rank, and for a process joining an elastic job), fail naming what to pass. The GPU part skips, saying why, below two CUDA devices.
 set -uo pipefail
 
 train=$1
@@ -34,6 +34,17 @@ if [[ $devices == 0 ]]; then
   [[ $rc -eq 1 ]] || fail "no GPU: exit $rc, want 1: $(cat "$tmp/nogpu.err")"
   grep -q 'no CUDA device is usable' "$tmp/nogpu.err" \
     || fail "no GPU: message: $(cat "$tmp/nogpu.err")"
+fi
+# 2b. A process joining an elastic job chooses its device as a rank does, before it reaches the job
+#     (nothing listens on the port): without a usable CUDA device --device=cuda fails saying why.
+port=$(free_port)
+if [[ $devices == 0 ]]; then
+  timeout 60 "$train" --join --elastic --dist_url="tcp://127.0.0.1:$port" "${nccl[@]}" \
+    >"$tmp/join_nogpu.out" 2>"$tmp/join_nogpu.err"
+  rc=$?
+  [[ $rc -eq 1 ]] || fail "join, no GPU: exit $rc, want 1: $(cat "$tmp/join_nogpu.err")"
+  grep -q -- '--join: --device=cuda: no CUDA device is usable' "$tmp/join_nogpu.err" \
+    || fail "join, no GPU: message: $(cat "$tmp/join_nogpu.err")"
 fi
 if [[ $failures -ne 0 ]]; then finish; fi
 [[ ${devices:-0} -ge 2 ]] || skip "train --print_cuda_devices prints ${devices:-nothing}: NCCL training needs 2 CUDA devices (and a CUDA-enabled LibTorch)"

@@ -29,29 +29,15 @@ absl::Status CheckArguments(const ProcessGroupOptions& options) {
   return absl::OkStatus();
 }
 
-// This rank's CUDA device (-1: the CPU), made current before anything else
-// touches CUDA, so that no context lands on another rank's GPU.
-absl::StatusOr<int> SelectCudaDevice(const std::string& device,
-                                     const rendezvous::World& world) {
-  if (device == "cpu") return -1;
-  if (!torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", device,
-        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
-        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
-        "README) or train with --device=cpu --dist_backend=gloo"));
-  }
-  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
+// The placement InitWorld found, as ChooseCudaDevice takes it.
+RankPlacement PlacementOf(const rendezvous::World& world) {
   RankPlacement placement;
   placement.rank = world.rank;
   placement.world_size = world.world_size;
   placement.local_rank = world.local_rank;
   placement.local_world_size = world.local_world_size;
   placement.local_inferred = world.launch.local_inferred;
-  DTRAIN_ASSIGN_OR_RETURN(const int chosen,
-                          ChooseCudaDevice(device, placement, visible));
-  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(chosen));
-  return chosen;
+  return placement;
 }
 
 // `s` starting with "[rank R] " (once, where it already does).
@@ -63,6 +49,24 @@ absl::Status WithRank(int rank, const absl::Status& s) {
 
 }  // namespace
 
+absl::StatusOr<int> SelectCudaDevice(const std::string& device,
+                                     const RankPlacement& placement) {
+  DTRAIN_RETURN_IF_ERROR(ParseDevice(device).status());
+  if (device == "cpu") return -1;
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", device,
+        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
+        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
+        "README) or train with --device=cpu --dist_backend=gloo"));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
+  DTRAIN_ASSIGN_OR_RETURN(const int chosen,
+                          ChooseCudaDevice(device, placement, visible));
+  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(chosen));
+  return chosen;
+}
+
 absl::StatusOr<ProcessGroup> InitProcessGroup(
     const ProcessGroupOptions& options, const rendezvous::EnvMap& env) {
   DTRAIN_RETURN_IF_ERROR(CheckArguments(options));
@@ -72,7 +76,8 @@ absl::StatusOr<ProcessGroup> InitProcessGroup(
   if (options.on_rendezvous) options.on_rendezvous(group.world);
   const int rank = group.world.rank;
   // Before the backend: NCCL creates its context on the current device.
-  absl::StatusOr<int> device = SelectCudaDevice(options.device, group.world);
+  absl::StatusOr<int> device =
+      SelectCudaDevice(options.device, PlacementOf(group.world));
   if (!device.ok()) return WithRank(rank, device.status());
   group.cuda_device = *device;
   BackendConfig config = options.backend;

@@ -265,6 +265,65 @@ reference_run pytorch_resnet18_idx_1rank 1 "${resnet_idx[@]}"
 train_run resnet18_idx_2ranks "${resnet_idx[@]}" "${shared[@]}"
 reference_run pytorch_resnet18_idx_2ranks 2 "${resnet_idx[@]}"
 
+# --- Elastic ---------------------------------------------------------------------------------------
+# train --elastic on the device, three ranks (sharing the GPU where there is one): rank 1 SIGKILLed
+# once training runs, the two others abort their backend and make one of two in the same processes
+# (on NCCL a new communicator), then a process joins them (--join: a third backend, the state sent
+# from a member). Every process left must exit 0, and the three end with the same weights (rank 0
+# checks them at the end of every run).
+elastic_run() {
+  local train=$1 dir=$2 python=$3 steps=$4 port r rc=0 joiner
+  shift 4
+  local -a pids=()
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  # seen FILE TEXT SECONDS: TEXT appears in FILE within SECONDS.
+  seen() {
+    local i
+    for ((i = 0; i < $3 * 10; i++)); do
+      grep -q -- "$2" "$1" 2>/dev/null && return 0
+      sleep 0.1
+    done
+    echo "elastic: '$2' not in $1 after $3 s: $(tail -3 "$1")"
+    return 1
+  }
+  for r in 0 1 2; do
+    "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=3 --rank=$r --elastic \
+      --max_steps="$steps" --metrics_json="$dir/elastic$r.json" "$@" >"$dir/elastic$r.log" 2>&1 &
+    pids+=($!)
+  done
+  if seen "$dir/elastic0.log" "Begin training" 120; then
+    sleep 1
+    kill -KILL "${pids[1]}"
+    seen "$dir/elastic2.log" "forming generation 1" 60 || rc=1
+    "$train" --join --dist_url="tcp://127.0.0.1:$port" --elastic --max_steps="$steps" "$@" \
+      >"$dir/elastic_joiner.log" 2>&1 &
+    joiner=$!
+    wait "$joiner" || { echo "elastic: the joiner exited $?: $(tail -3 "$dir/elastic_joiner.log")"; rc=1; }
+  else
+    rc=1
+    kill -KILL "${pids[@]}" 2>/dev/null
+  fi
+  for r in 0 2; do
+    wait "${pids[$r]}" || { echo "elastic: rank $r exited $?: $(tail -3 "$dir/elastic$r.log")"; rc=1; }
+  done
+  wait "${pids[1]}" 2>/dev/null
+  [[ $rc -eq 0 ]] || return 1
+  grep -h "\] elastic" "$dir"/elastic*.log
+  # Rank 0 checks at the end that every rank holds its weights, or fails the run.
+  "$python" - "$dir/elastic0.json" <<'PY' || return 1
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["config"]["world_size"] == 3 and m["ranks_identical"], (m["config"], m["ranks_identical"])
+PY
+  echo "elastic: the two survivors and the joiner finished, three ranks with the same weights"
+}
+mkdir -p "$out/elastic"
+if [[ $mode == gpu ]]; then elastic_steps=3000; else elastic_steps=300; fi
+step elastic 300 elastic_run "$train" "$out/elastic" "$python" "$elastic_steps" \
+  --device="$device" --dist_backend="$backend" --dataset=synthetic --synthetic_train_size=9600 \
+  --batch_size=32 --epochs=100 --skip_validation --progress=none --timeout=30s --seed=7
+gpu_only elastic
+
 # --- NCCL bandwidth and host time per collective ------------------------------------------------------
 step bandwidth_1rank 180 "$bandwidth" --gpus=1 --min_bytes=4K --max_bytes=256M --step_factor=4
 gpu_only bandwidth_1rank

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -139,6 +140,85 @@ std::string NcclError(ncclComm_t comm, ncclResult_t r) {
   return message;
 }
 
+// Settings NCCL reads from the environment once per process (its first call
+// caches them, ~/.nccl.conf included), made before any NCCL call and never
+// over the user's own, and the one rank of this process that shares a GPU.
+struct ProcessSettings {
+  std::mutex mu;
+  bool configured = false;
+  bool share_gpu = false;
+  int sharing_rank = -1;  // The live backend's rank that shares the GPU.
+};
+
+ProcessSettings& Settings() {
+  static ProcessSettings* settings = new ProcessSettings;
+  return *settings;
+}
+
+// Held by a backend whose rank shares the GPU (DTRAIN_NCCL_SHARE_GPU=1); gone
+// with it, so that a later backend of this process, of any rank (an elastic
+// job's next generation), may share it in turn.
+class SharedGpuClaim {
+ public:
+  SharedGpuClaim() = default;
+  explicit SharedGpuClaim(bool held) : held_(held) {}
+  SharedGpuClaim(SharedGpuClaim&& other) noexcept
+      : held_(std::exchange(other.held_, false)) {}
+  SharedGpuClaim& operator=(SharedGpuClaim&&) = delete;
+  ~SharedGpuClaim() {
+    if (!held_) return;
+    ProcessSettings& s = Settings();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.sharing_rank = -1;
+  }
+
+ private:
+  bool held_ = false;
+};
+
+// kFailedPrecondition when this process set NCCL up otherwise (sharing a GPU
+// or not), or when another live backend of this process shares the GPU: ranks
+// that share one are processes of their own, each a host of its own to NCCL.
+absl::StatusOr<SharedGpuClaim> ConfigureNccl(int rank, bool share_gpu) {
+  ProcessSettings& s = Settings();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.configured && share_gpu != s.share_gpu) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this process set NCCL up ", s.share_gpu ? "" : "not ",
+        "sharing a GPU already, and NCCL reads its settings once per process; "
+        "set DTRAIN_NCCL_SHARE_GPU alike for every backend of a process"));
+  }
+  if (share_gpu && s.sharing_rank >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", s.sharing_rank,
+        " of this process shares the GPU already; ranks that share a GPU "
+        "(DTRAIN_NCCL_SHARE_GPU=1) must be processes of their own"));
+  }
+  if (!s.configured) {
+    s.configured = true;
+    s.share_gpu = share_gpu;
+    // NCCL 2.22+ connects each algorithm in its first collective, which then
+    // waits for peers inside an enqueue; connecting while the communicator
+    // is created keeps that wait where the timeout bounds it and an abort
+    // ends it cleanly.
+    ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    // Ranks sharing a GPU (tests on a one-GPU machine): NCCL refuses two
+    // ranks of one host on one device, so each process claims a host of its
+    // own and the ranks talk over sockets. The process id, not the rank: an
+    // elastic job's later generations give the process other ranks.
+    if (share_gpu) {
+      char host[256] = {};
+      if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+      ::setenv("NCCL_HOSTID",
+               absl::StrCat(host, "-dtrain-pid-", ::getpid()).c_str(),
+               /*overwrite=*/0);
+    }
+  }
+  if (!share_gpu) return SharedGpuClaim();
+  s.sharing_rank = rank;
+  return SharedGpuClaim(/*held=*/true);
+}
+
 // The stream LibTorch queues the calling thread's kernels on for `device`:
 // collectives start after the work already there, and Wait makes it wait for
 // them. A LibTorch without CUDA cannot make CUDA tensors; there the legacy
@@ -229,8 +309,9 @@ class NcclBackend : public Backend {
  public:
   NcclBackend(const Membership& group, const NcclBackendOptions& options,
               ncclComm_t comm, cudaStream_t stream, cudaEvent_t ready,
-              std::vector<nccl_internal::Peer> peers)
-      : rank_(group.rank),
+              std::vector<nccl_internal::Peer> peers, SharedGpuClaim claim)
+      : claim_(std::move(claim)),
+        rank_(group.rank),
         size_(group.world_size),
         device_(options.device),
         timeout_(group.timeout),
@@ -488,6 +569,8 @@ class NcclBackend : public Backend {
         });
   }
 
+  // First: released last, once the communicator is gone.
+  SharedGpuClaim claim_;
   const int rank_;
   const int size_;
   const int device_;
@@ -505,52 +588,6 @@ bool NcclAvailable(std::string* reason) {
   if (reason != nullptr) reason->clear();
   return true;
 }
-
-namespace {
-
-// Settings NCCL reads from the environment once per process (its first call
-// caches them, ~/.nccl.conf included), made before any NCCL call and never
-// over the user's own. kFailedPrecondition when a later backend in this
-// process asks for a setting the first fixed otherwise: ranks share a GPU
-// only one per process.
-absl::Status ConfigureNccl(int rank, bool share_gpu) {
-  static std::mutex mu;
-  static bool configured = false;
-  static int configured_rank = 0;
-  static bool configured_share = false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (configured) {
-    if (share_gpu == configured_share &&
-        (!share_gpu || rank == configured_rank))
-      return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this process set NCCL up for rank ", configured_rank,
-        configured_share ? " sharing a GPU" : "",
-        " already; NCCL reads its settings once per process, so ranks that "
-        "share a GPU (DTRAIN_NCCL_SHARE_GPU=1) must be processes of their "
-        "own"));
-  }
-  configured = true;
-  configured_rank = rank;
-  configured_share = share_gpu;
-  // NCCL 2.22+ connects each algorithm in its first collective, which then
-  // waits for peers inside an enqueue; connecting while the communicator is
-  // created keeps that wait where the timeout bounds it and an abort ends it
-  // cleanly.
-  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
-  // Ranks sharing a GPU (tests on a one-GPU machine): NCCL refuses two ranks
-  // of one host on one device, so each rank claims a host of its own and the
-  // ranks talk over sockets.
-  if (share_gpu) {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-    ::setenv("NCCL_HOSTID", absl::StrCat(host, "-dtrain-rank-", rank).c_str(),
-             /*overwrite=*/0);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     const Membership& group, const NcclBackendOptions& options) {
@@ -571,8 +608,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
   // A no-op when the caller made the device current first, as train does.
   base::CudaDeviceGuard device(options.device);
   const bool share_gpu = EnvSet("DTRAIN_NCCL_SHARE_GPU");
-  if (absl::Status s = ConfigureNccl(group.rank, share_gpu); !s.ok())
-    return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
+  absl::StatusOr<SharedGpuClaim> claim = ConfigureNccl(group.rank, share_gpu);
+  if (!claim.ok()) {
+    return absl::Status(claim.status().code(),
+                        absl::StrCat(who, ": ", claim.status().message()));
+  }
 
   // Rank 0 creates the communicator's id; the others read it from the store.
   DTRAIN_ASSIGN_OR_RETURN(
@@ -688,8 +728,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(
     ncclCommAbort(comm);
     return absl::InternalError(absl::StrCat(who, ": ", CudaError(ce)));
   }
-  return std::unique_ptr<Backend>(
-      new NcclBackend(group, options, comm, stream, ready, std::move(peers)));
+  return std::unique_ptr<Backend>(new NcclBackend(group, options, comm, stream,
+                                                  ready, std::move(peers),
+                                                  *std::move(claim)));
 }
 
 #endif  // DTRAIN_HAVE_NCCL
