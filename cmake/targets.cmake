@@ -1155,6 +1155,14 @@ dtrain_cc_test(dtrain_dist_backend_device_choice_test
   DEPS dtrain_dist_backend_device_choice dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/backend:device_selection
+dtrain_cc_library(dtrain_dist_backend_device_selection
+  EXPORT_NAME backend_device_selection
+  PACKAGE dist/backend
+  SRCS dist/backend/device_selection.cc
+  HDRS dist/backend/device_selection.h
+  DEPS dtrain_dist_backend_device_choice dtrain_base_cuda_device dtrain_base_status_macros dtrain_tp_absl dtrain_tp_torch)
+
 # //dist/backend/stall:stall
 dtrain_cc_library(dtrain_dist_backend_stall
   EXPORT_NAME backend_stall
@@ -1224,7 +1232,7 @@ dtrain_cc_library(dtrain_dist_backend_process_group
   PACKAGE dist/backend
   SRCS dist/backend/process_group.cc
   HDRS dist/backend/process_group.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_device_choice dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_base_cuda_device dtrain_base_status_macros dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_base_status_macros dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend:process_group_test
 dtrain_cc_test(dtrain_dist_backend_process_group_test
@@ -2117,7 +2125,7 @@ dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model

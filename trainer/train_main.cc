@@ -40,6 +40,7 @@
 #include "base/open_file_limit.h"
 #include "base/status_macros.h"
 #include "dist/backend/device_choice.h"
+#include "dist/backend/device_selection.h"
 #include "dist/backend/process_group.h"
 #include "dist/launch/launcher.h"
 #include "dist/rendezvous/init.h"

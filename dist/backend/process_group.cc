@@ -1,16 +1,14 @@
 #include "dist/backend/process_group.h"
 
-#include <torch/cuda.h>
-
 #include <algorithm>
 #include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/cuda_device.h"
 #include "base/status_macros.h"
 #include "dist/backend/device_choice.h"
+#include "dist/backend/device_selection.h"
 #include "dist/backend/membership.h"
 
 namespace dtrain::backend {
@@ -48,24 +46,6 @@ absl::Status WithRank(int rank, const absl::Status& s) {
 }
 
 }  // namespace
-
-absl::StatusOr<int> SelectCudaDevice(const std::string& device,
-                                     const RankPlacement& placement) {
-  DTRAIN_RETURN_IF_ERROR(ParseDevice(device).status());
-  if (device == "cpu") return -1;
-  if (!torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=", device,
-        ": no CUDA device is usable (this LibTorch has no CUDA, or no GPU is "
-        "visible); set LIBTORCH_HOME to a CUDA-enabled LibTorch (see the "
-        "README) or train with --device=cpu --dist_backend=gloo"));
-  }
-  DTRAIN_ASSIGN_OR_RETURN(const int visible, base::CudaDeviceCount());
-  DTRAIN_ASSIGN_OR_RETURN(const int chosen,
-                          ChooseCudaDevice(device, placement, visible));
-  DTRAIN_RETURN_IF_ERROR(base::SetCurrentCudaDevice(chosen));
-  return chosen;
-}
 
 absl::StatusOr<ProcessGroup> InitProcessGroup(
     const ProcessGroupOptions& options, const rendezvous::EnvMap& env) {

@@ -28,7 +28,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dist/backend/backend.h"
-#include "dist/backend/device_choice.h"
 #include "dist/backend/factory.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/launch_env.h"
@@ -83,15 +82,6 @@ struct ProcessGroup {
 absl::StatusOr<ProcessGroup> InitProcessGroup(
     const ProcessGroupOptions& options = {},
     const rendezvous::EnvMap& env = rendezvous::ProcessEnv());
-
-// The CUDA device for `device` at `placement`, as InitProcessGroup chooses a
-// rank's, made current on the calling thread; -1 for "cpu". For a process
-// that meets no rendezvous before its backend, as an elastic job's joiner.
-// ParseDevice's errors, kFailedPrecondition "no CUDA device is usable" where
-// LibTorch has no CUDA or sees no GPU, then ChooseCudaDevice's and
-// SetCurrentCudaDevice's.
-absl::StatusOr<int> SelectCudaDevice(const std::string& device,
-                                     const RankPlacement& placement);
 
 }  // namespace dtrain::backend
 
