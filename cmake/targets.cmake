@@ -47,6 +47,21 @@ dtrain_cc_test(dtrain_base_byte_codec_test
   DEPS dtrain_base_byte_codec dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //base:chrome_trace
+dtrain_cc_library(dtrain_base_chrome_trace
+  EXPORT_NAME base_chrome_trace
+  PACKAGE base
+  SRCS base/chrome_trace.cc
+  HDRS base/chrome_trace.h
+  DEPS dtrain_tp_absl dtrain_tp_json)
+
+# //base:chrome_trace_test
+dtrain_cc_test(dtrain_base_chrome_trace_test
+  OUTPUT base/chrome_trace_test
+  SRCS base/chrome_trace_test.cc
+  DEPS dtrain_base_chrome_trace dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  TIMEOUT 60)
+
 # //base:compute_threads
 dtrain_cc_library(dtrain_base_compute_threads
   EXPORT_NAME base_compute_threads
