@@ -410,6 +410,14 @@ dtrain_cc_library(dtrain_dist_backend_describe
   HDRS dist/backend/describe.h
   DEPS dtrain_tp_absl)
 
+# //dist/backend:flight_recorder
+dtrain_cc_library(dtrain_dist_backend_flight_recorder
+  EXPORT_NAME backend_flight_recorder
+  PACKAGE dist/backend
+  SRCS dist/backend/flight_recorder.cc
+  HDRS dist/backend/flight_recorder.h
+  DEPS dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json)
+
 # //dist/store:prefix_store
 dtrain_cc_library(dtrain_dist_store_prefix_store
   EXPORT_NAME store_prefix_store
@@ -424,7 +432,7 @@ dtrain_cc_library(dtrain_dist_backend_internal
   PACKAGE dist/backend
   SRCS dist/backend/collective.cc dist/backend/ordered_worker.cc dist/backend/work.cc
   HDRS dist/backend/collective.h dist/backend/ordered_worker.h dist/backend/work.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_base_status_macros dtrain_base_tensor_text dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_flight_recorder dtrain_base_status_macros dtrain_base_tensor_text dtrain_dist_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend:membership
 dtrain_cc_library(dtrain_dist_backend_membership
@@ -1208,6 +1216,13 @@ dtrain_cc_test(dtrain_dist_backend_factory_test
   OUTPUT dist/backend/factory_test
   SRCS dist/backend/factory_test.cc
   DEPS dtrain_dist_backend_factory dtrain_dist_backend_testing dtrain_dist_store_hash_store dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  TIMEOUT 60)
+
+# //dist/backend:flight_recorder_test
+dtrain_cc_test(dtrain_dist_backend_flight_recorder_test
+  OUTPUT dist/backend/flight_recorder_test
+  SRCS dist/backend/flight_recorder_test.cc
+  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)
 
 # //dist/backend:membership_test
@@ -2127,6 +2142,14 @@ dtrain_cc_library(dtrain_trainer_elastic_run
   HDRS trainer/elastic_run.h
   DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_atomic_file dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
 
+# //trainer:flight_dump
+dtrain_cc_library(dtrain_trainer_flight_dump
+  EXPORT_NAME trainer_flight_dump
+  PACKAGE trainer
+  SRCS trainer/flight_dump.cc
+  HDRS trainer/flight_dump.h
+  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl)
+
 # //trainer/flags:train_flags
 dtrain_cc_library(dtrain_trainer_flags_train_flags
   EXPORT_NAME trainer_flags_train_flags
@@ -2140,7 +2163,7 @@ dtrain_cc_library(dtrain_trainer_train_main
   EXPORT_NAME trainer_train_main
   PACKAGE trainer
   SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_elastic_run dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_flight_dump dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
   ALWAYSLINK)
 
 # //examples/own_model:train_with_own_model
@@ -2586,6 +2609,43 @@ dtrain_sh_test(dtrain_tools_cmake_cmake_sync_test
   SCRIPT tools/cmake/cmake_sync_test.sh
   DATA WORKSPACE tools/testing/shell_test_lib.sh
   TIMEOUT 60)
+
+# //tools/flight_analyze:desync_driver
+dtrain_cc_binary(dtrain_tools_flight_analyze_desync_driver
+  OUTPUT tools/flight_analyze/desync_driver
+  SRCS tools/flight_analyze/desync_driver.cc
+  DEPS dtrain_dist_backend_flight_recorder dtrain_dist_backend_process_group dtrain_tp_absl dtrain_tp_torch
+  TESTONLY)
+
+# //tools/flight_analyze:flight_analysis
+dtrain_cc_library(dtrain_tools_flight_analyze_flight_analysis
+  EXPORT_NAME tools_flight_analyze_flight_analysis
+  PACKAGE tools/flight_analyze
+  SRCS tools/flight_analyze/flight_analysis.cc
+  HDRS tools/flight_analyze/flight_analysis.h
+  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl dtrain_tp_json)
+
+# //tools/flight_analyze:flight_analysis_test
+dtrain_cc_test(dtrain_tools_flight_analyze_flight_analysis_test
+  OUTPUT tools/flight_analyze/flight_analysis_test
+  SRCS tools/flight_analyze/flight_analysis_test.cc
+  DEPS dtrain_tools_flight_analyze_flight_analysis dtrain_dist_backend_flight_recorder dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //tools/flight_analyze:flight_analyze
+dtrain_cc_binary(dtrain_tools_flight_analyze
+  OUTPUT tools/flight_analyze/flight_analyze
+  SRCS tools/flight_analyze/flight_analyze.cc
+  DEPS dtrain_tools_flight_analyze_flight_analysis dtrain_base_atomic_file dtrain_tp_absl)
+
+# //tools/flight_analyze:flight_analyze_test
+dtrain_sh_test(dtrain_tools_flight_analyze_flight_analyze_test
+  OUTPUT tools/flight_analyze/flight_analyze_test
+  SCRIPT tools/flight_analyze/flight_analyze_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_tools_flight_analyze_desync_driver dtrain_tools_flight_analyze dtrain_trainer_train
+  TIMEOUT 300
+  ARGS tools/flight_analyze/flight_analyze tools/flight_analyze/desync_driver trainer/train)
 
 # //tools/hook_reference:hook_reference
 dtrain_cc_binary(dtrain_tools_hook_reference

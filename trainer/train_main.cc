@@ -49,6 +49,7 @@
 #include "dist/store/failover_store.h"
 #include "trainer/elastic_run.h"
 #include "trainer/flags/train_flags.h"
+#include "trainer/flight_dump.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
 
@@ -141,6 +142,7 @@ TrainContext ProcessContext(absl::Time start) {
 int ExitStatus(const absl::Status& s) {
   if (s.ok()) return 0;
   std::cerr << "train: " << s.message() << "\n";
+  DumpFlightRecorderOnFailure(s);
   // Stopped as asked: the shell's convention for death by that signal.
   if (absl::IsCancelled(s) && g_stop_signal.load() != 0)
     return 128 + g_stop_signal.load();
@@ -314,6 +316,7 @@ int Main(int argc, char** argv) {
   RecordGivenFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
   base::RaiseOpenFileLimitOrWarn("train");
+  InstallFlightDump(FlightRecorderDir());
   if (PrintCudaDevicesRequested()) {
     std::cout << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
               << "\n";
@@ -400,6 +403,7 @@ int Main(int argc, char** argv) {
     std::cerr << "train: " << group.status().message() << "\n";
     return 1;
   }
+  SetFlightRank(group->world.rank, group->world.world_size);
   TrainContext context = ProcessContext(start);
   context.cuda_device = group->cuda_device;
   absl::StatusOr<TrainResult> result;

@@ -8,11 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/describe.h"
+#include "dist/backend/flight_recorder.h"
 
 namespace dtrain::backend::internal {
 
 OrderedWorker::OrderedWorker(std::string backend, int rank)
-    : backend_(std::move(backend)), rank_(rank), thread_([this] { Loop(); }) {}
+    : backend_(std::move(backend)),
+      rank_(rank),
+      instance_(FlightRecorder::Process().NextInstance(backend_, rank)),
+      thread_([this] { Loop(); }) {}
 
 OrderedWorker::~OrderedWorker() { Shutdown().IgnoreError(); }
 
@@ -47,7 +51,9 @@ std::shared_ptr<Work> OrderedWorker::Enqueue(const Description& description,
     std::string what = Describe(description, ++seq_);
     work = std::make_shared<CompletionWork>(
         absl::StrCat("[rank ", rank_, "] ", backend_, " ", what));
-    queue_.push_back(Task{std::move(what), std::move(run), work});
+    const int64_t ticket = FlightRecorder::Process().Issued(
+        backend_, instance_, rank_, seq_, description.op, description.details);
+    queue_.push_back(Task{std::move(what), std::move(run), work, ticket});
   }
   cv_.notify_one();
   return work;
@@ -70,12 +76,16 @@ void OrderedWorker::Loop() {
     }
     const std::string who =
         absl::StrCat("[rank ", rank_, "] ", backend_, " ", task.what);
+    FlightRecorder& recorder = FlightRecorder::Process();
     if (!broken.ok()) {
-      task.work->Complete(absl::Status(
-          broken.code(), absl::StrCat(who, " not run: ", broken.message())));
+      const absl::Status not_run(
+          broken.code(), absl::StrCat(who, " not run: ", broken.message()));
+      recorder.Finished(task.flight_ticket, not_run);
+      task.work->Complete(not_run);
       continue;
     }
     const absl::Time start = absl::Now();
+    recorder.Started(task.flight_ticket);
     task.work->MarkStarted();
     absl::Status result;
     try {
@@ -91,6 +101,7 @@ void OrderedWorker::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.ok()) broken_ = result;
     }
+    recorder.Finished(task.flight_ticket, result);
     task.work->Complete(result);
   }
 }

@@ -3,6 +3,9 @@
 // share. A collective that fails breaks the worker: every later one fails at
 // once with the first error, as backend.h requires.
 //
+// Every collective is noted in the process's flight recorder
+// (flight_recorder.h) as issued, started and finished.
+//
 // Thread safety: Enqueue may be called from any thread; the one lock that
 // numbers collectives also queues them, so numbers follow issue order.
 // Shutdown (or destruction) runs what was queued, then joins the thread.
@@ -55,11 +58,13 @@ class OrderedWorker {
     std::string what;
     Run run;
     std::shared_ptr<CompletionWork> work;
+    int64_t flight_ticket = -1;  // FlightRecorder::Process()'s.
   };
   void Loop();
 
   const std::string backend_;
   const int rank_;
+  const int instance_;  // FlightRecorder::NextInstance's.
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;

@@ -1,10 +1,16 @@
 // The reporting section's flags (trainer/report/report_options.h).
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "base/status_macros.h"
 #include "trainer/flags/train_flags.h"
 
+ABSL_FLAG(std::string, flight_recorder_dir, "",
+          "Where each rank writes its last collectives (the flight recorder, "
+          "DTRAIN_FLIGHT_RECORDER=N of them) when training fails or on "
+          "SIGUSR1, as flight_rank<R>_<host>_<pid>.json; "
+          "tools/flight_analyze reads them. Default: $TMPDIR, else /tmp.");
 ABSL_FLAG(std::string, metrics_json, "",
           "Rank 0 writes per-epoch metrics and the configuration here.");
 ABSL_FLAG(std::string, progress, "auto",
@@ -39,6 +45,13 @@ absl::Status ReadReportFlags(ReportOptions* o) {
   o->metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
   o->log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
   return absl::OkStatus();
+}
+
+std::string FlightRecorderDir() {
+  std::string dir = absl::GetFlag(FLAGS_flight_recorder_dir);
+  if (!dir.empty()) return dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
 }
 
 }  // namespace dtrain::trainer

@@ -67,6 +67,10 @@ const std::vector<std::string>& SpawnFlagNames();
 // --print_cuda_devices.
 bool PrintCudaDevicesRequested();
 
+// Where a rank writes its flight recorder (dist/backend/flight_recorder.h) on
+// a failure or SIGUSR1: --flight_recorder_dir, else $TMPDIR, else /tmp.
+std::string FlightRecorderDir();
+
 }  // namespace dtrain::trainer
 
 #endif  // DTRAIN_TRAINER_FLAGS_TRAIN_FLAGS_H_
