@@ -906,7 +906,7 @@ dtrain_cc_library(dtrain_dist_backend_nccl_watchdog
   PACKAGE dist/backend/nccl
   SRCS dist/backend/nccl/stream_work.cc dist/backend/nccl/watchdog.cc
   HDRS dist/backend/nccl/comm_ops.h dist/backend/nccl/stream_work.h dist/backend/nccl/watchdog.h
-  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_internal dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_flight_recorder dtrain_dist_backend_internal dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend/nccl:nccl
 dtrain_cc_library(dtrain_dist_backend_nccl
@@ -1345,7 +1345,7 @@ dtrain_cc_test(dtrain_dist_backend_nccl_peers_test
 dtrain_cc_test(dtrain_dist_backend_nccl_watchdog_test
   OUTPUT dist/backend/nccl/watchdog_test
   SRCS dist/backend/nccl/watchdog_test.cc
-  DEPS dtrain_dist_backend_nccl_watchdog dtrain_base_status_macros dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
+  DEPS dtrain_dist_backend_nccl_watchdog dtrain_base_status_macros dtrain_dist_backend_flight_recorder dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
 # //dist/backend/shm:group_barrier_test

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dist/backend/describe.h"
+#include "dist/backend/flight_recorder.h"
 
 namespace dtrain::backend::nccl_internal {
 namespace {
@@ -82,7 +83,11 @@ absl::Status Enqueuer::Settle() {
 }
 
 Watchdog::Watchdog(const WatchdogOptions& options, CommOps* ops)
-    : options_(options), ops_(ops), thread_([this] { Run(); }) {}
+    : options_(options),
+      ops_(ops),
+      flight_instance_(
+          FlightRecorder::Process().NextInstance("nccl", options.rank)),
+      thread_([this] { Run(); }) {}
 
 Watchdog::~Watchdog() { Shutdown(); }
 
@@ -109,17 +114,25 @@ std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
   std::lock_guard<std::mutex> issuing(issue_mu_);
   std::string what;
   std::string who;
+  FlightRecorder& recorder = FlightRecorder::Process();
+  int64_t ticket = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     what = internal::Describe(description, ++seq_);
     who = Who(what);
+    ticket = recorder.Issued("nccl", flight_instance_, options_.rank, seq_,
+                             description.op, description.details);
+    absl::Status refused;
     if (!broken_.ok()) {
-      return internal::CompletionWork::Failed(absl::Status(
-          broken_.code(), absl::StrCat(who, " not run: ", broken_.message())));
+      refused = absl::Status(
+          broken_.code(), absl::StrCat(who, " not run: ", broken_.message()));
+    } else if (shut_down_) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat(who, " not run: the backend is being destroyed"));
     }
-    if (shut_down_) {
-      return internal::CompletionWork::Failed(absl::FailedPreconditionError(
-          absl::StrCat(who, " not run: the backend is being destroyed")));
+    if (!refused.ok()) {
+      recorder.Finished(ticket, refused);
+      return internal::CompletionWork::Failed(refused);
     }
   }
   // Not under mu_: the enqueue may wait for a peer (Enqueuer::Settle).
@@ -136,19 +149,24 @@ std::shared_ptr<Work> Watchdog::Issue(const internal::Description& description,
     // the stream has run dry.
     if (!aborted_) AbortLocked(enqueued.status(), /*front_is_culprit=*/false);
     ReleaseWhenDrained(std::move(memory));
+    recorder.Finished(ticket, enqueued.status());
     return internal::CompletionWork::Failed(enqueued.status());
   }
   if (aborted_) {
     // Aborted while it was enqueued: it may never run, but the device may
     // still touch its memory.
     ReleaseWhenDrained(std::move(memory));
-    return internal::CompletionWork::Failed(
-        absl::Status(broken_.code(),
-                     absl::StrCat(who, " not completed: ", broken_.message())));
+    const absl::Status not_completed(
+        broken_.code(),
+        absl::StrCat(who, " not completed: ", broken_.message()));
+    recorder.Finished(ticket, not_completed);
+    return internal::CompletionWork::Failed(not_completed);
   }
+  // On the stream: as far as the host can tell, it has started.
+  recorder.Started(ticket);
   auto work = std::make_shared<StreamWork>(who, kind, enqueued->event, ops_);
   pending_.push_back(Pending{work, std::move(enqueued->event), start, what,
-                             std::move(memory)});
+                             std::move(memory), ticket});
   cv_.notify_all();
   return work;
 }
@@ -158,6 +176,7 @@ bool Watchdog::PollFront() {
   std::string error;
   const CommOps::EventState state = ops_->Query(p.event.get(), &error);
   if (state == CommOps::EventState::kDone) {
+    FlightRecorder::Process().Finished(p.flight_ticket, absl::OkStatus());
     p.work->Complete(absl::OkStatus());
     pending_.pop_front();  // The stream is past it: its memory may go.
     return true;
@@ -197,12 +216,14 @@ void Watchdog::AbortLocked(const absl::Status& status, bool front_is_culprit) {
   std::vector<at::Tensor> memory;
   bool first = true;
   for (Pending& p : pending_) {
-    p.work->Complete(
+    const absl::Status ended =
         first && front_is_culprit
             ? status
             : absl::Status(status.code(),
                            absl::StrCat(Who(p.what),
-                                        " not completed: ", status.message())));
+                                        " not completed: ", status.message()));
+    FlightRecorder::Process().Finished(p.flight_ticket, ended);
+    p.work->Complete(ended);
     first = false;
     for (at::Tensor& t : p.keep_alive) memory.push_back(std::move(t));
   }

@@ -155,6 +155,7 @@ class Watchdog {
     absl::Time start;
     std::string what;
     std::vector<at::Tensor> keep_alive;
+    int64_t flight_ticket = -1;  // FlightRecorder::Process()'s.
   };
 
   void Run();
@@ -174,6 +175,7 @@ class Watchdog {
 
   const WatchdogOptions options_;
   CommOps* const ops_;
+  const int flight_instance_;  // FlightRecorder::NextInstance's.
 
   std::mutex issue_mu_;  // Held through an Issue; before mu_.
   std::mutex mu_;

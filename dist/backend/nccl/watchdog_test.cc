@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "dist/backend/flight_recorder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -227,6 +228,32 @@ TEST(WatchdogTest, AsyncErrorAbortsOnceAndFailsEverythingInFlight) {
               HasSubstr("allreduce #3 (sum, 4 x float32) not run: "));
   EXPECT_FALSE(w.Shutdown());
   EXPECT_EQ(ops.aborts.load(), 1);
+}
+
+// The flight recorder sees each collective issued, on the stream, and ended.
+TEST(WatchdogTest, TheFlightRecorderNotesEachCollective) {
+  ScriptedOps ops;
+  WatchdogOptions options = Options();
+  options.rank = 41;  // Entries of this test only.
+  Watchdog w(options, &ops);
+  Fake a, b;
+  Issue(w, a);
+  Issue(w, b);
+  a.Fire();
+  Eventually([&] { return a.work->IsCompleted(); });
+  std::vector<FlightEntry> e = FlightRecorder::Process().Entries(41);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].backend, "nccl");
+  EXPECT_EQ(e[0].seq, 1);
+  EXPECT_EQ(e[0].op, "allreduce");
+  EXPECT_EQ(e[0].details, "sum, 4 x float32");
+  EXPECT_EQ(e[0].state, FlightEntry::State::kCompleted);
+  EXPECT_EQ(e[1].state, FlightEntry::State::kStarted);
+  ops.SetAsyncError("remote process exited");
+  Eventually([&] { return b.work->IsCompleted(); });
+  e = FlightRecorder::Process().Entries(41);
+  EXPECT_EQ(e[1].state, FlightEntry::State::kFailed);
+  EXPECT_THAT(e[1].error, HasSubstr("nccl allreduce #2"));
 }
 
 TEST(WatchdogTest, AbortFromOutsideFailsWhatIsInFlightAndWhatComes) {
