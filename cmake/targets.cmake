@@ -602,6 +602,12 @@ dtrain_cc_binary(dtrain_bench_data_benchmark
   SRCS bench/data_benchmark.cc
   DEPS dtrain_data dtrain_data_image_encoder dtrain_tp_benchmark_main dtrain_tp_torch)
 
+# //bench:flight_recorder_benchmark
+dtrain_cc_binary(dtrain_bench_flight_recorder_benchmark
+  OUTPUT bench/flight_recorder_benchmark
+  SRCS bench/flight_recorder_benchmark.cc
+  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl dtrain_tp_benchmark_main)
+
 # //dist/rendezvous:rendezvous
 dtrain_cc_library(dtrain_dist_rendezvous
   EXPORT_NAME rendezvous
@@ -658,9 +664,9 @@ dtrain_cc_binary(dtrain_bench_torch_ops_benchmark
 dtrain_sh_test(dtrain_bench_benchmarks_run_test
   OUTPUT bench/benchmarks_run_test
   SCRIPT bench/benchmarks_run_test.sh
-  DATA_TARGETS dtrain_bench_allreduce_benchmark dtrain_bench_data_benchmark dtrain_bench_store_benchmark dtrain_bench_torch_ops_benchmark
+  DATA_TARGETS dtrain_bench_allreduce_benchmark dtrain_bench_data_benchmark dtrain_bench_flight_recorder_benchmark dtrain_bench_store_benchmark dtrain_bench_torch_ops_benchmark
   TIMEOUT 60
-  ARGS bench/allreduce_benchmark "--benchmark_filter=bytes:(4|1024)/" bench/data_benchmark bench/store_benchmark bench/torch_ops_benchmark)
+  ARGS bench/allreduce_benchmark "--benchmark_filter=bytes:(4|1024)/" bench/data_benchmark bench/flight_recorder_benchmark bench/store_benchmark bench/torch_ops_benchmark)
 
 # //dist/backend:small_collectives
 dtrain_cc_library(dtrain_dist_backend_small_collectives

@@ -6,9 +6,10 @@
 // they disagree on: a rank that never issued it, or ranks that issued
 // different operations or sizes under the same number.
 //
-// On by default: a collective costs a lock and a few short copies (about a
-// microsecond; bench/flight_recorder_benchmark). DTRAIN_FLIGHT_RECORDER=N
-// keeps the last N (default 2048); 0 turns it off.
+// On by default: a collective costs a lock and a few short copies (56 ns
+// alone, 175 ns with four threads noting at once; bench/
+// flight_recorder_benchmark). DTRAIN_FLIGHT_RECORDER=N keeps the last N
+// (default 2048); 0 turns it off.
 //
 // Thread-safe: backends on any threads note, one thread dumps.
 #ifndef DTRAIN_DIST_BACKEND_FLIGHT_RECORDER_H_
