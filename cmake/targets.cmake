@@ -2642,7 +2642,7 @@ dtrain_cc_test(dtrain_tools_flight_analyze_flight_analysis_test
 dtrain_cc_binary(dtrain_tools_flight_analyze
   OUTPUT tools/flight_analyze/flight_analyze
   SRCS tools/flight_analyze/flight_analyze.cc
-  DEPS dtrain_tools_flight_analyze_flight_analysis dtrain_base_atomic_file dtrain_tp_absl)
+  DEPS dtrain_tools_flight_analyze_flight_analysis dtrain_base_atomic_file dtrain_base_user_path dtrain_tp_absl)
 
 # //tools/flight_analyze:flight_analyze_test
 dtrain_sh_test(dtrain_tools_flight_analyze_flight_analyze_test

@@ -12,6 +12,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "base/atomic_file.h"
+#include "base/user_path.h"
 #include "tools/flight_analyze/flight_analysis.h"
 
 ABSL_FLAG(int, world_size, 0,
@@ -62,9 +64,13 @@ int Main(int argc, char** argv) {
     std::cerr << "flight_analyze: --world_size must be 0 or more\n";
     return 2;
   }
+  // Relative paths from where `bazel run` started.
+  const std::string cwd =
+      base::UserWorkingDirectory(std::getenv("BUILD_WORKING_DIRECTORY"));
   std::vector<FlightDump> dumps;
   for (size_t i = 1; i < args.size(); ++i) {
-    const std::vector<std::string> files = Files(args[i]);
+    const std::vector<std::string> files =
+        Files(base::ResolveUserPath(args[i], cwd));
     if (files.empty()) {
       std::cerr << "flight_analyze: no flight_*.json in " << args[i] << "\n";
       return 2;
