@@ -665,7 +665,7 @@ dtrain_sh_test(dtrain_bench_benchmarks_run_test
   OUTPUT bench/benchmarks_run_test
   SCRIPT bench/benchmarks_run_test.sh
   DATA_TARGETS dtrain_bench_allreduce_benchmark dtrain_bench_data_benchmark dtrain_bench_flight_recorder_benchmark dtrain_bench_store_benchmark dtrain_bench_torch_ops_benchmark
-  TIMEOUT 60
+  TIMEOUT 300
   ARGS bench/allreduce_benchmark "--benchmark_filter=bytes:(4|1024)/" bench/data_benchmark bench/flight_recorder_benchmark bench/store_benchmark bench/torch_ops_benchmark)
 
 # //dist/backend:small_collectives
