@@ -46,7 +46,8 @@ train_ranks() {
   ranks=()
   for ((r = 0; r < n; r++)); do
     env DTRAIN_SOAK_MARK="$mark" TMPDIR="$dir/tmp" "$train" --dist_url="tcp://127.0.0.1:$port" \
-      --world_size="$n" --rank="$r" "${small[@]}" "$@" >"$dir/$tag$r.out" 2>&1 &
+      --world_size="$n" --rank="$r" "${small[@]}" --flight_recorder_dir="$dir" "$@" \
+      >"$dir/$tag$r.out" 2>&1 &
     ranks+=($!)
     pids+=($!)
   done
@@ -160,7 +161,8 @@ for ((i = 1; i <= runs_max; i++)); do
       ;;
     JOIN)
       env DTRAIN_SOAK_MARK="$mark" TMPDIR="$dir/tmp" "$train" --dist_url="tcp://127.0.0.1:$port" \
-        --elastic --join "${small[@]}" --save_state_dict="$dir/final.pt" >"$dir/joiner.out" 2>&1 &
+        --elastic --join "${small[@]}" --flight_recorder_dir="$dir" --save_state_dict="$dir/final.pt" \
+        >"$dir/joiner.out" 2>&1 &
       joiner=$!
       pids+=($joiner)
       ;;

@@ -42,7 +42,7 @@ run_job() {
   env DTRAIN_SOAK_MARK="$mark" TMPDIR="$dir/tmp" "$launch" --nproc_per_node="$nproc" \
     --master_port="$(free_port)" --max_restarts=3 --failure_grace=1 -- \
     "$train" "${small[@]}" --checkpoint_dir="$dir/ck" --save_state_dict="$dir/final.safetensors" \
-    >"$dir/out" 2>&1 &
+    --flight_recorder_dir="$dir" >"$dir/out" 2>&1 &
   job=$!
   pids+=($job)
 }

@@ -201,21 +201,35 @@ absl::StatusOr<ElasticOptions> Elastic(const TrainOptions& options,
 // before any backend exists, as a first-generation rank's is: --device=cuda:N,
 // or for "cuda" its local rank (--local_rank, or the launcher's LOCAL_RANK: a
 // replacement takes its failed rank's), cuda:0 where neither says. Its
-// backends are created on it.
+// backends are created on it. Only the local placement is read: a joiner's
+// RANK and WORLD_SIZE are the launcher's placeholders.
 absl::StatusOr<int> JoinerCudaDevice(const TrainOptions& options,
                                      backend::BackendConfig* config) {
-  rendezvous::ExplicitArgs args;
-  args.local_rank = options.launch.local_rank;
-  args.local_world_size = options.launch.local_world_size;
-  DTRAIN_ASSIGN_OR_RETURN(
-      const rendezvous::LaunchEnv env,
-      rendezvous::DiscoverLaunchEnv(rendezvous::ProcessEnv(), args));
+  if (options.launch.device == "cpu") return -1;
   backend::RankPlacement placement;
-  placement.rank = env.rank;
-  placement.world_size = env.world_size;
-  placement.local_rank = env.local_rank;
-  placement.local_world_size = env.local_world_size;
-  placement.local_inferred = env.local_inferred;
+  placement.local_inferred = true;
+  for (auto [flag, variable, value, out] :
+       {std::tuple<absl::optional<int>, const char*, int, int*>{
+            options.launch.local_rank, "LOCAL_RANK", 0, &placement.local_rank},
+        {options.launch.local_world_size, "LOCAL_WORLD_SIZE", 1,
+         &placement.local_world_size}}) {
+    *out = value;
+    if (flag.has_value()) {
+      *out = *flag;
+      placement.local_inferred = false;
+    } else if (const char* text = std::getenv(variable);
+               text != nullptr && *text != '\0') {
+      if (!absl::SimpleAtoi(text, out) || *out < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(variable, "='", text, "' is not a number"));
+      }
+      placement.local_inferred = false;
+    }
+  }
+  placement.local_world_size =
+      std::max(placement.local_world_size, placement.local_rank + 1);
+  placement.rank = placement.local_rank;
+  placement.world_size = placement.local_world_size;
   DTRAIN_ASSIGN_OR_RETURN(
       const int device,
       backend::SelectCudaDevice(options.launch.device, placement));
