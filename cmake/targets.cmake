@@ -1677,6 +1677,21 @@ dtrain_cc_test(dtrain_dist_store_file_store_test
   DEPS dtrain_dist_store_file_store dtrain_dist_store_store_conformance dtrain_base_crc32_testing dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //dist/store:store_clock
+dtrain_cc_library(dtrain_dist_store_store_clock
+  EXPORT_NAME store_store_clock
+  PACKAGE dist/store
+  SRCS dist/store/store_clock.cc
+  HDRS dist/store/store_clock.h
+  DEPS dtrain_dist_store dtrain_tp_absl)
+
+# //dist/store:store_clock_test
+dtrain_cc_test(dtrain_dist_store_store_clock_test
+  OUTPUT dist/store/store_clock_test
+  SRCS dist/store/store_clock_test.cc
+  DEPS dtrain_dist_store_hash_store dtrain_dist_store_store_clock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //dist/store:store_test
 dtrain_cc_test(dtrain_dist_store_store_test
   OUTPUT dist/store/store_test
@@ -2052,13 +2067,20 @@ dtrain_cc_library(dtrain_trainer_run_parts
   HDRS trainer/run_parts.h
   DEPS dtrain_trainer_amp dtrain_trainer_train_options dtrain_trainer_training_data dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_ddp_hooks_powersgd_hook dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_run_metrics)
 
+# //trainer/trace:step_phases
+dtrain_cc_library(dtrain_trainer_trace_step_phases
+  EXPORT_NAME trainer_trace_step_phases
+  PACKAGE trainer/trace
+  HDRS trainer/trace/step_phases.h
+  DEPS dtrain_tp_absl)
+
 # //trainer:train_step
 dtrain_cc_library(dtrain_trainer_train_step
   EXPORT_NAME trainer_train_step
   PACKAGE trainer
   SRCS trainer/train_step.cc
   HDRS trainer/train_step.h
-  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters)
+  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_trace_step_phases)
 
 # //trainer/checkpoint:sharded_state
 dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
@@ -2100,13 +2122,29 @@ dtrain_cc_library(dtrain_trainer_report_progress
   HDRS trainer/report/progress.h
   DEPS dtrain_trainer_report_meters dtrain_trainer_report_report_options dtrain_tp_absl)
 
+# //trainer/trace:step_trace
+dtrain_cc_library(dtrain_trainer_trace_step_trace
+  EXPORT_NAME trainer_trace_step_trace
+  PACKAGE trainer/trace
+  SRCS trainer/trace/step_trace.cc
+  HDRS trainer/trace/step_trace.h
+  DEPS dtrain_trainer_trace_step_phases dtrain_base_byte_codec dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl)
+
+# //trainer/trace:trace_merge
+dtrain_cc_library(dtrain_trainer_trace_trace_merge
+  EXPORT_NAME trainer_trace_trace_merge
+  PACKAGE trainer/trace
+  SRCS trainer/trace/trace_merge.cc
+  HDRS trainer/trace/trace_merge.h
+  DEPS dtrain_trainer_trace_step_trace dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_dist_store dtrain_dist_store_store_clock dtrain_tp_absl)
+
 # //trainer/report:recorder
 dtrain_cc_library(dtrain_trainer_report_recorder
   EXPORT_NAME trainer_report_recorder
   PACKAGE trainer/report
   SRCS trainer/report/recorder.cc
   HDRS trainer/report/recorder.h
-  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl)
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_trace_step_phases dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge)
 
 # //trainer:run_assembly
 dtrain_cc_library(dtrain_trainer_run_assembly
@@ -3045,4 +3083,18 @@ dtrain_cc_test(dtrain_trainer_report_step_log_test
   OUTPUT trainer/report/step_log_test
   SRCS trainer/report/step_log_test.cc
   DEPS dtrain_trainer_report_step_log dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_json
+  TIMEOUT 60)
+
+# //trainer/trace:step_trace_test
+dtrain_cc_test(dtrain_trainer_trace_step_trace_test
+  OUTPUT trainer/trace/step_trace_test
+  SRCS trainer/trace/step_trace_test.cc
+  DEPS dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge dtrain_base_chrome_trace dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //trainer/trace:trace_merge_test
+dtrain_cc_test(dtrain_trainer_trace_trace_merge_test
+  OUTPUT trainer/trace/trace_merge_test
+  SRCS trainer/trace/trace_merge_test.cc
+  DEPS dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_dist_store_hash_store dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)

@@ -95,6 +95,11 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.launch.max_ranks < 0) return Invalid("max_ranks", "must be >= 0");
   if (o.launch.max_ranks > 0 && o.launch.max_ranks < o.launch.min_ranks)
     return Invalid("max_ranks", "must be 0 or at least --min_ranks");
+  if (o.launch.elastic && !o.report.trace.empty()) {
+    // A generation renumbers its ranks and meets in a new store namespace:
+    // one file would need the generations' parts joined.
+    return Invalid("elastic", "does not combine with --trace yet");
+  }
   if (o.launch.join && !o.launch.elastic)
     return Invalid("join", "needs --elastic");
   if (o.num_sanity_val_steps < 0)

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/torch_guard.h"
 #include "trainer/report/meters.h"
@@ -50,6 +51,8 @@ absl::Status TrainStep::Begin(int64_t micro_batches) {
   micro_batches_ = micro_batches;
   done_ = 0;
   outcome_ = StepOutcome{};
+  outcome_.phases.forward.reserve(micro_batches);
+  outcome_.phases.backward.reserve(micro_batches);
   outcome_.loss_scale = scaler_.has_value() ? scaler_->scale() : 1.0;
   // In place, not reset to undefined (LibTorch 2's Optimizer::zero_grad): DDP's
   // .grad are views of its buckets, and a reset one costs a copy back.
@@ -68,6 +71,7 @@ absl::Status TrainStep::MicroBatch(const at::Tensor& images,
   // allreduce of the sum.
   absl::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
   if (!last) no_sync.emplace(ddp_);
+  const absl::Time forward_start = absl::Now();
   DTRAIN_RETURN_IF_ERROR(ddp_.PrepareForward());
   at::Tensor output;
   at::Tensor loss;
@@ -80,8 +84,11 @@ absl::Status TrainStep::MicroBatch(const at::Tensor& images,
       // equals the book's nll_loss. Autocast runs it in float32.
       loss = at::cross_entropy_loss(output, labels, {}, at::Reduction::Mean);
     }
+    const absl::Time backward_start = absl::Now();
+    outcome_.phases.forward.push_back({forward_start, backward_start});
     const double weight = outcome_.loss_scale / micro_batches_;
     (weight == 1.0 ? loss : loss * weight).backward();
+    outcome_.phases.backward.push_back({backward_start, absl::Now()});
   } catch (const std::exception& e) {
     micro_batches_ = 0;
     return absl::InternalError(
@@ -103,8 +110,12 @@ absl::StatusOr<StepOutcome> TrainStep::Finish() {
         "Finish after ", done_, " of ", micro_batches_, " micro-batches"));
   }
   micro_batches_ = 0;
+  StepPhases& phases = outcome_.phases;
+  phases.synchronize.start = absl::Now();
   DTRAIN_RETURN_IF_ERROR(ddp_.SynchronizeGradients());
+  phases.optimizer.start = phases.synchronize.end = absl::Now();
   DTRAIN_RETURN_IF_ERROR(StepOptimizer(&outcome_));
+  phases.optimizer.end = absl::Now();
   return outcome_;
 }
 

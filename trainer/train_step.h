@@ -37,6 +37,7 @@
 #include "dist/zero/sharded_optimizer.h"
 #include "models/model.h"
 #include "trainer/amp.h"
+#include "trainer/trace/step_phases.h"
 
 namespace dtrain::trainer {
 
@@ -61,6 +62,8 @@ struct StepOutcome {
   bool skipped = false;
   // The loss scale the step used (1 without float16).
   double loss_scale = 1;
+  // When its parts ran.
+  StepPhases phases;
 };
 
 // The generator seed for one micro-batch's random draws (dropout): a function

@@ -31,6 +31,9 @@
 namespace dtrain::trainer {
 namespace {
 
+// After a failure, how long rank 0 waits for the other ranks' traces in all.
+constexpr absl::Duration kFailureWait = absl::Seconds(10);
+
 // Uneven inputs: a rank that has run out of batches takes, after each
 // shadowed synchronised iteration, the optimizer step the active ranks take
 // (TrainStep::ShadowStep over the average DDP's shadow left in .grad), so
@@ -59,6 +62,10 @@ class Run {
   // committed step, into `out` (nothing when training had not begun). Not
   // collective.
   void HandOver(ElasticHandover* out) const;
+  // After a failure, with --trace: the failure noted and the ranks' traces
+  // merged, each waiting a bounded time for the others. Not collective
+  // through the backend.
+  void TraceFailure(const absl::Status& failure);
 
  private:
   absl::Status Setup();
@@ -87,11 +94,19 @@ class Run {
   absl::StatusOr<TrainResult> Evaluate();
   absl::Status Checkpoint(const data::SamplerState& next, bool best,
                           bool together = true) {
-    return outputs_->Checkpoint(next, global_step_, best_top1_, best, together);
+    const absl::Time start = absl::Now();
+    absl::Status st =
+        outputs_->Checkpoint(next, global_step_, best_top1_, best, together);
+    if (!o_.checkpoint.checkpoint_dir.empty())
+      recorder_->Checkpointed(global_step_, start, absl::Now());
+    return st;
   }
   // The ranks' parameters checked identical, the memory each rank used
   // gathered, the weights and the metrics written.
   absl::StatusOr<TrainResult> Finish();
+  // Collective through the store: the trace file, with --trace; waiting at
+  // most `timeout` for the other ranks.
+  absl::Status WriteTrace(absl::Duration timeout);
   // Collective: every rank's optimizer state bytes and peak resident memory
   // into the metrics.
   absl::Status RecordMemory();
@@ -237,7 +252,7 @@ absl::StatusOr<StepOutcome> Run::Step(int64_t epoch, int64_t s) {
       return absl::InternalError(absl::StrCat("epoch ", epoch, " step ", s,
                                               ": the loader ended early"));
     }
-    recorder_->DataWait(absl::ToDoubleSeconds(absl::Now() - wait));
+    recorder_->DataWait(wait, absl::Now());
     at::Tensor images = batch->images.to(p_.device, /*non_blocking=*/true);
     at::Tensor labels = batch->labels.to(p_.device, /*non_blocking=*/true);
     // One seed per micro-batch: with accumulate_steps 1, per step.
@@ -263,6 +278,7 @@ StepRecord Run::Record(const StepOutcome& outcome, double lr) const {
   if (o_.parallel.sync_gradients) r.ddp = &p_.ddp->last_step_stats();
   r.global_step = global_step_;
   r.learning_rate = lr;
+  r.phases = &outcome.phases;
   return r;
 }
 
@@ -369,6 +385,7 @@ absl::StatusOr<TrainResult> Run::Execute() {
     recorder_->metrics().epochs.push_back(m);
     DTRAIN_RETURN_IF_ERROR(recorder_->WriteMetrics(best_top1_, global_step_));
     if (signal_stop_) {
+      DTRAIN_RETURN_IF_ERROR(WriteTrace(o_.launch.timeout));
       return absl::CancelledError(absl::StrCat(
           "stopped by a signal at step ", global_step_,
           !o_.checkpoint.checkpoint_dir.empty()
@@ -422,7 +439,28 @@ absl::StatusOr<TrainResult> Run::Finish() {
   DTRAIN_RETURN_IF_ERROR(RecordMemory());
   DTRAIN_RETURN_IF_ERROR(outputs_->StateDict(global_step_));
   DTRAIN_RETURN_IF_ERROR(recorder_->WriteMetrics(best_top1_, global_step_));
+  DTRAIN_RETURN_IF_ERROR(WriteTrace(o_.launch.timeout));
   return TrainResult{recorder_->metrics(), p_.model};
+}
+
+absl::Status Run::WriteTrace(absl::Duration timeout) {
+  TraceMergeSetup setup;
+  setup.rank = world_.rank;
+  setup.world_size = world_.world_size;
+  setup.store = world_.store.get();
+  setup.timeout = timeout;
+  return recorder_->WriteTrace(std::move(setup));
+}
+
+void Run::TraceFailure(const absl::Status& failure) {
+  if (recorder_ == nullptr || o_.report.trace.empty()) return;
+  recorder_->Failed(base::WithRank(world_.rank, failure).message());
+  // The other ranks learn of a failure within the timeout; a dead one never
+  // sends its part, and rank 0 names it missing after this.
+  if (absl::Status st = WriteTrace(std::min(o_.launch.timeout, kFailureWait));
+      !st.ok()) {
+    Say(absl::StrCat("no trace: ", st.message()));
+  }
 }
 
 void Run::HandOver(ElasticHandover* out) const {
@@ -459,6 +497,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& options,
   Run run(options, world, backend, context);
   absl::StatusOr<TrainResult> result = run.Execute();
   if (!result.ok()) {
+    run.TraceFailure(result.status());
     if (context.elastic != nullptr) run.HandOver(context.elastic);
     return base::WithRank(world.rank, result.status());
   }

@@ -91,6 +91,9 @@ struct StepStats {
   // Synchronised steps so far, this one included.
   int64_t step = 0;
   int num_buckets = 0;
+  // The step's first gradient hook, on this host's clock (absl::Now): what
+  // the offsets below count from.
+  absl::Time first_hook = absl::InfinitePast();
   // Buckets launched by hooks during backward; the others were launched by
   // SynchronizeGradients (their parameters had no gradient in backward).
   int buckets_launched_in_backward = 0;

@@ -12,6 +12,7 @@ void Reducer::FillStepStats(StepStats* out) const {
   StepStats& stats = *out;
   stats.step = steps_;
   stats.num_buckets = static_cast<int>(buckets_.size());
+  stats.first_hook = first_hook_;
   for (const Bucket& b : buckets_) {
     stats.buckets_launched_in_backward += b.launched_in_backward ? 1 : 0;
     stats.bucket_launch_offsets.push_back(b.launched_at - first_hook_);

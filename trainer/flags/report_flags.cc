@@ -32,6 +32,16 @@ ABSL_FLAG(std::string, log_jsonl, "",
           "and per epoch here; rank 0 only, unless PATH holds {rank} (each "
           "rank its own file).");
 
+ABSL_FLAG(std::string, trace, "",
+          "Write one Chrome-trace JSON file of every rank's steps here "
+          "(--trace_steps): data wait, forward, backward, each DDP bucket's "
+          "allreduce, the optimizer, checkpoints; rank 0 merges the ranks' "
+          "parts at the end, or after a failure, with their clocks aligned. "
+          "Opens in ui.perfetto.dev and chrome://tracing.");
+ABSL_FLAG(std::string, trace_steps, "1:50",
+          "A:B: the optimizer steps --trace records (1-based, both "
+          "included).");
+
 namespace dtrain::trainer {
 
 absl::Status ReadReportFlags(ReportOptions* o) {
@@ -44,6 +54,8 @@ absl::Status ReadReportFlags(ReportOptions* o) {
   o->metrics_bind = absl::GetFlag(FLAGS_metrics_bind);
   o->metrics_run_id = absl::GetFlag(FLAGS_metrics_run_id);
   o->log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
+  o->trace = absl::GetFlag(FLAGS_trace);
+  DTRAIN_RETURN_IF_ERROR(ParseTraceSteps(absl::GetFlag(FLAGS_trace_steps), o));
   return absl::OkStatus();
 }
 

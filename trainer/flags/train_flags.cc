@@ -74,7 +74,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   for (std::string* path :
        {&o.data.data_dir, &o.checkpoint.checkpoint_dir,
         &o.model.init_state_dict, &o.checkpoint.save_state_dict,
-        &o.report.metrics_json, &o.report.log_jsonl}) {
+        &o.report.metrics_json, &o.report.log_jsonl, &o.report.trace}) {
     *path =
         base::ResolveUserPath(*path, working_dir != nullptr ? working_dir : "");
   }

@@ -17,7 +17,12 @@ Recorder::Recorder(const ReportOptions& options, const Setup& setup,
       sync_(sync),
       rank0_(sync.rank() == 0),
       progress_(options.progress, setup.log_is_terminal, options.print_freq,
-                setup.log != nullptr ? *setup.log : std::cerr) {}
+                setup.log != nullptr ? *setup.log : std::cerr) {
+  if (!options.trace.empty()) {
+    trace_ = std::make_unique<StepTrace>(options.trace_first_step,
+                                         options.trace_last_step);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Create(
     const ReportOptions& options, const Setup& setup,
@@ -51,9 +56,32 @@ void Recorder::StartEpoch(int64_t epoch, int64_t steps, double learning_rate) {
   live_->StartEpoch(epoch, learning_rate, epoch_.start);
 }
 
-void Recorder::DataWait(double seconds) {
+void Recorder::DataWait(absl::Time start, absl::Time end) {
+  const double seconds = absl::ToDoubleSeconds(end - start);
   epoch_.step_waited += seconds;
   epoch_.data_time.Update(seconds);
+  if (trace_ != nullptr) trace_->DataWait(start, end);
+}
+
+void Recorder::Checkpointed(int64_t step, absl::Time start, absl::Time end) {
+  if (trace_ != nullptr) trace_->Checkpoint(step, start, end);
+}
+
+void Recorder::Failed(absl::string_view message) {
+  if (trace_ != nullptr) trace_->Instant("failure", message, absl::Now());
+}
+
+absl::Status Recorder::WriteTrace(TraceMergeSetup setup) {
+  if (trace_ == nullptr) return absl::OkStatus();
+  setup.path = options_.trace;
+  DTRAIN_RETURN_IF_ERROR(MergeTrace(*trace_, setup));
+  if (rank0_) {
+    Say(absl::StrCat("trace of steps ", options_.trace_first_step, " to ",
+                     options_.trace_last_step, " of ", setup.world_size,
+                     setup.world_size == 1 ? " rank" : " ranks", " in ",
+                     options_.trace, " (ui.perfetto.dev, chrome://tracing)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Recorder::Step(const StepRecord& step) {
@@ -69,6 +97,9 @@ absl::Status Recorder::Step(const StepRecord& step) {
           : 0.0;
   e.exposed += exposed;
   if (step.ddp != nullptr) e.timeline.Add(*step.ddp);
+  if (trace_ != nullptr && step.phases != nullptr) {
+    trace_->Step(step.global_step, *step.phases, step.ddp);
+  }
   if (step.grad_norm.has_value()) e.grad_norm_sum += *step.grad_norm;
   if (step.skipped) ++e.skipped;
 

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
 #include "dist/backend/small_collectives.h"
@@ -36,6 +37,9 @@
 #include "trainer/report/report_options.h"
 #include "trainer/report/run_metrics.h"
 #include "trainer/report/scores.h"
+#include "trainer/trace/step_phases.h"
+#include "trainer/trace/step_trace.h"
+#include "trainer/trace/trace_merge.h"
 
 namespace dtrain::trainer {
 
@@ -54,6 +58,8 @@ struct StepRecord {
   // Steps taken, this one included, and the step's learning rate.
   int64_t global_step = 0;
   double learning_rate = 0;
+  // When its parts ran (for --trace); null: not measured.
+  const StepPhases* phases = nullptr;
 };
 
 class Recorder {
@@ -88,8 +94,9 @@ class Recorder {
   // `steps`: the optimizer steps this epoch runs; `learning_rate` at its
   // first step.
   void StartEpoch(int64_t epoch, int64_t steps, double learning_rate);
-  // Time spent waiting for one batch (each micro-batch of a step).
-  void DataWait(double seconds);
+  // A wait for one batch (each micro-batch of a step), from `start` to
+  // `end`.
+  void DataWait(absl::Time start, absl::Time end);
   // After each optimizer step. Errors: the JSON-lines file's.
   absl::Status Step(const StepRecord& step);
   // Collective. The epoch's metrics with exact totals over ranks and the
@@ -104,6 +111,15 @@ class Recorder {
   // Sets the run's totals and has rank 0 write the metrics JSON (when the
   // options name a file). Errors: the file's.
   absl::Status WriteMetrics(double best_top1, int64_t global_step);
+
+  // The trace (options' `trace`; trainer/trace/): a checkpoint written after
+  // step `step`, and the failure that ended the run. Nothing without one.
+  void Checkpointed(int64_t step, absl::Time start, absl::Time end);
+  void Failed(absl::string_view message);
+  // With a trace: collective through `setup.store` (trace_merge.h; the
+  // recorder fills in the path): rank 0 writes the file. Errors: the file's
+  // and the store's. Without a trace: OK.
+  absl::Status WriteTrace(TraceMergeSetup setup);
 
  private:
   Recorder(const ReportOptions& options, const Setup& setup,
@@ -134,6 +150,7 @@ class Recorder {
   RunMetrics metrics_;
   bool first_step_done_ = false;
   Epoch epoch_;
+  std::unique_ptr<StepTrace> trace_;  // null without a trace
 };
 
 }  // namespace dtrain::trainer

@@ -1,6 +1,11 @@
 #include "trainer/report/report_options.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -24,6 +29,28 @@ absl::Status ValidateReportOptions(const ReportOptions& o) {
                    absl::StrCat("'", o.metrics_ranks, "' is not 0 or all"));
   }
   if (o.metrics_bind.empty()) return Invalid("metrics_bind", "is empty");
+  if (o.trace_first_step < 1 || o.trace_last_step < o.trace_first_step) {
+    return Invalid("trace_steps",
+                   absl::StrCat(o.trace_first_step, ":", o.trace_last_step,
+                                " is not a range of steps A:B with 1 <= A <= "
+                                "B"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTraceSteps(const std::string& text, ReportOptions* o) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t first = 0;
+  int64_t last = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) ||
+      !absl::SimpleAtoi(parts[1], &last) || first < 1 || last < first) {
+    return Invalid("trace_steps",
+                   absl::StrCat("'", text,
+                                "' is not a range of steps A:B with 1 <= A <= "
+                                "B (e.g. 10:20)"));
+  }
+  o->trace_first_step = first;
+  o->trace_last_step = last;
   return absl::OkStatus();
 }
 

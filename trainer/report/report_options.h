@@ -4,6 +4,7 @@
 #ifndef DTRAIN_TRAINER_REPORT_REPORT_OPTIONS_H_
 #define DTRAIN_TRAINER_REPORT_REPORT_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,6 +38,12 @@ struct ReportOptions {
   // One JSON line per logged step and epoch end; rank 0 only unless the path
   // holds "{rank}" (step_log.h). Empty: none.
   std::string log_jsonl;
+  // One Chrome-trace JSON file of every rank's steps trace_first_step to
+  // trace_last_step (1-based, both included), written by rank 0 at the end
+  // or after a failure (trainer/trace/). Empty: none.
+  std::string trace;
+  int64_t trace_first_step = 1;
+  int64_t trace_last_step = 50;
 };
 
 // kInvalidArgument naming the flag.
@@ -46,6 +53,10 @@ absl::Status ValidateReportOptions(const ReportOptions& o);
 // anything else.
 absl::StatusOr<ProgressStyle> ParseProgressStyle(const std::string& text);
 const char* ProgressStyleName(ProgressStyle style);
+
+// "A:B" (1 <= A <= B) into o's trace steps; kInvalidArgument naming
+// --trace_steps otherwise.
+absl::Status ParseTraceSteps(const std::string& text, ReportOptions* o);
 
 }  // namespace dtrain::trainer
 

@@ -1,0 +1,68 @@
+#include "dist/store/store_clock.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::store {
+namespace {
+
+std::string Key(absl::string_view prefix, int asker, int round,
+                absl::string_view what) {
+  return absl::StrCat(prefix, "/clock/", asker, "/", round, "/", what);
+}
+
+}  // namespace
+
+absl::StatusOr<ClockOffset> AskClock(Store& store, absl::string_view prefix,
+                                     int asker, int rounds,
+                                     absl::Duration timeout) {
+  ClockOffset best;
+  best.round_trip = absl::InfiniteDuration();
+  for (int i = 0; i < rounds; ++i) {
+    const absl::Time asked = absl::Now();
+    if (absl::Status st = store.Set(Key(prefix, asker, i, "ask"), "");
+        !st.ok()) {
+      return st;
+    }
+    absl::StatusOr<std::string> answer =
+        store.Get(Key(prefix, asker, i, "time"), timeout);
+    const absl::Time answered = absl::Now();
+    if (!answer.ok()) return answer.status();
+    int64_t reference_ns = 0;
+    if (!absl::SimpleAtoi(*answer, &reference_ns)) {
+      return absl::DataLossError(absl::StrCat(
+          "the reference clock's answer to round ", i, " of asker ", asker,
+          " is not a time: \"", answer->substr(0, 40), "\""));
+    }
+    const absl::Duration trip = answered - asked;
+    if (trip < best.round_trip) {
+      best.round_trip = trip;
+      best.error = trip / 2;
+      best.offset = absl::FromUnixNanos(reference_ns) - (asked + trip / 2);
+    }
+  }
+  best.rounds = rounds;
+  return best;
+}
+
+absl::Status AnswerClock(Store& store, absl::string_view prefix, int asker,
+                         int rounds, absl::Duration timeout) {
+  for (int i = 0; i < rounds; ++i) {
+    absl::StatusOr<std::string> asked =
+        store.Get(Key(prefix, asker, i, "ask"), timeout);
+    if (!asked.ok()) return asked.status();
+    if (absl::Status st =
+            store.Set(Key(prefix, asker, i, "time"),
+                      absl::StrCat(absl::ToUnixNanos(absl::Now())));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::store
