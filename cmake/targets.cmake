@@ -3092,9 +3092,25 @@ dtrain_cc_test(dtrain_trainer_trace_step_trace_test
   DEPS dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge dtrain_base_chrome_trace dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //trainer/trace:trace_check
+dtrain_cc_binary(dtrain_trainer_trace_trace_check
+  OUTPUT trainer/trace/trace_check
+  SRCS trainer/trace/trace_check.cc
+  DEPS dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_tp_absl dtrain_tp_json
+  TESTONLY)
+
 # //trainer/trace:trace_merge_test
 dtrain_cc_test(dtrain_trainer_trace_trace_merge_test
   OUTPUT trainer/trace/trace_merge_test
   SRCS trainer/trace/trace_merge_test.cc
   DEPS dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_dist_store_hash_store dtrain_tp_gtest_main dtrain_tp_json
   TIMEOUT 60)
+
+# //trainer/trace:trace_test
+dtrain_sh_test(dtrain_trainer_trace_trace_test
+  OUTPUT trainer/trace/trace_test
+  SCRIPT trainer/trace/trace_test.sh
+  DATA tools/testing/shell_test_lib.sh
+  DATA_TARGETS dtrain_trainer_trace_trace_check dtrain_trainer_train
+  TIMEOUT 300
+  ARGS trainer/train trainer/trace/trace_check)
