@@ -210,8 +210,10 @@ absl::StatusOr<RunRecord> RunTraining(
     const std::function<void(absl::Duration)>& tick) {
   // Rank 0, which writes the metrics, runs on node 0.
   const bool measures = node_rank == 0;
-  for (const std::string& sub : {dir, dir + "/logs", dir + "/runs"}) {
+  for (const std::string& sub :
+       {dir, dir + "/logs", dir + "/runs", dir + "/traces"}) {
     if (!measures && sub == dir + "/runs") continue;
+    if (!config.trace && sub == dir + "/traces") continue;
     if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::InternalError(
           absl::StrCat("cannot create ", sub, ": ", base::ErrnoText(errno)));
@@ -224,9 +226,14 @@ absl::StatusOr<RunRecord> RunTraining(
     r.metrics_path = absl::StrCat(dir, "/runs/", config.Slug(), ".json");
     ::unlink(r.metrics_path.c_str());
   }
-  const std::vector<std::string> cmd = TrainingCommand(
+  std::vector<std::string> cmd = TrainingCommand(
       config, programs, node_rank, r.metrics_path,
       config.master_port != 0 ? config.master_port : FreePort());
+  // Every rank records; rank 0 (node 0) writes the file.
+  if (config.trace) {
+    cmd.push_back(
+        absl::StrCat("--trace=", dir, "/traces/", config.Slug(), ".json"));
+  }
   const int log = ::open(r.log_path.c_str(),
                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {

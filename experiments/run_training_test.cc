@@ -1,11 +1,14 @@
 #include "experiments/run_training.h"
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -237,6 +240,28 @@ TEST(RunTrainingTest, OnlyNodeZeroMeasures) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->ok);
   EXPECT_THAT(r->error, HasSubstr("no metrics file"));
+}
+
+TEST(RunTrainingTest, ATracedRunWritesItsTraceUnderTraces) {
+  RunConfig c = Config("gloo", "convnet", 2, 8);
+  c.trace = true;
+  // A "launcher" that keeps its arguments.
+  const std::string dir = ::testing::TempDir() + "/traced";
+  const std::string fake = ::testing::TempDir() + "/args.sh";
+  {
+    std::ofstream out(fake);
+    out << "#!/bin/sh\necho \"$@\" > " << dir << "/args\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + fake).c_str()), 0);
+  Programs p{fake, "/bin/true", "", ""};
+  ASSERT_TRUE(RunTraining(c, p, 0, dir, absl::Seconds(30), nullptr).ok());
+  std::ifstream args(dir + "/args");
+  std::string line;
+  std::getline(args, line);
+  EXPECT_THAT(line, HasSubstr(absl::StrCat(" --trace=", dir, "/traces/",
+                                           c.Slug(), ".json")));
+  struct stat st;
+  EXPECT_EQ(::stat((dir + "/traces").c_str(), &st), 0);
 }
 
 TEST(RunTrainingTest, AHangingRunIsStoppedAtTheTimeout) {

@@ -135,6 +135,10 @@ ABSL_FLAG(int64_t, train_limit, 0,
 ABSL_FLAG(int, repeats, 1,
           "Runs per configuration (median and spread; 1: a single run each, "
           "as the table says).");
+ABSL_FLAG(bool, trace, false,
+          "Each of this project's runs also writes the merged trace of its "
+          "first 50 steps (train --trace) to OUTPUT_DIR/traces/<run>.json, "
+          "for ui.perfetto.dev or chrome://tracing.");
 ABSL_FLAG(bool, bound, true,
           "Also measure the no-communication bound (same processes, no "
           "gradient averaging).");
@@ -393,6 +397,7 @@ int Main(int argc, char** argv) {
   o.train_limit = absl::GetFlag(FLAGS_train_limit);
   o.repeats = absl::GetFlag(FLAGS_repeats);
   o.bound = absl::GetFlag(FLAGS_bound);
+  o.trace = absl::GetFlag(FLAGS_trace);
   const std::string reference = absl::GetFlag(FLAGS_reference);
   if (!reference.empty() && reference != "pytorch") {
     return fail(absl::InvalidArgumentError(absl::StrCat(

@@ -49,6 +49,7 @@ constexpr OwnFlag kOwnFlags[] = {
     {"skip_validation", "nothing: the sweep measures training only"},
     {"progress", "nothing: runs are logged under --output_dir"},
     {"timeout", "--run_timeout"},
+    {"trace", "--trace (a file per run in --output_dir's traces/)"},
 };
 
 // "--name=value" or "--name" -> name; empty when `flag` is neither.
@@ -489,6 +490,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               if (o.nnodes > 1) c.master_addr = o.master_addr;
               c.master_port = first_port == 0 ? 0 : first_port + slot;
               c.train_flags = train_flags;
+              c.trace = o.trace && impl == "dtrain";
               group.push_back(c);
             }
           }

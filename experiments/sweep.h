@@ -113,6 +113,9 @@ struct SweepOptions {
   bool bound = true;
   // Also run the PyTorch reference script.
   bool reference_pytorch = false;
+  // Each of this project's runs writes the merged trace of its first steps
+  // (train --trace) to <output dir>/traces/<slug>.json.
+  bool trace = false;
   // Only read with reference_pytorch: PyTorch's NCCL runs need CUDA, NCCL
   // and enough devices there.
   PythonTorch python_torch;
@@ -152,6 +155,9 @@ struct RunConfig {
   // Flags for the training beyond the sweep's own: the knobs', then
   // --train_flags (the same for every run of a sweep).
   std::vector<std::string> train_flags;
+  // Every rank records its steps and rank 0 writes the trace
+  // (traces/<slug>.json in the sweep's folder); this project's runs only.
+  bool trace = false;
 
   int ProcessesPerNode() const { return world_size / nnodes; }
 

@@ -642,6 +642,9 @@ TEST(SweepTest, BadHooksKnobsAndTrainFlagsNameTheFlag) {
       {[](SweepOptions& o) { o.train_flags = {"--noshm"}; },
        "--train_flags: --noshm is set by the sweep for every run; use "
        "--backends"},
+      {[](SweepOptions& o) { o.train_flags = {"--trace=/tmp/t.json"}; },
+       "--train_flags: --trace is set by the sweep for every run; use "
+       "--trace (a file per run in --output_dir's traces/)"},
       {[](SweepOptions& o) { o.train_flags = {"--batch_size=3"}; },
        "--train_flags: --batch_size is set by the sweep"},
       {[](SweepOptions& o) {

@@ -14,7 +14,8 @@
 # picks the sequence (printed, to replay a failure). The full 100, and under the sanitizers:
 #   bazel test //trainer:elastic_soak_test --test_env=SOAK_TIME_BUDGET_S=0 --test_output=streamed
 #   bazel test --config=asan //trainer:elastic_soak_test --test_env=SOAK_TRAIN_SIZE=1024 \
-#     --test_env=SOAK_RUNS=20 --test_env=SOAK_TIME_BUDGET_S=0 ...
+#     --test_env=SOAK_RUNS=20 --test_env=SOAK_TIME_BUDGET_S=0 --test_env=SOAK_TIMEOUT=10s ...
+#   (--config=tsan the same)
 set -uo pipefail
 
 train=$1
@@ -35,9 +36,10 @@ mark="dtrain-elastic-soak-$$-$seed"
 
 # A short training: 8192 examples (SOAK_TRAIN_SIZE), 256 steps at 2 ranks and 128 at 4 (about 2 s
 # here; a sanitizer build takes 20 times as long, and fewer examples keep its jobs short).
-# --timeout=3s bounds how long a stopped rank holds the others (then 5 s of grace).
+# --timeout=3s bounds how long a stopped rank holds the others (then 5 s of grace); a sanitizer
+# build's ranks can take longer than that to start on a loaded machine (SOAK_TIMEOUT=10s).
 small=(--dataset=synthetic --synthetic_train_size="${SOAK_TRAIN_SIZE:-8192}" --epochs=1 --batch_size=16
-  --skip_validation --progress=none --timeout=3s)
+  --skip_validation --progress=none --timeout="${SOAK_TIMEOUT:-3s}")
 
 # train_ranks DIR TAG N PORT FLAGS...: N ranks in the background, logs DIR/TAG<r>.out; sets $ranks.
 train_ranks() {
