@@ -203,7 +203,8 @@ absl::StatusOr<std::vector<std::string>> WritePlots(
   std::vector<std::string> models, backend_models;
   std::map<std::string, int> most_procs;
   for (const ResultRow& r : rows) {
-    if (r.runs == 0) continue;
+    // The instrumentation's runs measure its cost (the table), not scaling.
+    if (r.runs == 0 || r.instrumentation != kDefaultInstrumentation) continue;
     // A hook other than the default, or a ZeRO stage, is a line of its own.
     const std::string hook =
         absl::StrCat(r.comm_hook == kDefaultCommHook ? "" : r.comm_hook,

@@ -18,14 +18,19 @@ namespace dtrain::experiments {
 namespace {
 
 prometheus::Labels LabelsOf(const ResultRow& r, const std::string& run_id) {
-  return {{"implementation", r.implementation},
-          {"backend", r.backend},
-          {"model", r.model},
-          {"comm_hook", r.comm_hook},
-          {"zero", absl::StrCat(r.zero)},
-          {"world_size", absl::StrCat(r.world_size)},
-          {"batch_size", absl::StrCat(r.batch_size)},
-          {"run_id", run_id}};
+  prometheus::Labels labels = {{"implementation", r.implementation},
+                               {"backend", r.backend},
+                               {"model", r.model},
+                               {"comm_hook", r.comm_hook},
+                               {"zero", absl::StrCat(r.zero)},
+                               {"world_size", absl::StrCat(r.world_size)},
+                               {"batch_size", absl::StrCat(r.batch_size)},
+                               {"run_id", run_id}};
+  // Only where it is not the default, so that the dashboards' series (the
+  // default's) keep their labels.
+  if (r.instrumentation != kDefaultInstrumentation)
+    labels["instrumentation"] = r.instrumentation;
+  return labels;
 }
 
 }  // namespace

@@ -67,6 +67,17 @@ TEST(PrometheusExportTest, SeriesCarryTheConfigurationLabels) {
                         "comm_hook=\"allreduce\",implementation=\"dtrain\","
                         "model=\"convnet\",run_id=\"r1\",world_size=\"2\","
                         "zero=\"1\"} 1.8"));
+  // An instrumentation other than the default is labelled; the default's
+  // series keep the labels above.
+  ResultRow traced = Row(2);
+  traced.instrumentation = "trace";
+  traced.speedup = 1.7;
+  metrics.Update({Row(2), traced});
+  EXPECT_THAT(ExpositionText(metrics),
+              HasSubstr("ddp_speedup_ratio{backend=\"gloo\",batch_size=\"64\","
+                        "comm_hook=\"allreduce\",implementation=\"dtrain\","
+                        "instrumentation=\"trace\",model=\"convnet\","
+                        "run_id=\"r1\",world_size=\"2\",zero=\"0\"} 1.7"));
 }
 
 TEST(PrometheusExportTest, UpdateReplacesEverySeries) {

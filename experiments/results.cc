@@ -18,16 +18,17 @@
 namespace dtrain::experiments {
 namespace {
 
-// A row: implementation, backend, model, hook, ZeRO stage, processes, batch.
+// A row: implementation, backend, model, hook, ZeRO stage, instrumentation,
+// processes, batch.
 using Key = std::tuple<std::string, std::string, std::string, std::string, int,
-                       int, int64_t>;
+                       std::string, int, int64_t>;
 // A no-communication bound, every hook's: the same without the hook.
 using BoundKey =
     std::tuple<std::string, std::string, std::string, int, int64_t>;
 
 Key KeyOf(const RunConfig& c) {
-  return {c.implementation, c.backend,    c.model,     c.comm_hook,
-          c.zero,           c.world_size, c.batch_size};
+  return {c.implementation, c.backend,         c.model,      c.comm_hook,
+          c.zero,           c.instrumentation, c.world_size, c.batch_size};
 }
 
 BoundKey BoundKeyOf(const RunConfig& c) {
@@ -49,8 +50,11 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 std::string Variant(const ResultRow& row) {
-  return row.zero == 0 ? row.comm_hook
-                       : absl::StrCat(row.comm_hook, " zero", row.zero);
+  return absl::StrCat(row.comm_hook,
+                      row.zero == 0 ? "" : absl::StrCat(" zero", row.zero),
+                      row.instrumentation == kDefaultInstrumentation
+                          ? ""
+                          : absl::StrCat(" ", row.instrumentation));
 }
 
 std::string DeviceOf(const std::string& backend) {
@@ -65,8 +69,11 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
   std::vector<BaseKey> order;
   std::map<BaseKey, std::map<std::string, std::vector<double>>> pooled;
   for (const ResultRow& r : rows) {
-    if (r.world_size != 1 || r.zero != 0 || r.run_samples_per_second.empty())
+    if (r.world_size != 1 || r.zero != 0 ||
+        r.instrumentation != kDefaultInstrumentation ||
+        r.run_samples_per_second.empty()) {
       continue;
+    }
     const BaseKey key{r.model, DeviceOf(r.backend), r.comm_hook};
     if (pooled.find(key) == pooled.end()) order.push_back(key);
     std::vector<double>& runs = pooled[key][r.implementation];
@@ -181,7 +188,8 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
   for (const Key& key : order) {
     ResultRow row;
     std::tie(row.implementation, row.backend, row.model, row.comm_hook,
-             row.zero, row.world_size, row.batch_size) = key;
+             row.zero, row.instrumentation, row.world_size, row.batch_size) =
+        key;
     row.train_flags = synced[key].front()->config.train_flags;
     std::vector<double> sps, epoch, step, wall, startup, exposed, data, p50,
         state, rss;
@@ -247,7 +255,8 @@ std::vector<ResultRow> Summarize(const std::vector<RunRecord>& records) {
     const ResultRow* plain = &row;
     for (const ResultRow& other : rows) {
       if (other.runs > 0 && other.comm_hook == kDefaultCommHook &&
-          other.zero == 0 && other.implementation == row.implementation &&
+          other.zero == 0 && other.instrumentation == kDefaultInstrumentation &&
+          other.implementation == row.implementation &&
           other.backend == row.backend && other.model == row.model &&
           other.world_size == row.world_size &&
           other.batch_size == row.batch_size) {

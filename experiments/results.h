@@ -36,6 +36,8 @@ struct ResultRow {
   std::string model;
   std::string comm_hook = kDefaultCommHook;
   int zero = 0;  // ZeRO stage
+  // kInstrumentations (sweep.h): how the runs observed themselves.
+  std::string instrumentation = kDefaultInstrumentation;
   int world_size = 1;
   int64_t batch_size = 0;
   int runs = 0;       // successful repeats
@@ -119,8 +121,8 @@ std::vector<SpeedupBaseline> SpeedupBaselines(
 const SpeedupBaseline* BaselineOf(const ResultRow& row,
                                   const std::vector<SpeedupBaseline>& all);
 
-// The row's hook and ZeRO stage as the table shows them: "allreduce",
-// "fp16", "allreduce zero1".
+// The row's hook, ZeRO stage and instrumentation as the table shows them:
+// "allreduce", "fp16", "allreduce zero1", "allreduce trace".
 std::string Variant(const ResultRow& row);
 
 // "cpu" or "cuda": the device a backend trains on.

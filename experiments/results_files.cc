@@ -43,7 +43,7 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
       "speedup_baseline_samples_per_second,step_seconds,no_comm_step_seconds,"
       "communication_seconds_per_step,no_comm_step_seconds_p50,"
       "communication_seconds_per_step_p50,zero,optimizer_state_bytes,"
-      "peak_rss_bytes,train_flags\n";
+      "peak_rss_bytes,train_flags,instrumentation\n";
   auto opt = [](const absl::optional<double>& v) {
     return v ? absl::StrFormat("%.6g", *v) : std::string();
   };
@@ -81,7 +81,7 @@ std::string ToCsv(const std::vector<ResultRow>& rows) {
              absl::StrCat(r.peak_rss_bytes),
              // Flags hold no commas (the runner's list flags split
              // at them): one field, spaces between.
-             absl::StrJoin(r.train_flags, " ")},
+             absl::StrJoin(r.train_flags, " "), r.instrumentation},
             ","),
         "\n");
   }
@@ -124,6 +124,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"model", r.model},
         {"comm_hook", r.comm_hook},
         {"zero", r.zero},
+        {"instrumentation", r.instrumentation},
         {"world_size", r.world_size},
         {"batch_size", r.batch_size},
         {"runs", r.runs},
@@ -167,6 +168,7 @@ std::string ToJson(const std::vector<ResultRow>& rows,
         {"model", r.config.model},
         {"comm_hook", r.config.comm_hook},
         {"zero", r.config.zero},
+        {"instrumentation", r.config.instrumentation},
         {"world_size", r.config.world_size},
         {"batch_size", r.config.batch_size},
         {"sync_gradients", r.config.sync_gradients},

@@ -75,6 +75,54 @@ absl::StatusOr<std::vector<std::vector<std::string>>> SplitCsv(
 
 }  // namespace
 
+// What each instrumentation other than the default costs: its rows against
+// the default's of the same configuration, whose runs were interleaved with
+// its own. Empty without such rows.
+std::string InstrumentationTable(const std::vector<ResultRow>& rows) {
+  std::vector<std::vector<std::string>> cells = {
+      {"impl", "backend", "model", "hook", "procs", "batch/proc",
+       "instrumentation", "step ms p50", "vs default", "step ms", "vs default",
+       "samples/s", "vs default"}};
+  auto change = [](double value, double base) {
+    return base > 0 && value > 0
+               ? absl::StrFormat("%+.1f%%", 100 * (value / base - 1))
+               : std::string("-");
+  };
+  for (const ResultRow& r : rows) {
+    if (r.instrumentation == kDefaultInstrumentation || r.runs == 0) continue;
+    const ResultRow* base = nullptr;
+    for (const ResultRow& d : rows) {
+      if (d.instrumentation == kDefaultInstrumentation && d.runs > 0 &&
+          d.implementation == r.implementation && d.backend == r.backend &&
+          d.model == r.model && d.comm_hook == r.comm_hook &&
+          d.zero == r.zero && d.world_size == r.world_size &&
+          d.batch_size == r.batch_size) {
+        base = &d;
+      }
+    }
+    std::string hook = r.comm_hook;
+    if (r.zero != 0) absl::StrAppend(&hook, " zero", r.zero);
+    cells.push_back(
+        {r.implementation, r.backend, r.model, hook, absl::StrCat(r.world_size),
+         absl::StrCat(r.batch_size), r.instrumentation,
+         absl::StrFormat("%.2f", 1000 * r.step_seconds_p50),
+         base ? change(r.step_seconds_p50, base->step_seconds_p50) : "-",
+         absl::StrFormat("%.2f", 1000 * r.step_seconds),
+         base ? change(r.step_seconds, base->step_seconds) : "-",
+         absl::StrFormat("%.0f", r.samples_per_second),
+         base ? change(r.samples_per_second, base->samples_per_second) : "-"});
+  }
+  if (cells.size() == 1) return "";
+  return absl::StrCat(
+      "\ninstrumentation: what it costs, against the same configuration's "
+      "default runs (train's defaults: the flight recorder on, no trace), "
+      "each side the median over its runs, the two sides' runs interleaved\n",
+      AlignColumns(cells, 4),
+      "trace: --trace of every step; no_flight_recorder: --flight_recorder=0 "
+      "(the default's cost is then the opposite of its change)\n"
+      "step ms p50: the median step; step ms: epoch s / steps\n");
+}
+
 std::string FormatTable(const std::vector<ResultRow>& rows,
                         const Machine& machine) {
   std::string out;
@@ -225,6 +273,7 @@ std::string FormatTable(const std::vector<ResultRow>& rows,
              "peak resident memory (ru_maxrss, which counts shared memory "
              "every process touches)\n"
            : "");
+  out += InstrumentationTable(rows);
   return out;
 }
 

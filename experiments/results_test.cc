@@ -105,7 +105,7 @@ TEST(ResultsTest, CsvHasOneLinePerRowAndAHeader) {
                              "4800,0,1.6,0.8"));
   // Columns added at the end: min and max over repeats, the baseline; the
   // step with and without communication, what communication adds (also of
-  // the median steps), the flags every training had.
+  // the median steps), the flags every training had, the instrumentation.
   EXPECT_THAT(csv, HasSubstr(",wall_seconds,samples_per_second_min,"
                              "samples_per_second_max,"
                              "speedup_baseline_samples_per_second,"
@@ -114,12 +114,13 @@ TEST(ResultsTest, CsvHasOneLinePerRowAndAHeader) {
                              "no_comm_step_seconds_p50,"
                              "communication_seconds_per_step_p50,zero,"
                              "optimizer_state_bytes,peak_rss_bytes,"
-                             "train_flags\n"));
+                             "train_flags,instrumentation\n"));
   // No bound run at 2 processes: those stay empty. No ZeRO, and memory not
   // measured by these records.
-  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000,0.025,,,,,0,0,0,\n"));
+  EXPECT_THAT(csv, HasSubstr(",4800,4800,3000,0.025,,,,,0,0,0,,default\n"));
   // One process is its own bound: communication adds nothing.
-  EXPECT_THAT(csv, HasSubstr(",3000,3000,3000,0.04,0.04,0,0.036,0,0,0,0,\n"));
+  EXPECT_THAT(
+      csv, HasSubstr(",3000,3000,3000,0.04,0.04,0,0.036,0,0,0,0,,default\n"));
 }
 
 // Each backend's own one-process run would move a speedup with that run's
@@ -249,7 +250,7 @@ TEST(ResultsTest, ZeroStagesAreRowsOfTheirOwnWithTheirMemory) {
   EXPECT_THAT(table, HasSubstr("zero1 shards the optimizer state"));
   EXPECT_THAT(table, HasSubstr("20.0     391.0\n"));
   EXPECT_THAT(ToCsv(rows), HasSubstr(absl::StrCat(",1,", 20 * kMiB, ",",
-                                                  391 * kMiB, ",\n")));
+                                                  391 * kMiB, ",,default\n")));
   const nlohmann::json json =
       nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
   EXPECT_EQ(json["results"][3]["zero"], 1);
@@ -259,6 +260,45 @@ TEST(ResultsTest, ZeroStagesAreRowsOfTheirOwnWithTheirMemory) {
   EXPECT_THAT(
       FormatTable(Summarize({Record(1, true, 3000)}), Machine{2, "", 1}),
       Not(HasSubstr("state MiB")));
+}
+
+TEST(ResultsTest, InstrumentationsAreRowsMeasuredAgainstTheDefaults) {
+  auto with = [](RunRecord r, const std::string& instrumentation) {
+    r.config.instrumentation = instrumentation;
+    return r;
+  };
+  const std::vector<RunRecord> records = {
+      Record(1, true, 3000),
+      with(Record(1, true, 2000), "trace"),  // not a baseline
+      Record(2, true, 5000),
+      with(Record(2, true, 4950), "trace"),
+      with(Record(2, true, 5050), "no_flight_recorder"),
+      Record(2, false, 6000),
+  };
+  const std::vector<ResultRow> rows = Summarize(records);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[3].instrumentation, "trace");
+  EXPECT_EQ(Variant(rows[3]), "allreduce trace");
+  const std::vector<SpeedupBaseline> baselines = SpeedupBaselines(rows);
+  ASSERT_EQ(baselines.size(), 1u);
+  EXPECT_DOUBLE_EQ(baselines[0].samples_per_second, 3000);
+  // The default's one-process row bounds the trace's at one process.
+  EXPECT_DOUBLE_EQ(*rows[1].bound_samples_per_second, 3000);
+
+  const std::string table = FormatTable(rows, Machine{2, "", 1});
+  EXPECT_THAT(table, HasSubstr("instrumentation: what it costs"));
+  // Step time 60000 / 4950 / 500 s against 60000 / 5000 / 500 s: +1.0%.
+  EXPECT_THAT(table, HasSubstr("+1.0%"));
+  EXPECT_THAT(table, HasSubstr("-1.0%"));  // samples/s of the trace
+  EXPECT_THAT(table, HasSubstr("no_flight_recorder"));
+  EXPECT_THAT(ToCsv(rows), HasSubstr(",trace\n"));
+  const nlohmann::json json =
+      nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
+  EXPECT_EQ(json["results"][3]["instrumentation"], "trace");
+  // Without other instrumentations no such table.
+  EXPECT_THAT(
+      FormatTable(Summarize({Record(1, true, 3000)}), Machine{2, "", 1}),
+      Not(HasSubstr("instrumentation: what it costs")));
 }
 
 TEST(ResultsTest, HooksAreRowsOfTheirOwnOverOneBoundAndOneBaseline) {
@@ -339,7 +379,7 @@ TEST(ResultsTest, TrainFlagsAreRecorded) {
               HasSubstr("\nevery training, ours and PyTorch's, with: "
                         "--powersgd_rank=2 --static_graph=true\n"));
   EXPECT_THAT(ToCsv(rows),
-              HasSubstr(",--powersgd_rank=2 --static_graph=true\n"));
+              HasSubstr(",--powersgd_rank=2 --static_graph=true,default\n"));
   const nlohmann::json json =
       nlohmann::json::parse(ToJson(rows, records, {}, Machine{2, "", 1}));
   EXPECT_EQ(json["train_flags"][0], "--powersgd_rank=2");

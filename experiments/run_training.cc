@@ -213,7 +213,10 @@ absl::StatusOr<RunRecord> RunTraining(
   for (const std::string& sub :
        {dir, dir + "/logs", dir + "/runs", dir + "/traces"}) {
     if (!measures && sub == dir + "/runs") continue;
-    if (!config.trace && sub == dir + "/traces") continue;
+    if (!config.trace && config.instrumentation != "trace" &&
+        sub == dir + "/traces") {
+      continue;
+    }
     if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::InternalError(
           absl::StrCat("cannot create ", sub, ": ", base::ErrnoText(errno)));
@@ -229,11 +232,16 @@ absl::StatusOr<RunRecord> RunTraining(
   std::vector<std::string> cmd = TrainingCommand(
       config, programs, node_rank, r.metrics_path,
       config.master_port != 0 ? config.master_port : FreePort());
-  // Every rank records; rank 0 (node 0) writes the file.
-  if (config.trace) {
+  // Every rank records; rank 0 (node 0) writes the file. The trace variant
+  // traces every step (after --train_flags: the last --trace_steps counts).
+  if (config.trace || config.instrumentation == "trace") {
     cmd.push_back(
         absl::StrCat("--trace=", dir, "/traces/", config.Slug(), ".json"));
   }
+  if (config.instrumentation == "trace")
+    cmd.push_back("--trace_steps=1:1000000000");
+  if (config.instrumentation == "no_flight_recorder")
+    cmd.push_back("--flight_recorder=0");
   const int log = ::open(r.log_path.c_str(),
                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {

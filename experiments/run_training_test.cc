@@ -262,6 +262,23 @@ TEST(RunTrainingTest, ATracedRunWritesItsTraceUnderTraces) {
                                            c.Slug(), ".json")));
   struct stat st;
   EXPECT_EQ(::stat((dir + "/traces").c_str(), &st), 0);
+  EXPECT_THAT(line, Not(HasSubstr("--trace_steps")));
+
+  // The instrumentation's runs: every step traced; the recorder off.
+  c.trace = false;
+  c.instrumentation = "trace";
+  ASSERT_TRUE(RunTraining(c, p, 0, dir, absl::Seconds(30), nullptr).ok());
+  std::ifstream args2(dir + "/args");
+  std::getline(args2, line);
+  EXPECT_THAT(line, HasSubstr(absl::StrCat(" --trace=", dir, "/traces/",
+                                           c.Slug(), ".json")));
+  EXPECT_THAT(line, HasSubstr(" --trace_steps=1:1000000000"));
+  c.instrumentation = "no_flight_recorder";
+  ASSERT_TRUE(RunTraining(c, p, 0, dir, absl::Seconds(30), nullptr).ok());
+  std::ifstream args3(dir + "/args");
+  std::getline(args3, line);
+  EXPECT_THAT(line, HasSubstr(" --flight_recorder=0"));
+  EXPECT_THAT(line, Not(HasSubstr("--trace")));
 }
 
 TEST(RunTrainingTest, AHangingRunIsStoppedAtTheTimeout) {

@@ -21,6 +21,11 @@
 //   bazel run //experiments:scaling -- --zero_stages=0,1,2 --models=resnet18
 //       --train_flags=--optimizer=adam --reference=pytorch
 //
+// What the flight recorder (on by default) and the trace cost, each
+// configuration's runs interleaved with its default's:
+//   bazel run //experiments:scaling -- --backends=gloo+shm --models=convnet
+//       --instrumentation=default,trace,no_flight_recorder --repeats=5
+//
 // Over several nodes, as torchrun: the same command on every node (K = 0, 1,
 // ...), world sizes counting all processes; node 0 measures and reports.
 //   bazel run //experiments:scaling -- --backends=nccl --world_sizes=2,4
@@ -88,6 +93,13 @@ ABSL_FLAG(std::vector<std::string>, zero_stages,
           "against DDP's), 1 (optimizer state sharded), 2 (gradients too; "
           "with the allreduce hook only). The table then adds each "
           "configuration's optimizer state and peak memory per rank.");
+ABSL_FLAG(std::vector<std::string>, instrumentation,
+          std::vector<std::string>({"default"}),
+          "How this project's runs observe themselves, each with runs of its "
+          "own interleaved with the default's: default (train's: the flight "
+          "recorder on, no trace; required), trace (--trace of every step), "
+          "no_flight_recorder (--flight_recorder=0). The table then adds what "
+          "each costs in step time against the default.");
 // DDP's knobs: train's flags of the same names, for every training (ours and
 // PyTorch's); unset, the trainers' defaults.
 ABSL_FLAG(std::optional<int64_t>, powersgd_rank, std::nullopt,
@@ -385,6 +397,7 @@ int Main(int argc, char** argv) {
     }
   }
   o.zero_stages.assign(stages->begin(), stages->end());
+  o.instrumentation = absl::GetFlag(FLAGS_instrumentation);
   absl::StatusOr<std::vector<int64_t>> batches =
       Numbers(absl::GetFlag(FLAGS_batch_sizes), "batch_sizes");
   if (!batches.ok()) return fail(batches.status());

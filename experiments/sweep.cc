@@ -50,6 +50,7 @@ constexpr OwnFlag kOwnFlags[] = {
     {"progress", "nothing: runs are logged under --output_dir"},
     {"timeout", "--run_timeout"},
     {"trace", "--trace (a file per run in --output_dir's traces/)"},
+    {"flight_recorder", "--instrumentation=no_flight_recorder"},
 };
 
 // "--name=value" or "--name" -> name; empty when `flag` is neither.
@@ -119,6 +120,28 @@ absl::Status CheckHooks(const std::vector<std::string>& hooks) {
     if (!seen.insert(hook).second) {
       return Invalid("comm_hooks", absl::StrCat("'", hook, "' given twice"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// --instrumentation: known, each once, the default among them.
+absl::Status CheckInstrumentation(const std::vector<std::string>& kinds) {
+  std::set<std::string> seen;
+  for (const std::string& kind : kinds) {
+    if (std::find(std::begin(kInstrumentations), std::end(kInstrumentations),
+                  kind) == std::end(kInstrumentations)) {
+      return Invalid("instrumentation",
+                     absl::StrCat("unknown '", kind, "'; known: ",
+                                  absl::StrJoin(kInstrumentations, ", ")));
+    }
+    if (!seen.insert(kind).second) {
+      return Invalid("instrumentation",
+                     absl::StrCat("'", kind, "' given twice"));
+    }
+  }
+  if (seen.count(kDefaultInstrumentation) == 0) {
+    return Invalid("instrumentation",
+                   "must include default: the others are measured against it");
   }
   return absl::OkStatus();
 }
@@ -236,15 +259,22 @@ int64_t DefaultBatchSize(int world_size) {
 std::string RunConfig::Name() const {
   return absl::StrCat(implementation, " ", backend, " ", model,
                       HookPart(comm_hook, zero, " "), " np=", world_size,
-                      " bs=", batch_size, sync_gradients ? "" : " no-sync",
+                      " bs=", batch_size,
+                      instrumentation == kDefaultInstrumentation
+                          ? ""
+                          : absl::StrCat(" ", instrumentation),
+                      sync_gradients ? "" : " no-sync",
                       repeat > 0 ? absl::StrCat(" #", repeat + 1) : "");
 }
 
 std::string RunConfig::Slug() const {
   return absl::StrCat(implementation, "_", backend, "_", model,
                       HookPart(comm_hook, zero, "_"), "_np", world_size, "_bs",
-                      batch_size, sync_gradients ? "_sync" : "_nosync", "_r",
-                      repeat);
+                      batch_size,
+                      instrumentation == kDefaultInstrumentation
+                          ? ""
+                          : absl::StrCat("_", instrumentation),
+                      sync_gradients ? "_sync" : "_nosync", "_r", repeat);
 }
 
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
@@ -275,6 +305,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   if (o.backends.empty()) return Invalid("backends", "empty");
   DTRAIN_RETURN_IF_ERROR(CheckHooks(o.comm_hooks));
   DTRAIN_RETURN_IF_ERROR(CheckZeroStages(o.zero_stages));
+  DTRAIN_RETURN_IF_ERROR(CheckInstrumentation(o.instrumentation));
   DTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> train_flags,
                           TrainFlags(o));
   if (o.nnodes < 1) {
@@ -443,20 +474,29 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
           } else {
             skipped = false;
           }
-          // Each hook's synchronised runs at each ZeRO stage, then the
-          // no-sync runs (the bound of every hook and stage: they average
-          // nothing).
+          // Each hook's synchronised runs at each ZeRO stage, this
+          // project's under each instrumentation, then the no-sync runs (the
+          // bound of every hook and stage: they average nothing).
           struct Kind {
             std::string hook;
             int zero;
             bool sync;
+            std::string instrumentation;
           };
           std::vector<Kind> kinds;
           for (const std::string& hook : o.comm_hooks) {
-            for (int zero : o.zero_stages) kinds.push_back({hook, zero, true});
+            for (int zero : o.zero_stages) {
+              for (const std::string& i : o.instrumentation) {
+                if (impl == "dtrain" || i == kDefaultInstrumentation)
+                  kinds.push_back({hook, zero, true, i});
+              }
+            }
           }
-          if (n > 1 && o.bound) kinds.push_back({kDefaultCommHook, 0, false});
-          for (const auto& [hook, zero, sync] : kinds) {
+          if (n > 1 && o.bound) {
+            kinds.push_back(
+                {kDefaultCommHook, 0, false, kDefaultInstrumentation});
+          }
+          for (const auto& [hook, zero, sync, instrumentation] : kinds) {
             bool skip_hook = skipped;
             if (const std::string why = hook_missing(impl, hook, backend);
                 !skipped && !why.empty()) {
@@ -491,6 +531,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.master_port = first_port == 0 ? 0 : first_port + slot;
               c.train_flags = train_flags;
               c.trace = o.trace && impl == "dtrain";
+              c.instrumentation = instrumentation;
               group.push_back(c);
             }
           }

@@ -45,6 +45,14 @@ inline constexpr const char* kCommHooks[] = {"allreduce", "fp16", "bf16",
 // Train's default: a plain allreduce, no hook registered.
 inline constexpr char kDefaultCommHook[] = "allreduce";
 
+// How a run observes itself (--instrumentation): "default" (train's defaults:
+// the flight recorder on, no trace), "trace" (train --trace of every step),
+// "no_flight_recorder" (--flight_recorder=0). The other two exist to measure
+// what the default and the trace cost against it, in one sweep.
+inline constexpr const char* kInstrumentations[] = {"default", "trace",
+                                                    "no_flight_recorder"};
+inline constexpr char kDefaultInstrumentation[] = "default";
+
 // DDP's knobs for every training of a sweep, ours and PyTorch's alike:
 // train's flags of these names, which pytorch_reference.py takes too. Unset
 // ones are left to the trainers' defaults (the same in both).
@@ -90,6 +98,9 @@ struct SweepOptions {
   // every hook it combines with. Must hold 0: ZeRO's rows are read against
   // plain DDP's (speedup baseline, one-process bound).
   std::vector<int> zero_stages = {0};
+  // kInstrumentations, each with runs of its own for this project's
+  // synchronised runs, interleaved with the default's. Must hold "default".
+  std::vector<std::string> instrumentation = {kDefaultInstrumentation};
   // For every training: the knobs' flags (KnobFlags), then these
   // (--train_flags), each "--name=value" or "--name".
   DdpKnobs knobs;
@@ -158,12 +169,15 @@ struct RunConfig {
   // Every rank records its steps and rank 0 writes the trace
   // (traces/<slug>.json in the sweep's folder); this project's runs only.
   bool trace = false;
+  // kInstrumentations; "trace" also writes traces/<slug>.json.
+  std::string instrumentation = kDefaultInstrumentation;
 
   int ProcessesPerNode() const { return world_size / nnodes; }
 
   // "dtrain gloo convnet np=2 bs=64" (+ " no-sync", " #2"), a hook other
   // than the default and a ZeRO stage after the model: "dtrain gloo convnet
-  // fp16 np=2 bs=64", "dtrain gloo resnet18 zero1 np=2 bs=64".
+  // fp16 np=2 bs=64", "dtrain gloo resnet18 zero1 np=2 bs=64"; then an
+  // instrumentation other than the default: "... bs=64 trace".
   std::string Name() const;
   // A file-name-safe form: "dtrain_gloo_convnet_np2_bs64_sync_r0",
   // "dtrain_gloo_convnet_fp16_np2_bs64_sync_r0",

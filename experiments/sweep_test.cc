@@ -470,6 +470,50 @@ TEST(SweepTest, ZeroStagesRunBesideDdpOverOneBound) {
           HasSubstr("pytorch zero2 local_sgd")));
 }
 
+TEST(SweepTest, InstrumentationsRunInterleavedWithTheDefaultsOwn) {
+  SweepOptions o;
+  o.backends = {"gloo"};
+  o.models = {"convnet"};
+  o.world_sizes = {2};
+  o.instrumentation = {"default", "trace", "no_flight_recorder"};
+  o.repeats = 2;
+  o.reference_pytorch = true;
+  absl::StatusOr<SweepPlan> plan = PlanSweep(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> names;
+  for (const RunConfig& c : plan->runs) names.push_back(c.Name());
+  // PyTorch's runs and the bound are the default's only.
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "dtrain gloo convnet np=2 bs=64",
+                         "dtrain gloo convnet np=2 bs=64 trace",
+                         "dtrain gloo convnet np=2 bs=64 no_flight_recorder",
+                         "dtrain gloo convnet np=2 bs=64 no-sync",
+                         "pytorch gloo convnet np=2 bs=64",
+                         "pytorch gloo convnet np=2 bs=64 no-sync",
+                         "dtrain gloo convnet np=2 bs=64 #2",
+                         "dtrain gloo convnet np=2 bs=64 trace #2",
+                         "dtrain gloo convnet np=2 bs=64 no_flight_recorder #2",
+                         "dtrain gloo convnet np=2 bs=64 no-sync #2",
+                         "pytorch gloo convnet np=2 bs=64 #2",
+                         "pytorch gloo convnet np=2 bs=64 no-sync #2"));
+  EXPECT_EQ(plan->runs[1].Slug(), "dtrain_gloo_convnet_np2_bs64_trace_sync_r0");
+  EXPECT_EQ(plan->runs[2].instrumentation, "no_flight_recorder");
+
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"trace"}, {"default", "tracing"}, {"default", "default"}}) {
+    o.instrumentation = bad;
+    EXPECT_EQ(PlanSweep(o).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.back();
+  }
+  o.instrumentation = {"trace"};
+  EXPECT_THAT(std::string(PlanSweep(o).status().message()),
+              HasSubstr("--instrumentation: must include default"));
+  o.instrumentation = {"default", "tracing"};
+  EXPECT_THAT(std::string(PlanSweep(o).status().message()),
+              HasSubstr("unknown 'tracing'; known: default, trace, "
+                        "no_flight_recorder"));
+}
+
 // Ports count every configuration the flags name, skipped ones too: a node
 // that skips PyTorch's bf16 runs (its torch's Gloo cannot sum bfloat16)
 // gives every other run the port every node gives it.

@@ -329,6 +329,10 @@ int Main(int argc, char** argv) {
   SetTrainFlagsUsage();
   RecordGivenFlags(argc, argv);
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status st = ApplyFlightRecorderFlag(); !st.ok()) {
+    std::cerr << "train: " << st.message() << "\n";
+    return 2;
+  }
   base::RaiseOpenFileLimitOrWarn("train");
   InstallFlightDump(FlightRecorderDir());
   if (PrintCudaDevicesRequested()) {

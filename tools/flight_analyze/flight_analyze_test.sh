@@ -88,9 +88,12 @@ mkdir -p "$tmp/train"
 port=$(free_port)
 pids=()
 for r in 0 1; do
+  # Rank 1 keeps its last 3 collectives only (--flight_recorder).
+  size=()
+  [[ $r -eq 1 ]] && size=(--flight_recorder=3)
   "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r --dataset=synthetic \
     --synthetic_train_size=40000 --batch_size=16 --epochs=1 --progress=none --timeout=10s \
-    --flight_recorder_dir="$tmp/train" >"$tmp/train/out$r" 2>&1 &
+    --flight_recorder_dir="$tmp/train" "${size[@]}" >"$tmp/train/out$r" 2>&1 &
   pids+=($!)
 done
 wait_for_text "$tmp/train/out0" "Begin training" 60 || fail "train: never began: $(tail -3 "$tmp/train/out0")"
@@ -101,6 +104,8 @@ wait_for_text "$tmp/train/out1" "collectives are in" 20 \
 dump=$(sed -n "s/.*rank 1's last [0-9]* collectives are in \(.*json\) (.*/\1/p" "$tmp/train/out1")
 [[ -f $dump ]] || fail "train: the SIGUSR1 dump '$dump' is not there"
 [[ $(json "$dump" 'm["reason"]') == SIGUSR1 ]] || fail "train: reason: $(head -c 300 "$dump")"
+[[ $(json "$dump" 'm["capacity"], len(m["entries"])') == "3 3" ]] \
+  || fail "train: --flight_recorder=3: $(json "$dump" 'm["capacity"], len(m["entries"])')"
 running "${pids[1]}" || fail "train: rank 1 did not go on after SIGUSR1"
 rm -f "$dump"
 kill -KILL "${pids[1]}"
@@ -117,6 +122,9 @@ rc=$?
 grep -q 'rank 1 of 2 left no dump' "$tmp/train.txt" || fail "train: $(cat "$tmp/train.txt")"
 
 # 6. Refusals.
+"$train" --flight_recorder=-2 --dataset=synthetic >"$tmp/size.txt" 2>&1
+[[ $? -eq 2 ]] && grep -q -- "--flight_recorder: -2 is not a number of collectives" "$tmp/size.txt" \
+  || fail "--flight_recorder=-2: $(cat "$tmp/size.txt")"
 "$analyze" >"$tmp/none.txt" 2>&1
 [[ $? -eq 2 ]] || fail "no arguments: not exit 2"
 mkdir -p "$tmp/empty"

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "trainer/flags/train_flags.h"
 
@@ -11,6 +12,9 @@ ABSL_FLAG(std::string, flight_recorder_dir, "",
           "DTRAIN_FLIGHT_RECORDER=N of them) when training fails or on "
           "SIGUSR1, as flight_rank<R>_<host>_<pid>.json; "
           "tools/flight_analyze reads them. Default: $TMPDIR, else /tmp.");
+ABSL_FLAG(int, flight_recorder, -1,
+          "How many of its last collectives each rank's flight recorder "
+          "keeps (0: off). Default: $DTRAIN_FLIGHT_RECORDER, else 2048.");
 ABSL_FLAG(std::string, metrics_json, "",
           "Rank 0 writes per-epoch metrics and the configuration here.");
 ABSL_FLAG(std::string, progress, "auto",
@@ -56,6 +60,22 @@ absl::Status ReadReportFlags(ReportOptions* o) {
   o->log_jsonl = absl::GetFlag(FLAGS_log_jsonl);
   o->trace = absl::GetFlag(FLAGS_trace);
   DTRAIN_RETURN_IF_ERROR(ParseTraceSteps(absl::GetFlag(FLAGS_trace_steps), o));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyFlightRecorderFlag() {
+  const int n = absl::GetFlag(FLAGS_flight_recorder);
+  if (n == -1) return absl::OkStatus();
+  if (n < 0 || n > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--flight_recorder: ", n, " is not a number of collectives from 0 to ",
+        1 << 24, " (-1: $DTRAIN_FLIGHT_RECORDER, else 2048)"));
+  }
+  // The recorder sizes itself from the environment at its first use, which
+  // comes later; spawned ranks inherit it.
+  if (::setenv("DTRAIN_FLIGHT_RECORDER", absl::StrCat(n).c_str(), 1) != 0) {
+    return absl::InternalError("--flight_recorder: setenv failed");
+  }
   return absl::OkStatus();
 }
 

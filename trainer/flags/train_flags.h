@@ -71,6 +71,11 @@ bool PrintCudaDevicesRequested();
 // a failure or SIGUSR1: --flight_recorder_dir, else $TMPDIR, else /tmp.
 std::string FlightRecorderDir();
 
+// --flight_recorder=N: sets the process's flight recorder's size, before
+// anything has used it (called first thing after parsing the flags).
+// kInvalidArgument naming the flag for a bad N.
+absl::Status ApplyFlightRecorderFlag();
+
 }  // namespace dtrain::trainer
 
 #endif  // DTRAIN_TRAINER_FLAGS_TRAIN_FLAGS_H_
