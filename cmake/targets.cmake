@@ -324,6 +324,21 @@ dtrain_cc_test(dtrain_base_torch_guard_test
   DEPS dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
+# //base:trace_marks
+dtrain_cc_library(dtrain_base_trace_marks
+  EXPORT_NAME base_trace_marks
+  PACKAGE base
+  SRCS base/trace_marks.cc
+  HDRS base/trace_marks.h
+  DEPS dtrain_tp_absl)
+
+# //base:trace_marks_test
+dtrain_cc_test(dtrain_base_trace_marks_test
+  OUTPUT base/trace_marks_test
+  SRCS base/trace_marks_test.cc
+  DEPS dtrain_base_trace_marks dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //base:user_path
 dtrain_cc_library(dtrain_base_user_path
   EXPORT_NAME base_user_path
@@ -1198,7 +1213,7 @@ dtrain_cc_library(dtrain_dist_backend_stall
   PACKAGE dist/backend/stall
   SRCS dist/backend/stall/inspecting_backend.cc dist/backend/stall/stall_inspector.cc
   HDRS dist/backend/stall/inspecting_backend.h dist/backend/stall/stall_inspector.h
-  DEPS dtrain_base_process_liveness dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_hierarchical_host_layout dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
+  DEPS dtrain_base_process_liveness dtrain_base_trace_marks dtrain_dist_backend dtrain_dist_backend_describe dtrain_dist_backend_hierarchical_host_layout dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend:factory
 dtrain_cc_library(dtrain_dist_backend_factory
@@ -2144,7 +2159,7 @@ dtrain_cc_library(dtrain_trainer_report_recorder
   PACKAGE trainer/report
   SRCS trainer/report/recorder.cc
   HDRS trainer/report/recorder.h
-  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_trace_step_phases dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge)
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_base_trace_marks dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_trace_step_phases dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge)
 
 # //trainer:run_assembly
 dtrain_cc_library(dtrain_trainer_run_assembly

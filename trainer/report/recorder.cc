@@ -21,6 +21,10 @@ Recorder::Recorder(const ReportOptions& options, const Setup& setup,
   if (!options.trace.empty()) {
     trace_ = std::make_unique<StepTrace>(options.trace_first_step,
                                          options.trace_last_step);
+    marks_ = base::SubscribeTraceMarks(
+        [trace = trace_.get(), rank = sync.rank()](const base::TraceMark& m) {
+          if (m.rank == rank) trace->Instant(m.name, m.text, m.at);
+        });
   }
 }
 

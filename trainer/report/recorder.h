@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
+#include "base/trace_marks.h"
 #include "dist/backend/small_collectives.h"
 #include "dist/ddp/ddp_types.h"
 #include "trainer/report/ddp_timeline.h"
@@ -151,6 +152,8 @@ class Recorder {
   bool first_step_done_ = false;
   Epoch epoch_;
   std::unique_ptr<StepTrace> trace_;  // null without a trace
+  // This rank's stall warnings, onto the trace (base/trace_marks.h).
+  base::TraceMarkSubscription marks_;
 };
 
 }  // namespace dtrain::trainer

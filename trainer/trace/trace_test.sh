@@ -43,6 +43,30 @@ for ranks in 2 4; do
   [[ $n -eq 0 ]] || fail "world$ranks: steps outside --trace_steps were traced"
 done
 
+# A rank SIGSTOPped for 3 s: rank 0's collective waits past --stall_warning=1s, and the warning is
+# a mark on rank 0's events track; the run then ends well.
+mkdir -p "$tmp/stall"
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r --dataset=synthetic \
+    --synthetic_train_size=12000 --batch_size=16 --epochs=1 --progress=lines --print_freq=5 \
+    --skip_validation --timeout=20s --stall_warning=1s --trace="$tmp/stall/trace.json" \
+    --trace_steps=1:100000 >"$tmp/stall/out$r" 2>&1 &
+  pids+=($!)
+done
+wait_for_text "$tmp/stall/out0" "Epoch: \[0\]\[10/" 60 \
+  || fail "stall: never trained: $(tail -3 "$tmp/stall/out0")"
+kill -STOP "${pids[1]}"
+sleep 3
+kill -CONT "${pids[1]}"
+wait_all || fail "stall: a rank failed: $(tail -3 "$tmp/stall"/out*)"
+"$check" --trace="$tmp/stall/trace.json" --ranks=2 --steps=1:375 >"$tmp/stall/check" 2>&1 \
+  || fail "stall: $(cat "$tmp/stall/check")"
+n=$(json "$tmp/stall/trace.json" \
+  'sum(1 for e in m["traceEvents"] if e.get("name") == "stall warning" and e["pid"] == 0 and "rank 1" in e["args"]["message"])')
+[[ $n -ge 1 ]] || fail "stall: no stall warning naming rank 1 on rank 0's track: $(grep -i stall "$tmp/stall/out0" | head -3)"
+
 # A rank killed once training runs: ranks 0 and 1 fail (peer lost), and rank 0 writes what it and
 # rank 1 had, naming rank 2 missing.
 mkdir -p "$tmp/killed"

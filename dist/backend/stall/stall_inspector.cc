@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/types/optional.h"
 #include "base/process_liveness.h"
+#include "base/trace_marks.h"
 #include "dist/backend/describe.h"
 #include "dist/backend/hierarchical/host_layout.h"
 
@@ -156,6 +157,8 @@ struct StallInspector::State {
   }
 
   void Warn(const std::string& line) {
+    // On the run's trace too, when one is recorded (trainer/trace).
+    base::NoteTraceMark(options.rank, "stall warning", line);
     if (options.warn) {
       options.warn(line);
     } else {
