@@ -2151,7 +2151,7 @@ dtrain_cc_library(dtrain_trainer_trace_trace_merge
   PACKAGE trainer/trace
   SRCS trainer/trace/trace_merge.cc
   HDRS trainer/trace/trace_merge.h
-  DEPS dtrain_trainer_trace_step_trace dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_dist_store dtrain_dist_store_store_clock dtrain_tp_absl)
+  DEPS dtrain_trainer_trace_step_trace dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_base_posix_io dtrain_dist_store dtrain_dist_store_store_clock dtrain_tp_absl)
 
 # //trainer/report:recorder
 dtrain_cc_library(dtrain_trainer_report_recorder

@@ -306,6 +306,12 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
   DTRAIN_RETURN_IF_ERROR(CheckHooks(o.comm_hooks));
   DTRAIN_RETURN_IF_ERROR(CheckZeroStages(o.zero_stages));
   DTRAIN_RETURN_IF_ERROR(CheckInstrumentation(o.instrumentation));
+  if (o.trace && o.instrumentation.size() > 1) {
+    return Invalid("trace",
+                   "does not combine with --instrumentation beyond default: "
+                   "the default's runs, which the others are measured "
+                   "against, would be traced too");
+  }
   DTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> train_flags,
                           TrainFlags(o));
   if (o.nnodes < 1) {

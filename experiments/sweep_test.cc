@@ -512,6 +512,10 @@ TEST(SweepTest, InstrumentationsRunInterleavedWithTheDefaultsOwn) {
   EXPECT_THAT(std::string(PlanSweep(o).status().message()),
               HasSubstr("unknown 'tracing'; known: default, trace, "
                         "no_flight_recorder"));
+  o.instrumentation = {"default", "trace"};
+  o.trace = true;
+  EXPECT_THAT(std::string(PlanSweep(o).status().message()),
+              HasSubstr("--trace: does not combine with --instrumentation"));
 }
 
 // Ports count every configuration the flags name, skipped ones too: a node

@@ -449,14 +449,29 @@ absl::Status Run::WriteTrace(absl::Duration timeout) {
   setup.world_size = world_.world_size;
   setup.store = world_.store.get();
   setup.timeout = timeout;
-  return recorder_->WriteTrace(std::move(setup));
+  absl::Status st = recorder_->WriteTrace(std::move(setup));
+  // Rank 0 owns the file; another rank's training went well whatever
+  // became of its part, which rank 0's file then names missing.
+  if (!st.ok() && world_.rank != 0) {
+    if (context_.log != nullptr) {
+      *context_.log << base::WithRank(world_.rank, st).message() << std::endl;
+    }
+    return absl::OkStatus();
+  }
+  return st;
 }
 
 void Run::TraceFailure(const absl::Status& failure) {
-  if (recorder_ == nullptr || o_.report.trace.empty()) return;
+  // After a graceful stop or a failed end-of-run merge, the trace was merged.
+  if (recorder_ == nullptr || o_.report.trace.empty() ||
+      recorder_->trace_written()) {
+    return;
+  }
+  // Peers blocked on this rank learn of the failure now (Gloo: when this
+  // process closes its connections), not after the merge's wait.
+  backend_.Abort(failure);
   recorder_->Failed(base::WithRank(world_.rank, failure).message());
-  // The other ranks learn of a failure within the timeout; a dead one never
-  // sends its part, and rank 0 names it missing after this.
+  // A dead rank never sends its part: rank 0 names it missing.
   if (absl::Status st = WriteTrace(std::min(o_.launch.timeout, kFailureWait));
       !st.ok()) {
     Say(absl::StrCat("no trace: ", st.message()));

@@ -31,6 +31,9 @@ Recorder::Recorder(const ReportOptions& options, const Setup& setup,
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Create(
     const ReportOptions& options, const Setup& setup,
     const backend::SmallCollectives& sync) {
+  if (!options.trace.empty() && sync.rank() == 0) {
+    DTRAIN_RETURN_IF_ERROR(CheckTracePath(options.trace));
+  }
   std::unique_ptr<Recorder> recorder(new Recorder(options, setup, sync));
   DTRAIN_ASSIGN_OR_RETURN(recorder->live_,
                           LiveReport::Create(options, setup.identity));
@@ -76,7 +79,8 @@ void Recorder::Failed(absl::string_view message) {
 }
 
 absl::Status Recorder::WriteTrace(TraceMergeSetup setup) {
-  if (trace_ == nullptr) return absl::OkStatus();
+  if (trace_ == nullptr || trace_written_) return absl::OkStatus();
+  trace_written_ = true;
   setup.path = options_.trace;
   DTRAIN_RETURN_IF_ERROR(MergeTrace(*trace_, setup));
   if (rank0_) {

@@ -119,8 +119,11 @@ class Recorder {
   void Failed(absl::string_view message);
   // With a trace: collective through `setup.store` (trace_merge.h; the
   // recorder fills in the path): rank 0 writes the file. Errors: the file's
-  // and the store's. Without a trace: OK.
+  // and the store's. Without a trace, or after a first call (the keys are
+  // the merge's once): OK.
   absl::Status WriteTrace(TraceMergeSetup setup);
+  // Whether WriteTrace ran.
+  bool trace_written() const { return trace_written_; }
 
  private:
   Recorder(const ReportOptions& options, const Setup& setup,
@@ -152,6 +155,7 @@ class Recorder {
   bool first_step_done_ = false;
   Epoch epoch_;
   std::unique_ptr<StepTrace> trace_;  // null without a trace
+  bool trace_written_ = false;
   // This rank's stall warnings, onto the trace (base/trace_marks.h).
   base::TraceMarkSubscription marks_;
 };

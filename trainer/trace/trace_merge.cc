@@ -1,6 +1,9 @@
 #include "trainer/trace/trace_merge.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <limits>
 #include <set>
 #include <utility>
@@ -12,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/atomic_file.h"
+#include "base/posix_io.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -22,6 +26,11 @@ std::string PartKey(const TraceMergeSetup& s, int rank) {
 
 std::string OffsetKey(const TraceMergeSetup& s, int rank) {
   return absl::StrCat(s.prefix, "/offset/", rank);
+}
+
+// Set by rank 0 when it is ready to answer `rank`'s clock questions.
+std::string GoKey(const TraceMergeSetup& s, int rank) {
+  return absl::StrCat(s.prefix, "/go/", rank);
 }
 
 const char* Category(int track) {
@@ -62,11 +71,14 @@ std::string Seconds(absl::Duration d) {
   return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
 }
 
-// Rank 0's side: every other rank's part and clock, within the timeout in
-// all (at least a moment each, so that parts already sent are still read).
+// Rank 0's side: every other rank's part within the timeout in all (at least
+// a moment each, so that parts already sent are still read), then the clocks
+// of those that sent one, each step of it bounded: a missing rank costs the
+// others nothing but the wait for its part.
 std::vector<RankTrace> Gather(const StepTrace& mine, const TraceMergeSetup& s) {
   std::vector<RankTrace> ranks(s.world_size);
   ranks[0].records = mine.Records();
+  ranks[0].clock_known = true;
   const absl::Time deadline = absl::Now() + s.timeout;
   auto left = [&] {
     return std::max(deadline - absl::Now(), absl::Milliseconds(100));
@@ -88,12 +100,21 @@ std::vector<RankTrace> Gather(const StepTrace& mine, const TraceMergeSetup& s) {
       continue;
     }
     part.records = *std::move(records);
-    absl::Status answered =
-        store::AnswerClock(*s.store, s.prefix, r, kTraceClockRounds, left());
+  }
+  for (int r = 1; r < s.world_size; ++r) {
+    RankTrace& part = ranks[r];
+    if (!part.missing.empty()) continue;
+    absl::Status st = s.store->Set(GoKey(s, r), "");
+    if (st.ok()) {
+      st = store::AnswerClock(*s.store, s.prefix, r, kTraceClockRounds,
+                              kTraceClockStepTimeout);
+    }
     absl::StatusOr<std::string> offset =
-        answered.ok() ? s.store->Get(OffsetKey(s, r), left())
-                      : absl::StatusOr<std::string>(answered);
-    if (!offset.ok() || !DecodeOffset(*offset, &part.clock)) {
+        st.ok() ? s.store->Get(OffsetKey(s, r), kTraceClockStepTimeout)
+                : absl::StatusOr<std::string>(st);
+    if (offset.ok() && DecodeOffset(*offset, &part.clock)) {
+      part.clock_known = true;
+    } else {
       part.missing = absl::StrCat(
           "its clock could not be measured (",
           offset.ok() ? "a malformed offset" : offset.status().message(),
@@ -125,10 +146,12 @@ base::ChromeTrace BuildChromeTrace(const std::vector<RankTrace>& ranks,
     }
     if (!r.records.empty() || r.rank == 0) {
       trace.SetNote(absl::StrCat("clock_offset_us/rank", r.rank),
-                    absl::StrCat(offset_us(r)));
+                    r.clock_known ? absl::StrCat(offset_us(r)) : "unknown");
       trace.SetNote(absl::StrCat("clock_error_us/rank", r.rank),
-                    absl::StrCat(absl::ToInt64Microseconds(
-                        absl::Ceil(r.clock.error, absl::Microseconds(1)))));
+                    r.clock_known
+                        ? absl::StrCat(absl::ToInt64Microseconds(
+                              absl::Ceil(r.clock.error, absl::Microseconds(1))))
+                        : "unknown");
     }
     std::set<int> tracks;
     for (const TraceRecord& rec : r.records) {
@@ -187,8 +210,14 @@ absl::Status MergeTrace(const StepTrace& trace, const TraceMergeSetup& s) {
         !st.ok()) {
       return failed("sending this rank's part to rank 0", st);
     }
+    if (absl::StatusOr<std::string> go =
+            s.store->Get(GoKey(s, s.rank), 2 * s.timeout);
+        !go.ok()) {
+      return failed("waiting for rank 0 to measure this rank's clock",
+                    go.status());
+    }
     absl::StatusOr<store::ClockOffset> clock = store::AskClock(
-        *s.store, s.prefix, s.rank, kTraceClockRounds, s.timeout);
+        *s.store, s.prefix, s.rank, kTraceClockRounds, kTraceClockStepTimeout);
     if (!clock.ok()) {
       return failed("measuring this rank's clock against rank 0's",
                     clock.status());
@@ -205,6 +234,19 @@ absl::Status MergeTrace(const StepTrace& trace, const TraceMergeSetup& s) {
       BuildChromeTrace(ranks, trace.first_step(), trace.last_step()).ToJson();
   if (absl::Status st = base::WriteFileAtomically(s.path, json); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("--trace: ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTracePath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace=", path, ": cannot write in ", dir, ": ",
+                     base::ErrnoText(errno)));
   }
   return absl::OkStatus();
 }

@@ -6,8 +6,12 @@
 //
 // MergeTrace is collective through the store, not the backend (which may be
 // what failed): every rank of the world calls it once with the same prefix.
-// A rank that does not come within the timeout (dead, or stuck elsewhere) is
-// named in the file as missing; rank 0's death leaves no file.
+// Rank 0 first gathers every part it can within the timeout, then measures
+// the clocks of the ranks that sent one, one after another. A rank that does
+// not come within the timeout (dead, or stuck elsewhere) is named in the file
+// as missing, one whose clock could not be measured too (its times are then
+// its own clock's, and its offset is written "unknown"); rank 0's death
+// leaves no file.
 #ifndef DTRAIN_TRAINER_TRACE_TRACE_MERGE_H_
 #define DTRAIN_TRAINER_TRACE_TRACE_MERGE_H_
 
@@ -24,15 +28,19 @@
 
 namespace dtrain::trainer {
 
-// Round trips each rank makes to measure its clock against rank 0's.
+// Round trips each rank makes to measure its clock against rank 0's, and how
+// long either side waits for the other's next step once measuring began.
 inline constexpr int kTraceClockRounds = 8;
+inline constexpr absl::Duration kTraceClockStepTimeout = absl::Seconds(2);
 
 // One rank's part of the merged trace.
 struct RankTrace {
   int rank = 0;
   std::vector<TraceRecord> records;
-  // Added to the rank's times to put them on rank 0's clock (rank 0's: 0).
+  // Added to the rank's times to put them on rank 0's clock (rank 0's: 0),
+  // when measured.
   store::ClockOffset clock;
+  bool clock_known = false;
   // Why the rank has no part (""), or its clock could not be measured.
   std::string missing;
 };
@@ -41,7 +49,8 @@ struct RankTrace {
 // StepTrace track, times in microseconds from the earliest record, on rank
 // 0's clock. Notes: "ranks", "steps" ("A:B"), "origin_unix_us",
 // "clock_alignment", "clock_offset_us/rank<R>" and "clock_error_us/rank<R>"
-// for each rank with a part, and "missing" when some have none.
+// for each rank with a part ("unknown" where not measured), and "missing"
+// when some have none or an unknown clock.
 base::ChromeTrace BuildChromeTrace(const std::vector<RankTrace>& ranks,
                                    int64_t first_step, int64_t last_step);
 
@@ -55,7 +64,8 @@ struct TraceMergeSetup {
   // Where rank 0 writes the file.
   std::string path;
   // Rank 0: how long it waits for all the other ranks' parts in all; the
-  // others: how long each waits for rank 0's answer.
+  // others wait twice as long for rank 0 to begin measuring their clock
+  // (rank 0 may have come later and be waiting for a missing rank's part).
   absl::Duration timeout = absl::Seconds(30);
 };
 
@@ -64,6 +74,11 @@ struct TraceMergeSetup {
 // Errors: rank 0's file's; on the other ranks the store's, prefixed with
 // what was being done.
 absl::Status MergeTrace(const StepTrace& trace, const TraceMergeSetup& setup);
+
+// Before training, on rank 0: kInvalidArgument naming --trace when `path`'s
+// folder does not exist or cannot be written, so that the run does not end
+// without its trace.
+absl::Status CheckTracePath(const std::string& path);
 
 }  // namespace dtrain::trainer
 

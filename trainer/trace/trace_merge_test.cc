@@ -119,6 +119,46 @@ TEST(TraceMergeFailureTest, ARankThatNeverCameIsNamedAndTheOthersKept) {
   EXPECT_FALSE(base::CheckChromeTrace(json, {{0, 1, 2}, {}}).ok());
 }
 
+// Rank 0 gathers the parts before it measures any clock: a missing rank in
+// the middle costs the ranks after it nothing.
+TEST(TraceMergeFailureTest, AMissingMiddleRankLeavesTheOthersAligned) {
+  const std::string json = Merge(4, {1}, absl::Milliseconds(500));
+  const Json other = Json::parse(json)["otherData"];
+  EXPECT_NE(other["missing"].get<std::string>().find("rank 1: sent no trace"),
+            std::string::npos);
+  EXPECT_EQ(other["missing"].get<std::string>().find("rank 2"),
+            std::string::npos)
+      << other["missing"];
+  for (const char* r : {"rank2", "rank3"}) {
+    EXPECT_NE(other[absl::StrCat("clock_offset_us/", r)], "unknown") << r;
+  }
+  EXPECT_TRUE(base::CheckChromeTrace(json, {{0, 2, 3}, {}}).ok());
+}
+
+// A rank that sent its part and left before its clock was measured: its
+// records are kept, its clock is "unknown", and the file says why.
+TEST(TraceMergeFailureTest, AnUnmeasuredClockIsUnknownNotZero) {
+  store::HashStore store;
+  ASSERT_TRUE(store.Set("trace/part/1", RankSteps()->Encode()).ok());
+  TraceMergeSetup setup;
+  setup.world_size = 2;
+  setup.store = &store;
+  setup.path = TempPath("unmeasured.json");
+  setup.timeout = absl::Milliseconds(300);
+  ASSERT_TRUE(MergeTrace(*RankSteps(), setup).ok());
+  absl::StatusOr<std::string> json =
+      base::ReadFile(setup.path, {"a trace", int64_t{1} << 30});
+  ASSERT_TRUE(json.ok());
+  const Json other = Json::parse(*json)["otherData"];
+  EXPECT_EQ(other["clock_offset_us/rank1"], "unknown");
+  EXPECT_EQ(other["clock_error_us/rank1"], "unknown");
+  EXPECT_NE(other["missing"].get<std::string>().find(
+                "rank 1: its clock could not be measured"),
+            std::string::npos)
+      << other["missing"];
+  EXPECT_TRUE(base::CheckChromeTrace(*json, {{0, 1}, {}}).ok());
+}
+
 TEST(TraceMergeFailureTest, AnotherRanksGarbageIsNamed) {
   store::HashStore store;
   ASSERT_TRUE(store.Set("trace/part/1", "not a trace").ok());
@@ -156,7 +196,20 @@ TEST(TraceMergeFailureTest, ARankWithoutRankZeroFailsSayingWhat) {
   setup.timeout = absl::Milliseconds(100);
   absl::Status st = MergeTrace(*RankSteps(), setup);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("measuring this rank's clock"), std::string::npos)
+  EXPECT_NE(
+      st.message().find("waiting for rank 0 to measure this rank's clock"),
+      std::string::npos)
+      << st;
+}
+
+TEST(TraceMergeFailureTest, AFolderThatCannotBeWrittenIsRefusedBeforehand) {
+  EXPECT_TRUE(CheckTracePath(TempPath("ok.json")).ok());
+  EXPECT_TRUE(CheckTracePath("relative.json").ok());
+  absl::Status st = CheckTracePath("/nonexistent/dir/trace.json");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--trace=/nonexistent/dir/trace.json: cannot "
+                              "write in /nonexistent/dir"),
+            std::string::npos)
       << st;
 }
 

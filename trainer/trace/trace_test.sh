@@ -67,8 +67,8 @@ n=$(json "$tmp/stall/trace.json" \
   'sum(1 for e in m["traceEvents"] if e.get("name") == "stall warning" and e["pid"] == 0 and "rank 1" in e["args"]["message"])')
 [[ $n -ge 1 ]] || fail "stall: no stall warning naming rank 1 on rank 0's track: $(grep -i stall "$tmp/stall/out0" | head -3)"
 
-# A rank killed once training runs: ranks 0 and 1 fail (peer lost), and rank 0 writes what it and
-# rank 1 had, naming rank 2 missing.
+# A rank killed once training runs: ranks 0 and 2 fail (peer lost), and rank 0 writes what it and
+# rank 2 had, naming rank 1 missing (rank 2's clock measured after rank 0 gave up on rank 1's part).
 mkdir -p "$tmp/killed"
 port=$(free_port)
 pids=()
@@ -81,18 +81,50 @@ for r in 0 1 2; do
 done
 wait_for_text "$tmp/killed/out0" "Epoch: \[0\]\[10/" 60 \
   || fail "killed: never trained: $(tail -3 "$tmp/killed/out0")"
-kill -KILL "${pids[2]}"
-for r in 0 1; do
+kill -KILL "${pids[1]}"
+for r in 0 2; do
   wait "${pids[$r]}"
   rc=$?
   [[ $rc -eq 1 ]] || fail "killed: rank $r exited $rc, want 1: $(tail -3 "$tmp/killed/out$r")"
 done
-wait "${pids[2]}" 2>/dev/null
+wait "${pids[1]}" 2>/dev/null
 pids=()
-"$check" --trace="$tmp/killed/trace.json" --ranks=3 --missing=2 --failure \
+"$check" --trace="$tmp/killed/trace.json" --ranks=3 --missing=1 --failure \
   >"$tmp/killed/check" 2>&1 || fail "killed: $(cat "$tmp/killed/check")"
 
+# SIGTERM: the ranks stop together at a step boundary (exit 143) and the trace is written once, at
+# the stop, with no failure on it.
+mkdir -p "$tmp/term"
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  "$train" --dist_url="tcp://127.0.0.1:$port" --world_size=2 --rank=$r --dataset=synthetic \
+    --synthetic_train_size=200000 --batch_size=16 --epochs=1 --progress=lines --print_freq=5 \
+    --skip_validation --trace="$tmp/term/trace.json" --trace_steps=1:100000 \
+    >"$tmp/term/out$r" 2>&1 &
+  pids+=($!)
+done
+wait_for_text "$tmp/term/out0" "Epoch: \[0\]\[10/" 60 \
+  || fail "term: never trained: $(tail -3 "$tmp/term/out0")"
+kill -TERM "${pids[0]}"
+wait "${pids[0]}"
+rc=$?
+[[ $rc -eq 143 ]] || fail "term: rank 0 exited $rc, want 143: $(tail -3 "$tmp/term/out0")"
+wait "${pids[1]}"
+pids=()
+n=$(grep -c "trace of steps" "$tmp/term/out0")
+[[ $n -eq 1 ]] || fail "term: the trace was written $n times: $(cat "$tmp/term/out0")"
+steps=$(json "$tmp/term/trace.json" \
+  'sum(1 for e in m["traceEvents"] if e.get("name", "").startswith("step ") and e["pid"] == 1)')
+"$check" --trace="$tmp/term/trace.json" --ranks=2 --steps="1:$steps" >"$tmp/term/check" 2>&1 \
+  || fail "term: $(cat "$tmp/term/check")"
+n=$(json "$tmp/term/trace.json" 'sum(1 for e in m["traceEvents"] if e.get("name") == "failure")')
+[[ $n -eq 0 ]] || fail "term: a graceful stop marked as a failure"
+
 # Refusals.
+"$train" --dataset=synthetic --trace=/nonexistent/dir/t.json >"$tmp/bad" 2>&1
+[[ $? -ne 0 ]] && grep -q -- "--trace=/nonexistent/dir/t.json: cannot write in /nonexistent/dir" "$tmp/bad" \
+  || fail "unwritable: $(cat "$tmp/bad")"
 "$train" --dataset=synthetic --trace="$tmp/x.json" --trace_steps=5:2 >"$tmp/bad" 2>&1
 [[ $? -ne 0 ]] && grep -q -- "--trace_steps: '5:2' is not a range of steps" "$tmp/bad" \
   || fail "trace_steps 5:2: $(cat "$tmp/bad")"
