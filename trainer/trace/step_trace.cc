@@ -45,7 +45,7 @@ void StepTrace::Slice(int track, absl::string_view name, int64_t step,
   r.end_us = std::max(r.start_us, absl::ToUnixMicros(end));
   r.bytes = bytes;
   r.text = std::string(text);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   records_.push_back(std::move(r));
 }
 
@@ -126,12 +126,12 @@ void StepTrace::Instant(absl::string_view name, absl::string_view text,
   r.start_us = r.end_us = absl::ToUnixMicros(at);
   r.instant = true;
   r.text = std::string(text);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   records_.push_back(std::move(r));
 }
 
 std::vector<TraceRecord> StepTrace::Records() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return records_;
 }
 

@@ -15,13 +15,12 @@
 #define DTRAIN_TRAINER_TRACE_STEP_TRACE_H_
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dist/ddp/ddp_types.h"
 #include "trainer/trace/step_phases.h"
@@ -90,8 +89,8 @@ class StepTrace {
   const int64_t first_step_;
   const int64_t last_step_;
   std::vector<TimeSpan> waits_;  // the coming step's
-  mutable absl::Mutex mu_;
-  std::vector<TraceRecord> records_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  std::vector<TraceRecord> records_;  // guarded by mu_
 };
 
 }  // namespace dtrain::trainer
