@@ -483,25 +483,28 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
           // Each hook's synchronised runs at each ZeRO stage, this
           // project's under each instrumentation, then the no-sync runs (the
           // bound of every hook and stage: they average nothing).
+          // An instrumentation is an index into o.instrumentation; -1: the
+          // default, not rotated.
           struct Kind {
             std::string hook;
             int zero;
             bool sync;
-            std::string instrumentation;
+            int instrumentation;
           };
           std::vector<Kind> kinds;
+          const int variants = static_cast<int>(o.instrumentation.size());
           for (const std::string& hook : o.comm_hooks) {
             for (int zero : o.zero_stages) {
-              for (const std::string& i : o.instrumentation) {
-                if (impl == "dtrain" || i == kDefaultInstrumentation)
-                  kinds.push_back({hook, zero, true, i});
+              if (impl != "dtrain") {
+                kinds.push_back({hook, zero, true, -1});
+                continue;
               }
+              for (int i = 0; i < variants; ++i)
+                kinds.push_back({hook, zero, true, i});
             }
           }
-          if (n > 1 && o.bound) {
-            kinds.push_back(
-                {kDefaultCommHook, 0, false, kDefaultInstrumentation});
-          }
+          if (n > 1 && o.bound)
+            kinds.push_back({kDefaultCommHook, 0, false, -1});
           for (const auto& [hook, zero, sync, instrumentation] : kinds) {
             bool skip_hook = skipped;
             if (const std::string why = hook_missing(impl, hook, backend);
@@ -537,7 +540,14 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& o) {
               c.master_port = first_port == 0 ? 0 : first_port + slot;
               c.train_flags = train_flags;
               c.trace = o.trace && impl == "dtrain";
-              c.instrumentation = instrumentation;
+              // Rotated from repeat to repeat: each repeat runs every
+              // instrumentation once, and none always runs first (a
+              // position in the interleave is worth a few percent on a busy
+              // machine).
+              c.instrumentation =
+                  instrumentation < 0
+                      ? std::string(kDefaultInstrumentation)
+                      : o.instrumentation[(instrumentation + r) % variants];
               group.push_back(c);
             }
           }

@@ -490,9 +490,10 @@ TEST(SweepTest, InstrumentationsRunInterleavedWithTheDefaultsOwn) {
                          "dtrain gloo convnet np=2 bs=64 no-sync",
                          "pytorch gloo convnet np=2 bs=64",
                          "pytorch gloo convnet np=2 bs=64 no-sync",
-                         "dtrain gloo convnet np=2 bs=64 #2",
+                         // Rotated: no instrumentation always runs first.
                          "dtrain gloo convnet np=2 bs=64 trace #2",
                          "dtrain gloo convnet np=2 bs=64 no_flight_recorder #2",
+                         "dtrain gloo convnet np=2 bs=64 #2",
                          "dtrain gloo convnet np=2 bs=64 no-sync #2",
                          "pytorch gloo convnet np=2 bs=64 #2",
                          "pytorch gloo convnet np=2 bs=64 no-sync #2"));
