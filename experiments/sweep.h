@@ -99,7 +99,8 @@ struct SweepOptions {
   // plain DDP's (speedup baseline, one-process bound).
   std::vector<int> zero_stages = {0};
   // kInstrumentations, each with runs of its own for this project's
-  // synchronised runs, interleaved with the default's. Must hold "default".
+  // synchronised runs, interleaved with the default's in an order rotated
+  // from repeat to repeat. Must hold "default".
   std::vector<std::string> instrumentation = {kDefaultInstrumentation};
   // For every training: the knobs' flags (KnobFlags), then these
   // (--train_flags), each "--name=value" or "--name".
