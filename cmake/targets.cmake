@@ -1698,7 +1698,7 @@ dtrain_cc_library(dtrain_dist_store_store_clock
   PACKAGE dist/store
   SRCS dist/store/store_clock.cc
   HDRS dist/store/store_clock.h
-  DEPS dtrain_dist_store dtrain_tp_absl)
+  DEPS dtrain_dist_store dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/store:store_clock_test
 dtrain_cc_test(dtrain_dist_store_store_clock_test

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace dtrain::store {
 namespace {
@@ -24,19 +25,15 @@ absl::StatusOr<ClockOffset> AskClock(Store& store, absl::string_view prefix,
   best.round_trip = absl::InfiniteDuration();
   for (int i = 0; i < rounds; ++i) {
     const absl::Time asked = absl::Now();
-    if (absl::Status st = store.Set(Key(prefix, asker, i, "ask"), "");
-        !st.ok()) {
-      return st;
-    }
-    absl::StatusOr<std::string> answer =
-        store.Get(Key(prefix, asker, i, "time"), timeout);
+    DTRAIN_RETURN_IF_ERROR(store.Set(Key(prefix, asker, i, "ask"), ""));
+    DTRAIN_ASSIGN_OR_RETURN(const std::string answer,
+                            store.Get(Key(prefix, asker, i, "time"), timeout));
     const absl::Time answered = absl::Now();
-    if (!answer.ok()) return answer.status();
     int64_t reference_ns = 0;
-    if (!absl::SimpleAtoi(*answer, &reference_ns)) {
+    if (!absl::SimpleAtoi(answer, &reference_ns)) {
       return absl::DataLossError(absl::StrCat(
           "the reference clock's answer to round ", i, " of asker ", asker,
-          " is not a time: \"", answer->substr(0, 40), "\""));
+          " is not a time: \"", answer.substr(0, 40), "\""));
     }
     const absl::Duration trip = answered - asked;
     if (trip < best.round_trip) {
@@ -52,15 +49,11 @@ absl::StatusOr<ClockOffset> AskClock(Store& store, absl::string_view prefix,
 absl::Status AnswerClock(Store& store, absl::string_view prefix, int asker,
                          int rounds, absl::Duration timeout) {
   for (int i = 0; i < rounds; ++i) {
-    absl::StatusOr<std::string> asked =
-        store.Get(Key(prefix, asker, i, "ask"), timeout);
-    if (!asked.ok()) return asked.status();
-    if (absl::Status st =
-            store.Set(Key(prefix, asker, i, "time"),
-                      absl::StrCat(absl::ToUnixNanos(absl::Now())));
-        !st.ok()) {
-      return st;
-    }
+    DTRAIN_RETURN_IF_ERROR(
+        store.Get(Key(prefix, asker, i, "ask"), timeout).status());
+    DTRAIN_RETURN_IF_ERROR(
+        store.Set(Key(prefix, asker, i, "time"),
+                  absl::StrCat(absl::ToUnixNanos(absl::Now()))));
   }
   return absl::OkStatus();
 }
