@@ -84,8 +84,13 @@ absl::Status Recorder::WriteTrace(TraceMergeSetup setup) {
   setup.path = options_.trace;
   DTRAIN_RETURN_IF_ERROR(MergeTrace(*trace_, setup));
   if (rank0_) {
-    Say(absl::StrCat("trace of steps ", options_.trace_first_step, " to ",
-                     options_.trace_last_step, " of ", setup.world_size,
+    // The steps it holds: a run may end before --trace_steps does.
+    int64_t last = options_.trace_first_step;
+    for (const TraceRecord& r : trace_->Records())
+      last = std::max(last, r.step);
+    last = std::min(last, options_.trace_last_step);
+    Say(absl::StrCat("trace of steps ", options_.trace_first_step, " to ", last,
+                     " of ", setup.world_size,
                      setup.world_size == 1 ? " rank" : " ranks", " in ",
                      options_.trace, " (ui.perfetto.dev, chrome://tracing)"));
   }
