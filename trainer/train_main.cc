@@ -8,6 +8,9 @@
 //         --dist_backend=nccl --device=cuda --nproc_per_node=8
 //   train --model=resnet18 --dataset=imagefolder --data_dir=/data/pets
 //         --workers=4 --nproc_per_node=2   # /data/pets/{train,val}/<class>/
+//   train --checkpoint_dir=/ckpt --resume   # a Kubernetes operator's pod: the
+//                                           # node's launcher from PET_* (as
+//                                           # torchrun), or one rank per pod
 //
 // Built as //trainer:train, and as the train_main library that a user's own
 // binary links together with its own registered models (docs/OWN_MODEL.md).
@@ -36,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/machine_limits.h"
 #include "base/malloc_tuning.h"
 #include "base/open_file_limit.h"
 #include "base/status_macros.h"
@@ -43,6 +47,7 @@
 #include "dist/backend/device_selection.h"
 #include "dist/backend/process_group.h"
 #include "dist/launch/launcher.h"
+#include "dist/launch/node_env.h"
 #include "dist/rendezvous/init.h"
 #include "dist/rendezvous/init_method.h"
 #include "dist/rendezvous/launch_env.h"
@@ -104,10 +109,13 @@ std::vector<std::string> ChildArguments(int argc, char** argv) {
   return out;
 }
 
-int Spawn(int argc, char** argv, const SpawnFlags& spawn,
-          const LaunchOptions& options) {
+// What the spawned group is: the flags, and what they leave out from torchrun's
+// PET_* variables or an operator's pod (dist/launch/node_env.h).
+absl::StatusOr<launch::LaunchOptions> SpawnOptions(
+    int argc, char** argv, const SpawnFlags& spawn,
+    const LaunchOptions& options, const rendezvous::EnvMap& env) {
   launch::LaunchOptions l;
-  l.nproc_per_node = spawn.nproc_per_node;
+  l.nproc_per_node = spawn.nproc_per_node > 0 ? spawn.nproc_per_node : 1;
   l.nnodes = spawn.nnodes;
   l.max_nnodes = spawn.max_nnodes;
   l.node_rank = spawn.node_rank;
@@ -118,6 +126,24 @@ int Spawn(int argc, char** argv, const SpawnFlags& spawn,
   l.elastic = options.elastic;
   l.failure_grace = spawn.failure_grace;
   l.command = ChildArguments(argc, argv);
+  launch::GivenSettings given;
+  given.nproc_per_node = spawn.nproc_per_node > 0;
+  given.nnodes = Specified("nnodes");
+  given.node_rank = Specified("node_rank");
+  given.master_addr = options.master_addr.has_value();
+  given.master_port = options.master_port.has_value();
+  given.max_restarts = Specified("max_restarts");
+  DTRAIN_ASSIGN_OR_RETURN(
+      const std::string from_env,
+      launch::ApplyNodeEnv(
+          env, given, {launch::VisibleNvidiaGpus(env), base::UsableCores()},
+          &l));
+  if (!from_env.empty())
+    std::cerr << "train: from the environment: " << from_env << "\n";
+  return l;
+}
+
+int Spawn(const launch::LaunchOptions& l) {
   absl::StatusOr<launch::LaunchResult> result = launch::Run(l, std::cerr);
   if (!result.ok()) {
     std::cerr << "train: " << result.status().message() << "\n";
@@ -346,16 +372,29 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const SpawnFlags spawn = ReadSpawnFlags();
-  if (spawn.nproc_per_node > 0) {
+  const rendezvous::EnvMap env = rendezvous::ProcessEnv();
+  // With torchrun's node variables (a Kubernetes operator's pod) and no
+  // launcher above it (which sets LOCAL_RANK), train is the node's launcher,
+  // as torchrun would be, unless its flags make it one rank.
+  const bool one_rank =
+      Specified("rank") || Specified("world_size") || Specified("join");
+  if (spawn.nproc_per_node > 0 || (!one_rank && !env.contains("LOCAL_RANK") &&
+                                   launch::HasNodeSettings(env))) {
+    absl::StatusOr<launch::LaunchOptions> group =
+        SpawnOptions(argc, argv, spawn, options->launch, env);
+    if (!group.ok()) {
+      std::cerr << "train: " << group.status().message() << "\n";
+      return 2;
+    }
     // Rank 0 runs on node 0: its outputs are checked before any process
     // starts (each rank checks its own again).
-    if (spawn.node_rank == 0) {
+    if (group->node_rank == 0) {
       if (absl::Status s = CheckOutputPaths(*options, 0); !s.ok()) {
         std::cerr << "train: " << s.message() << "\n";
         return 2;
       }
     }
-    return Spawn(argc, argv, spawn, options->launch);
+    return Spawn(*group);
   }
   for (const char* name : {"nnodes", "node_rank", "max_restarts"}) {
     if (Specified(name)) {

@@ -64,6 +64,15 @@ constexpr Launcher kLaunchers[] = {
      "SLURM_LOCALID", nullptr, false},
 };
 
+// torchrun's variables as an operator sets them in a pod, per pod.
+constexpr Launcher kKubernetesPod = {LaunchSource::kKubernetes,
+                                     "Kubernetes operator",
+                                     "RANK",
+                                     "WORLD_SIZE",
+                                     "LOCAL_RANK",
+                                     "LOCAL_WORLD_SIZE",
+                                     true};
+
 constexpr const char* kSlurmLocalWorldSizeVars =
     "SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE (with SLURM_NODEID), "
     "or SLURM_NTASKS_PER_NODE";
@@ -83,9 +92,17 @@ bool Present(const EnvMap& env, const Launcher& launcher) {
 }
 
 // The first launcher present, in order of precedence; nullptr when none is.
+// torchrun's variables without a local rank, in a pod, are an operator's.
 const Launcher* DetectLauncher(const EnvMap& env) {
   for (const Launcher& launcher : kLaunchers) {
-    if (Present(env, launcher)) return &launcher;
+    if (!Present(env, launcher)) continue;
+    if (launcher.source == LaunchSource::kTorchrun &&
+        Find(env, "KUBERNETES_SERVICE_HOST") != nullptr &&
+        Find(env, "LOCAL_RANK") == nullptr &&
+        Find(env, "LOCAL_WORLD_SIZE") == nullptr) {
+      return &kKubernetesPod;
+    }
+    return &launcher;
   }
   return nullptr;
 }
@@ -215,6 +232,12 @@ absl::Status ResolveLocal(const absl::optional<Setting>& local_rank,
     return Incomplete(launcher, launcher == nullptr ? "" : launcher->local_rank,
                       "local_rank", *local_world_size,
                       explicit_local_world_size);
+  }
+  if (launcher != nullptr && launcher->source == LaunchSource::kKubernetes) {
+    out->local_rank = Setting{0, "local rank 0 (one process in this pod)"};
+    out->local_world_size =
+        Setting{1, "local world size 1 (one process in this pod)"};
+    return absl::OkStatus();
   }
   out->local_rank = Setting{out->rank.value, "local rank (= rank)"};
   out->local_world_size =
@@ -353,6 +376,8 @@ absl::string_view LaunchSourceName(LaunchSource source) {
       return "explicit";
     case LaunchSource::kTorchrun:
       return "torchrun";
+    case LaunchSource::kKubernetes:
+      return "kubernetes";
     case LaunchSource::kOpenMpi:
       return "openmpi";
     case LaunchSource::kMpich:
@@ -382,6 +407,19 @@ std::string LaunchEnv::ToString() const {
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
                                             const ExplicitArgs& args) {
   const Launcher* launcher = DetectLauncher(env);
+  if (launcher != nullptr && launcher->source == LaunchSource::kKubernetes &&
+      !(args.rank.has_value() && args.world_size.has_value())) {
+    // PyTorchJob's RANK is then the pod's index, and torchrun's job.
+    const std::string* nproc = Find(env, "PET_NPROC_PER_NODE");
+    if (nproc != nullptr && *nproc != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this pod's RANK and WORLD_SIZE are its operator's, and "
+          "PET_NPROC_PER_NODE='",
+          *nproc,
+          "' asks for a launcher to start the pod's ranks: start them with "
+          "`train` or `launch -- PROGRAM`, which read PET_* as torchrun does"));
+    }
+  }
   DTRAIN_ASSIGN_OR_RETURN(
       const absl::optional<Setting> rank,
       Pick(args.rank, "rank", env, launcher ? launcher->rank : nullptr));

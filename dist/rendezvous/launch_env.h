@@ -46,13 +46,15 @@ struct ExplicitArgs {
 enum class LaunchSource {
   kExplicit,       // rank and world size both from ExplicitArgs
   kTorchrun,       // RANK, WORLD_SIZE, ... (torchrun, or set by hand)
+  kKubernetes,     // RANK, WORLD_SIZE per pod (PyTorchJob, Volcano)
   kOpenMpi,        // OMPI_COMM_WORLD_*
   kMpich,          // PMI_RANK, PMI_SIZE (MPICH, Intel MPI and other PMI users)
   kSlurm,          // SLURM_PROCID, SLURM_NTASKS, ... (srun)
   kSingleProcess,  // nothing found: rank 0 of 1
 };
 
-// "explicit", "torchrun", "openmpi", "mpich", "slurm", "single process".
+// "explicit", "torchrun", "kubernetes", "openmpi", "mpich", "slurm",
+// "single process".
 absl::string_view LaunchSourceName(LaunchSource source);
 
 struct LaunchEnv {
@@ -108,6 +110,12 @@ struct LaunchEnv {
 //   3. a derived or default value.
 // Per launcher (rank, world size, local rank, local world size):
 //   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   Kubernetes RANK and WORLD_SIZE without LOCAL_RANK or LOCAL_WORLD_SIZE in
+//             a pod (KUBERNETES_SERVICE_HOST is set): an operator's per-pod
+//             values (PyTorchJob, Volcano), the pod running this one
+//             process: local rank 0 of 1. Refused when PET_NPROC_PER_NODE
+//             asks for more than one process per pod (RANK is then the
+//             pod's index): `launch` or `train` start those ranks.
 //   Open MPI  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
 //   MPICH     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
 //   Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the local world

@@ -635,6 +635,43 @@ TEST(LaunchEnvTest, TorchrunsAgentStoreAndRestarts) {
       HasSubstr("DTRAIN_RESTART_COUNT=-1 is negative"));
 }
 
+// Volcano's pytorch plugin: MASTER_ADDR, MASTER_PORT, WORLD_SIZE (pods) and
+// RANK per pod; the kubelet's KUBERNETES_SERVICE_HOST in every pod.
+TEST(LaunchEnvTest, AnOperatorsPodRunsOneProcess) {
+  const EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                      {"MASTER_ADDR", "vj-master-0.vj"},
+                      {"MASTER_PORT", "23456"},
+                      {"WORLD_SIZE", "3"},
+                      {"RANK", "2"}};
+  absl::StatusOr<LaunchEnv> env = DiscoverLaunchEnv(pod, Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->source, LaunchSource::kKubernetes);
+  EXPECT_EQ(env->rank, 2);
+  EXPECT_EQ(env->world_size, 3);
+  EXPECT_EQ(env->local_rank, 0);
+  EXPECT_EQ(env->local_world_size, 1);
+  EXPECT_FALSE(env->local_inferred);
+  EXPECT_EQ(env->master_addr, "vj-master-0.vj");
+  EXPECT_EQ(env->master_port, 23456);
+  EXPECT_EQ(env->PlacementString(),
+            "rank 2 of 3 (local 0 of 1) from kubernetes");
+
+  // A launcher in the pod (launch, torchrun) sets the local rank: its ranks.
+  env = DiscoverLaunchEnv(
+      With(pod, {{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}), Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->source, LaunchSource::kTorchrun);
+  EXPECT_EQ(env->local_rank, 1);
+
+  // PyTorchJob's nprocPerNode: RANK is the pod's, the ranks a launcher's.
+  env = DiscoverLaunchEnv(With(pod, {{"PET_NPROC_PER_NODE", "2"}}), Args());
+  ASSERT_FALSE(env.ok());
+  EXPECT_THAT(std::string(env.status().message()),
+              HasSubstr("PET_NPROC_PER_NODE='2' asks for a launcher"));
+  env = DiscoverLaunchEnv(With(pod, {{"PET_NPROC_PER_NODE", "1"}}), Args());
+  EXPECT_TRUE(env.ok()) << env.status();
+}
+
 TEST(LaunchEnvTest, StoreTokenFromVariableOrFile) {
   EXPECT_EQ(*StoreToken({}), "");
   EXPECT_EQ(*StoreToken({{"DTRAIN_STORE_TOKEN", "s3cret"}}), "s3cret");
@@ -662,6 +699,7 @@ TEST(LaunchEnvTest, StoreTokenFromVariableOrFile) {
 TEST(LaunchEnvTest, SourceNames) {
   EXPECT_EQ(LaunchSourceName(LaunchSource::kExplicit), "explicit");
   EXPECT_EQ(LaunchSourceName(LaunchSource::kTorchrun), "torchrun");
+  EXPECT_EQ(LaunchSourceName(LaunchSource::kKubernetes), "kubernetes");
   EXPECT_EQ(LaunchSourceName(LaunchSource::kOpenMpi), "openmpi");
   EXPECT_EQ(LaunchSourceName(LaunchSource::kMpich), "mpich");
   EXPECT_EQ(LaunchSourceName(LaunchSource::kSlurm), "slurm");

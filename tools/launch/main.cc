@@ -5,6 +5,9 @@
 //   -- ./train
 //   launch --elastic --nnodes=1:2 --node_rank=1 --master_addr=10.0.0.1
 //   --nproc_per_node=4 -- ./train --elastic     (a second node joins)
+//
+// Flags not given take torchrun's PET_* variables, and in a Kubernetes pod
+// an operator's WORLD_SIZE, RANK and MASTER_* (dist/launch/node_env.h).
 
 #include <cstdio>
 #include <iostream>
@@ -15,9 +18,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "base/duration_flag.h"
+#include "base/given_flags.h"
+#include "base/machine_limits.h"
 #include "base/open_file_limit.h"
 #include "dist/launch/launcher.h"
 #include "dist/launch/nnodes_flag.h"
+#include "dist/launch/node_env.h"
+#include "dist/rendezvous/launch_env.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node.");
 ABSL_FLAG(dtrain::launch::NnodesFlag, nnodes, dtrain::launch::NnodesFlag(),
@@ -54,6 +61,7 @@ int main(int argc, char** argv) {
       "with RANK, "
       "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
       "set.");
+  dtrain::base::RecordGivenFlags(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   dtrain::base::RaiseOpenFileLimitOrWarn("launch");
   dtrain::launch::LaunchOptions o;
@@ -67,6 +75,25 @@ int main(int argc, char** argv) {
   o.elastic = absl::GetFlag(FLAGS_elastic);
   o.failure_grace = absl::GetFlag(FLAGS_failure_grace).value;
   o.stop_timeout = absl::GetFlag(FLAGS_stop_timeout).value;
+  const dtrain::rendezvous::EnvMap env = dtrain::rendezvous::ProcessEnv();
+  dtrain::launch::GivenSettings given;
+  given.nproc_per_node = dtrain::base::FlagGiven("nproc_per_node");
+  given.nnodes = dtrain::base::FlagGiven("nnodes");
+  given.node_rank = dtrain::base::FlagGiven("node_rank");
+  given.master_addr = dtrain::base::FlagGiven("master_addr");
+  given.master_port = dtrain::base::FlagGiven("master_port");
+  given.max_restarts = dtrain::base::FlagGiven("max_restarts");
+  absl::StatusOr<std::string> from_env = dtrain::launch::ApplyNodeEnv(
+      env, given,
+      {dtrain::launch::VisibleNvidiaGpus(env), dtrain::base::UsableCores()},
+      &o);
+  if (!from_env.ok()) {
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(from_env.status().message()).c_str());
+    return 2;
+  }
+  if (!from_env->empty())
+    std::cerr << "[launch] from the environment: " << *from_env << "\n";
   for (size_t i = 1; i < positional.size(); ++i)
     o.command.emplace_back(positional[i]);
   absl::StatusOr<dtrain::launch::LaunchResult> result =

@@ -4,23 +4,15 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "base/given_flags.h"
 #include "base/status_macros.h"
 #include "base/user_path.h"
 #include "dist/rendezvous/launch_env.h"
 
 namespace dtrain::trainer {
-namespace {
-
-absl::flat_hash_set<std::string>& GivenFlags() {
-  static auto* const given = new absl::flat_hash_set<std::string>();
-  return *given;
-}
-
-}  // namespace
 
 void SetTrainFlagsUsage() {
   absl::FlagsUsageConfig config;
@@ -39,17 +31,10 @@ void SetTrainFlagsUsage() {
 }
 
 void RecordGivenFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
-    GivenFlags().insert(std::string(arg.substr(0, arg.find('='))));
-  }
+  base::RecordGivenFlags(argc, argv);
 }
 
-bool Specified(absl::string_view name) {
-  return GivenFlags().contains(std::string(name));
-}
+bool Specified(absl::string_view name) { return base::FlagGiven(name); }
 
 absl::StatusOr<TrainOptions> OptionsFromFlags() {
   TrainOptions o;
