@@ -139,6 +139,21 @@ dtrain_cc_test(dtrain_base_fnv1a_test
   DEPS dtrain_base_fnv1a dtrain_tp_gtest_main
   TIMEOUT 60)
 
+# //base:given_flags
+dtrain_cc_library(dtrain_base_given_flags
+  EXPORT_NAME base_given_flags
+  PACKAGE base
+  SRCS base/given_flags.cc
+  HDRS base/given_flags.h
+  DEPS dtrain_tp_absl)
+
+# //base:given_flags_test
+dtrain_cc_test(dtrain_base_given_flags_test
+  OUTPUT base/given_flags_test
+  SRCS base/given_flags_test.cc
+  DEPS dtrain_base_given_flags dtrain_tp_gtest_main
+  TIMEOUT 60)
+
 # //base:machine_limits
 dtrain_cc_library(dtrain_base_machine_limits
   EXPORT_NAME base_machine_limits
@@ -1170,13 +1185,81 @@ dtrain_cc_test(dtrain_data_transforms_test
   DEPS dtrain_data_transforms dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist:tsan_suppressions
-dtrain_cc_library(dtrain_dist_tsan_suppressions
-  EXPORT_NAME tsan_suppressions
-  PACKAGE dist
-  SRCS dist/tsan_suppressions.cc
-  ALWAYSLINK
-  TESTONLY)
+# //dist/launch:launcher
+dtrain_cc_library(dtrain_dist_launch_launcher
+  EXPORT_NAME launch_launcher
+  PACKAGE dist/launch
+  SRCS dist/launch/launcher.cc dist/launch/spawn.cc dist/launch/spawn.h
+  HDRS dist/launch/launcher.h
+  DEPS dtrain_base_machine_limits dtrain_base_posix_io dtrain_base_process_liveness dtrain_base_status_macros dtrain_tp_absl)
+
+# //dist/launch:nnodes_flag
+dtrain_cc_library(dtrain_dist_launch_nnodes_flag
+  EXPORT_NAME launch_nnodes_flag
+  PACKAGE dist/launch
+  SRCS dist/launch/nnodes_flag.cc
+  HDRS dist/launch/nnodes_flag.h
+  DEPS dtrain_tp_absl)
+
+# //dist/rendezvous:launch_env
+dtrain_cc_library(dtrain_dist_rendezvous_launch_env
+  EXPORT_NAME rendezvous_launch_env
+  PACKAGE dist/rendezvous
+  SRCS dist/rendezvous/init_method.cc dist/rendezvous/launch_env.cc dist/rendezvous/slurm_nodelist.cc
+  HDRS dist/rendezvous/init_method.h dist/rendezvous/launch_env.h dist/rendezvous/slurm_nodelist.h
+  DEPS dtrain_base_atomic_file dtrain_base_machine_limits dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
+# //dist/launch:node_env
+dtrain_cc_library(dtrain_dist_launch_node_env
+  EXPORT_NAME launch_node_env
+  PACKAGE dist/launch
+  SRCS dist/launch/node_env.cc
+  HDRS dist/launch/node_env.h
+  DEPS dtrain_dist_launch_launcher dtrain_dist_launch_nnodes_flag dtrain_base_status_macros dtrain_dist_rendezvous_launch_env dtrain_tp_absl)
+
+# //tools/launch:launch
+dtrain_cc_binary(dtrain_tools_launch
+  OUTPUT tools/launch/launch
+  SRCS tools/launch/main.cc
+  DEPS dtrain_base_duration_flag dtrain_base_given_flags dtrain_base_machine_limits dtrain_base_open_file_limit dtrain_dist_launch_launcher dtrain_dist_launch_nnodes_flag dtrain_dist_launch_node_env dtrain_dist_rendezvous_launch_env dtrain_tp_absl)
+
+# //trainer/options:common
+dtrain_cc_library(dtrain_trainer_options_common
+  EXPORT_NAME trainer_options_common
+  PACKAGE trainer/options
+  HDRS trainer/options/common.h
+  DEPS dtrain_tp_absl)
+
+# //models/state_dict:state_dict_path
+dtrain_cc_library(dtrain_models_state_dict_state_dict_path
+  EXPORT_NAME models_state_dict_state_dict_path
+  PACKAGE models/state_dict
+  HDRS models/state_dict/state_dict_path.h
+  DEPS dtrain_tp_absl)
+
+# //trainer/options:checkpoint_options
+dtrain_cc_library(dtrain_trainer_options_checkpoint_options
+  EXPORT_NAME trainer_options_checkpoint_options
+  PACKAGE trainer/options
+  SRCS trainer/options/checkpoint_options.cc
+  HDRS trainer/options/checkpoint_options.h
+  DEPS dtrain_trainer_options_common dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
+
+# //trainer/options:data_options
+dtrain_cc_library(dtrain_trainer_options_data_options
+  EXPORT_NAME trainer_options_data_options
+  PACKAGE trainer/options
+  SRCS trainer/options/data_options.cc
+  HDRS trainer/options/data_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/options:data_parallel_options
+dtrain_cc_library(dtrain_trainer_options_data_parallel_options
+  EXPORT_NAME trainer_options_data_parallel_options
+  PACKAGE trainer/options
+  SRCS trainer/options/data_parallel_options.cc
+  HDRS trainer/options/data_parallel_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/backend:backend_names
 dtrain_cc_library(dtrain_dist_backend_backend_names
@@ -1192,20 +1275,68 @@ dtrain_cc_library(dtrain_dist_backend_device_choice
   HDRS dist/backend/device_choice.h
   DEPS dtrain_base_status_macros dtrain_tp_absl)
 
-# //dist/backend:device_choice_test
-dtrain_cc_test(dtrain_dist_backend_device_choice_test
-  OUTPUT dist/backend/device_choice_test
-  SRCS dist/backend/device_choice_test.cc
-  DEPS dtrain_dist_backend_device_choice dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
-  TIMEOUT 60)
+# //trainer/options:launch_options
+dtrain_cc_library(dtrain_trainer_options_launch_options
+  EXPORT_NAME trainer_options_launch_options
+  PACKAGE trainer/options
+  SRCS trainer/options/launch_options.cc
+  HDRS trainer/options/launch_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_dist_backend_backend_names dtrain_dist_backend_device_choice dtrain_tp_absl)
 
-# //dist/backend:device_selection
-dtrain_cc_library(dtrain_dist_backend_device_selection
-  EXPORT_NAME backend_device_selection
-  PACKAGE dist/backend
-  SRCS dist/backend/device_selection.cc
-  HDRS dist/backend/device_selection.h
-  DEPS dtrain_dist_backend_device_choice dtrain_base_cuda_device dtrain_base_status_macros dtrain_tp_absl dtrain_tp_torch)
+# //trainer/options:model_options
+dtrain_cc_library(dtrain_trainer_options_model_options
+  EXPORT_NAME trainer_options_model_options
+  PACKAGE trainer/options
+  SRCS trainer/options/model_options.cc
+  HDRS trainer/options/model_options.h
+  DEPS dtrain_trainer_options_common dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
+
+# //trainer/options:optimizer_options
+dtrain_cc_library(dtrain_trainer_options_optimizer_options
+  EXPORT_NAME trainer_options_optimizer_options
+  PACKAGE trainer/options
+  SRCS trainer/options/optimizer_options.cc
+  HDRS trainer/options/optimizer_options.h
+  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/report:report_options
+dtrain_cc_library(dtrain_trainer_report_report_options
+  EXPORT_NAME trainer_report_report_options
+  PACKAGE trainer/report
+  SRCS trainer/report/report_options.cc
+  HDRS trainer/report/report_options.h
+  DEPS dtrain_tp_absl)
+
+# //trainer/report:step_log
+dtrain_cc_library(dtrain_trainer_report_step_log
+  EXPORT_NAME trainer_report_step_log
+  PACKAGE trainer/report
+  SRCS trainer/report/step_log.cc
+  HDRS trainer/report/step_log.h
+  DEPS dtrain_base_posix_io dtrain_tp_absl)
+
+# //trainer:train_options
+dtrain_cc_library(dtrain_trainer_train_options
+  EXPORT_NAME trainer_train_options
+  PACKAGE trainer
+  SRCS trainer/train_options.cc
+  HDRS trainer/train_options.h
+  DEPS dtrain_base_status_macros dtrain_base_user_path dtrain_tp_absl dtrain_trainer_options_checkpoint_options dtrain_trainer_options_common dtrain_trainer_options_data_options dtrain_trainer_options_data_parallel_options dtrain_trainer_options_launch_options dtrain_trainer_options_model_options dtrain_trainer_options_optimizer_options dtrain_trainer_report_report_options dtrain_trainer_report_step_log)
+
+# //trainer:training_data
+dtrain_cc_library(dtrain_trainer_training_data
+  EXPORT_NAME trainer_training_data
+  PACKAGE trainer
+  SRCS trainer/training_data.cc
+  HDRS trainer/training_data.h
+  DEPS dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_tp_absl)
+
+# //trainer:elastic_handover
+dtrain_cc_library(dtrain_trainer_elastic_handover
+  EXPORT_NAME trainer_elastic_handover
+  PACKAGE trainer
+  HDRS trainer/elastic_handover.h
+  DEPS dtrain_trainer_training_data dtrain_tp_absl)
 
 # //dist/backend/stall:stall
 dtrain_cc_library(dtrain_dist_backend_stall
@@ -1222,6 +1353,457 @@ dtrain_cc_library(dtrain_dist_backend_factory
   SRCS dist/backend/factory.cc
   HDRS dist/backend/factory.h
   DEPS dtrain_dist_backend dtrain_dist_backend_backend_names dtrain_dist_backend_membership dtrain_dist_backend_gloo dtrain_dist_backend_hierarchical dtrain_dist_backend_nccl dtrain_dist_backend_shm dtrain_dist_backend_stall dtrain_dist_store dtrain_tp_absl)
+
+# //dist/rendezvous:next_generation
+dtrain_cc_library(dtrain_dist_rendezvous_next_generation
+  EXPORT_NAME rendezvous_next_generation
+  PACKAGE dist/rendezvous
+  SRCS dist/rendezvous/next_generation.cc
+  HDRS dist/rendezvous/next_generation.h
+  DEPS dtrain_base_status_macros dtrain_dist_store dtrain_tp_absl)
+
+# //dist/store:failover_store
+dtrain_cc_library(dtrain_dist_store_failover_store
+  EXPORT_NAME store_failover_store
+  PACKAGE dist/store
+  SRCS dist/store/failover_store.cc
+  HDRS dist/store/failover_store.h
+  DEPS dtrain_dist_store dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer:elastic_state
+dtrain_cc_library(dtrain_trainer_elastic_state
+  EXPORT_NAME trainer_elastic_state
+  PACKAGE trainer
+  SRCS trainer/elastic_state.cc
+  HDRS trainer/elastic_state.h
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_dist_backend_small_collectives dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer:stop_vote
+dtrain_cc_library(dtrain_trainer_stop_vote
+  EXPORT_NAME trainer_stop_vote
+  PACKAGE trainer
+  SRCS trainer/stop_vote.cc
+  HDRS trainer/stop_vote.h
+  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp_join dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/report:meters
+dtrain_cc_library(dtrain_trainer_report_meters
+  EXPORT_NAME trainer_report_meters
+  PACKAGE trainer/report
+  SRCS trainer/report/meters.cc
+  HDRS trainer/report/meters.h
+  DEPS dtrain_tp_torch)
+
+# //trainer/report:scores
+dtrain_cc_library(dtrain_trainer_report_scores
+  EXPORT_NAME trainer_report_scores
+  PACKAGE trainer/report
+  SRCS trainer/report/scores.cc
+  HDRS trainer/report/scores.h
+  DEPS dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_tp_absl)
+
+# //trainer:evaluation
+dtrain_cc_library(dtrain_trainer_evaluation
+  EXPORT_NAME trainer_evaluation
+  PACKAGE trainer
+  SRCS trainer/evaluation.cc
+  HDRS trainer/evaluation.h
+  DEPS dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_report_scores)
+
+# //trainer:amp
+dtrain_cc_library(dtrain_trainer_amp
+  EXPORT_NAME trainer_amp
+  PACKAGE trainer
+  SRCS trainer/amp.cc
+  HDRS trainer/amp.h
+  DEPS dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:training_state
+dtrain_cc_library(dtrain_trainer_checkpoint_training_state
+  EXPORT_NAME trainer_checkpoint_training_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/training_state.cc
+  HDRS trainer/checkpoint/training_state.h
+  DEPS dtrain_data_distributed_sampler dtrain_tp_absl)
+
+# //trainer/checkpoint:hook_state
+dtrain_cc_library(dtrain_trainer_checkpoint_hook_state
+  EXPORT_NAME trainer_checkpoint_hook_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/hook_state.cc
+  HDRS trainer/checkpoint/hook_state.h
+  DEPS dtrain_trainer_checkpoint_training_state dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:tensor_codec
+dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
+  EXPORT_NAME trainer_checkpoint_tensor_codec
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/tensor_codec.cc
+  HDRS trainer/checkpoint/tensor_codec.h
+  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:optimizer_codec
+dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_codec
+  EXPORT_NAME trainer_checkpoint_optimizer_codec
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/adadelta_codec.cc trainer/checkpoint/adam_codec.cc trainer/checkpoint/optimizer_codec.cc trainer/checkpoint/sgd_codec.cc
+  HDRS trainer/checkpoint/optimizer_codec.h
+  DEPS dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_optim_adadelta dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:payload
+dtrain_cc_library(dtrain_trainer_checkpoint_payload
+  EXPORT_NAME trainer_checkpoint_payload
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/payload.cc
+  HDRS trainer/checkpoint/payload.h
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:format
+dtrain_cc_library(dtrain_trainer_checkpoint_format
+  EXPORT_NAME trainer_checkpoint_format
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/checkpoint.cc
+  HDRS trainer/checkpoint/checkpoint.h
+  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/checkpoint:checkpoint_dir
+dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_dir
+  EXPORT_NAME trainer_checkpoint_checkpoint_dir
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/checkpoint_dir.cc
+  HDRS trainer/checkpoint/checkpoint_dir.h
+  DEPS dtrain_trainer_checkpoint_format dtrain_base_atomic_file dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/checkpoint:checkpoint
+dtrain_cc_library(dtrain_trainer_checkpoint
+  EXPORT_NAME trainer_checkpoint
+  PACKAGE trainer/checkpoint
+  DEPS dtrain_trainer_checkpoint_checkpoint_dir dtrain_trainer_checkpoint_format)
+
+# //trainer:loop_checkpoints
+dtrain_cc_library(dtrain_trainer_loop_checkpoints
+  EXPORT_NAME trainer_loop_checkpoints
+  PACKAGE trainer
+  SRCS trainer/loop_checkpoints.cc
+  HDRS trainer/loop_checkpoints.h
+  DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint)
+
+# //dist/ddp:sync_batch_norm
+dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
+  EXPORT_NAME ddp_sync_batch_norm
+  PACKAGE dist/ddp
+  SRCS dist/ddp/sync_batch_norm.cc
+  HDRS dist/ddp/sync_batch_norm.h
+  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_shadowable_layer dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp/hooks:compress_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
+  EXPORT_NAME ddp_hooks_compress_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/compress_hook.cc
+  HDRS dist/ddp/hooks/compress_hook.h
+  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp/hooks:local_sgd_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_local_sgd_hook
+  EXPORT_NAME ddp_hooks_local_sgd_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/local_sgd_hook.cc
+  HDRS dist/ddp/hooks/local_sgd_hook.h
+  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/ddp/hooks:numpy_random_state
+dtrain_cc_library(dtrain_dist_ddp_hooks_numpy_random_state
+  EXPORT_NAME ddp_hooks_numpy_random_state
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/numpy_random_state.cc
+  HDRS dist/ddp/hooks/numpy_random_state.h
+  DEPS dtrain_tp_absl)
+
+# //dist/ddp/hooks:powersgd_hook
+dtrain_cc_library(dtrain_dist_ddp_hooks_powersgd_hook
+  EXPORT_NAME ddp_hooks_powersgd_hook
+  PACKAGE dist/ddp/hooks
+  SRCS dist/ddp/hooks/powersgd_hook.cc
+  HDRS dist/ddp/hooks/powersgd_hook.h
+  DEPS dtrain_dist_ddp_hooks_numpy_random_state dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/store:c10d_store
+dtrain_cc_library(dtrain_dist_store_c10d_store
+  EXPORT_NAME store_c10d_store
+  PACKAGE dist/store
+  SRCS dist/store/c10d_store.cc
+  HDRS dist/store/c10d_store.h
+  DEPS dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/rendezvous:init
+dtrain_cc_library(dtrain_dist_rendezvous_init
+  EXPORT_NAME rendezvous_init
+  PACKAGE dist/rendezvous
+  SRCS dist/rendezvous/init.cc
+  HDRS dist/rendezvous/init.h
+  DEPS dtrain_dist_rendezvous_launch_env dtrain_dist_rendezvous dtrain_base_posix_io dtrain_base_rank_status dtrain_base_status_macros dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_c10d_store dtrain_dist_store_file_store dtrain_dist_store_hash_store dtrain_dist_store_prefix_store dtrain_dist_store_tcp_store dtrain_tp_absl)
+
+# //models/state_dict:safetensors
+dtrain_cc_library(dtrain_models_state_dict_safetensors
+  EXPORT_NAME models_state_dict_safetensors
+  PACKAGE models/state_dict
+  SRCS models/state_dict/safetensors.cc
+  HDRS models/state_dict/safetensors.h
+  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
+
+# //models/state_dict:torch_pickle
+dtrain_cc_library(dtrain_models_state_dict_torch_pickle
+  EXPORT_NAME models_state_dict_torch_pickle
+  PACKAGE models/state_dict
+  SRCS models/state_dict/torch_pickle.cc
+  HDRS models/state_dict/torch_pickle.h
+  DEPS dtrain_models_state_dict_safetensors dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl)
+
+# //models/state_dict:zip_archive
+dtrain_cc_library(dtrain_models_state_dict_zip_archive
+  EXPORT_NAME models_state_dict_zip_archive
+  PACKAGE models/state_dict
+  SRCS models/state_dict/zip_archive.cc
+  HDRS models/state_dict/zip_archive.h
+  DEPS dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_tp_absl)
+
+# //models/state_dict:torch_save
+dtrain_cc_library(dtrain_models_state_dict_torch_save
+  EXPORT_NAME models_state_dict_torch_save
+  PACKAGE models/state_dict
+  SRCS models/state_dict/torch_save.cc
+  HDRS models/state_dict/torch_save.h
+  DEPS dtrain_models_state_dict_safetensors dtrain_models_state_dict_torch_pickle dtrain_models_state_dict_zip_archive dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl)
+
+# //models/state_dict:state_dict
+dtrain_cc_library(dtrain_models_state_dict
+  EXPORT_NAME models_state_dict
+  PACKAGE models/state_dict
+  SRCS models/state_dict/state_dict.cc
+  HDRS models/state_dict/state_dict.h
+  DEPS dtrain_models_state_dict_safetensors dtrain_models_state_dict_state_dict_path dtrain_models_state_dict_torch_save dtrain_base_atomic_file dtrain_base_name_list dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/report:run_metrics
+dtrain_cc_library(dtrain_trainer_report_run_metrics
+  EXPORT_NAME trainer_report_run_metrics
+  PACKAGE trainer/report
+  SRCS trainer/report/run_metrics.cc
+  HDRS trainer/report/run_metrics.h
+  DEPS dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json dtrain_trainer_train_options)
+
+# //trainer:run_parts
+dtrain_cc_library(dtrain_trainer_run_parts
+  EXPORT_NAME trainer_run_parts
+  PACKAGE trainer
+  SRCS trainer/run_parts.cc
+  HDRS trainer/run_parts.h
+  DEPS dtrain_trainer_amp dtrain_trainer_train_options dtrain_trainer_training_data dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_ddp_hooks_powersgd_hook dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_run_metrics)
+
+# //dist/ddp:model_averager
+dtrain_cc_library(dtrain_dist_ddp_model_averager
+  EXPORT_NAME ddp_model_averager
+  PACKAGE dist/ddp
+  SRCS dist/ddp/model_averager.cc
+  HDRS dist/ddp/model_averager.h
+  DEPS dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/trace:step_phases
+dtrain_cc_library(dtrain_trainer_trace_step_phases
+  EXPORT_NAME trainer_trace_step_phases
+  PACKAGE trainer/trace
+  HDRS trainer/trace/step_phases.h
+  DEPS dtrain_tp_absl)
+
+# //trainer:train_step
+dtrain_cc_library(dtrain_trainer_train_step
+  EXPORT_NAME trainer_train_step
+  PACKAGE trainer
+  SRCS trainer/train_step.cc
+  HDRS trainer/train_step.h
+  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_trace_step_phases)
+
+# //trainer/checkpoint:sharded_state
+dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
+  EXPORT_NAME trainer_checkpoint_sharded_state
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/sharded_state.cc
+  HDRS trainer/checkpoint/sharded_state.h
+  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/report:ddp_timeline
+dtrain_cc_library(dtrain_trainer_report_ddp_timeline
+  EXPORT_NAME trainer_report_ddp_timeline
+  PACKAGE trainer/report
+  SRCS trainer/report/ddp_timeline.cc
+  HDRS trainer/report/ddp_timeline.h
+  DEPS dtrain_trainer_report_run_metrics dtrain_dist_ddp_ddp_types dtrain_tp_absl)
+
+# //trainer/report:live_metrics
+dtrain_cc_library(dtrain_trainer_report_live_metrics
+  EXPORT_NAME trainer_report_live_metrics
+  PACKAGE trainer/report
+  SRCS trainer/report/live_metrics.cc
+  HDRS trainer/report/live_metrics.h
+  DEPS dtrain_trainer_report_run_metrics dtrain_tp_prometheus_core)
+
+# //trainer/report:live_report
+dtrain_cc_library(dtrain_trainer_report_live_report
+  EXPORT_NAME trainer_report_live_report
+  PACKAGE trainer/report
+  SRCS trainer/report/live_report.cc
+  HDRS trainer/report/live_report.h
+  DEPS dtrain_trainer_report_live_metrics dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_step_log dtrain_base_metrics_server dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/report:progress
+dtrain_cc_library(dtrain_trainer_report_progress
+  EXPORT_NAME trainer_report_progress
+  PACKAGE trainer/report
+  SRCS trainer/report/progress.cc
+  HDRS trainer/report/progress.h
+  DEPS dtrain_trainer_report_meters dtrain_trainer_report_report_options dtrain_tp_absl)
+
+# //trainer/trace:step_trace
+dtrain_cc_library(dtrain_trainer_trace_step_trace
+  EXPORT_NAME trainer_trace_step_trace
+  PACKAGE trainer/trace
+  SRCS trainer/trace/step_trace.cc
+  HDRS trainer/trace/step_trace.h
+  DEPS dtrain_trainer_trace_step_phases dtrain_base_byte_codec dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl)
+
+# //dist/store:store_clock
+dtrain_cc_library(dtrain_dist_store_store_clock
+  EXPORT_NAME store_store_clock
+  PACKAGE dist/store
+  SRCS dist/store/store_clock.cc
+  HDRS dist/store/store_clock.h
+  DEPS dtrain_dist_store dtrain_base_status_macros dtrain_tp_absl)
+
+# //trainer/trace:trace_merge
+dtrain_cc_library(dtrain_trainer_trace_trace_merge
+  EXPORT_NAME trainer_trace_trace_merge
+  PACKAGE trainer/trace
+  SRCS trainer/trace/trace_merge.cc
+  HDRS trainer/trace/trace_merge.h
+  DEPS dtrain_trainer_trace_step_trace dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_base_posix_io dtrain_dist_store dtrain_dist_store_store_clock dtrain_tp_absl)
+
+# //trainer/report:recorder
+dtrain_cc_library(dtrain_trainer_report_recorder
+  EXPORT_NAME trainer_report_recorder
+  PACKAGE trainer/report
+  SRCS trainer/report/recorder.cc
+  HDRS trainer/report/recorder.h
+  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_base_trace_marks dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_trace_step_phases dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge)
+
+# //trainer:run_assembly
+dtrain_cc_library(dtrain_trainer_run_assembly
+  EXPORT_NAME trainer_run_assembly
+  PACKAGE trainer
+  SRCS trainer/run_assembly.cc
+  HDRS trainer/run_assembly.h
+  DEPS dtrain_trainer_amp dtrain_trainer_elastic_handover dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_comm_hook dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_dist_zero_sharded_optimizer dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
+
+# //trainer:run_outputs
+dtrain_cc_library(dtrain_trainer_run_outputs
+  EXPORT_NAME trainer_run_outputs
+  PACKAGE trainer
+  SRCS trainer/run_outputs.cc
+  HDRS trainer/run_outputs.h
+  DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_run_assembly dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_models_state_dict dtrain_tp_absl dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
+
+# //trainer/checkpoint:optimizer_state_bytes
+dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_state_bytes
+  EXPORT_NAME trainer_checkpoint_optimizer_state_bytes
+  PACKAGE trainer/checkpoint
+  SRCS trainer/checkpoint/optimizer_state_bytes.cc
+  HDRS trainer/checkpoint/optimizer_state_bytes.h
+  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer:trainer
+dtrain_cc_library(dtrain_trainer
+  EXPORT_NAME trainer
+  PACKAGE trainer
+  SRCS trainer/trainer.cc
+  HDRS trainer/trainer.h
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_process_memory dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
+
+# //trainer:elastic_run
+dtrain_cc_library(dtrain_trainer_elastic_run
+  EXPORT_NAME trainer_elastic_run
+  PACKAGE trainer
+  SRCS trainer/elastic_run.cc
+  HDRS trainer/elastic_run.h
+  DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_atomic_file dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
+
+# //trainer:flight_dump
+dtrain_cc_library(dtrain_trainer_flight_dump
+  EXPORT_NAME trainer_flight_dump
+  PACKAGE trainer
+  SRCS trainer/flight_dump.cc
+  HDRS trainer/flight_dump.h
+  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl)
+
+# //dist/backend:device_selection
+dtrain_cc_library(dtrain_dist_backend_device_selection
+  EXPORT_NAME backend_device_selection
+  PACKAGE dist/backend
+  SRCS dist/backend/device_selection.cc
+  HDRS dist/backend/device_selection.h
+  DEPS dtrain_dist_backend_device_choice dtrain_base_cuda_device dtrain_base_status_macros dtrain_tp_absl dtrain_tp_torch)
+
+# //dist/backend:process_group
+dtrain_cc_library(dtrain_dist_backend_process_group
+  EXPORT_NAME backend_process_group
+  PACKAGE dist/backend
+  SRCS dist/backend/process_group.cc
+  HDRS dist/backend/process_group.h
+  DEPS dtrain_dist_backend dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_base_status_macros dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_tp_torch)
+
+# //trainer/flags:train_flags
+dtrain_cc_library(dtrain_trainer_flags_train_flags
+  EXPORT_NAME trainer_flags_train_flags
+  PACKAGE trainer/flags
+  SRCS trainer/flags/checkpoint_flags.cc trainer/flags/data_flags.cc trainer/flags/data_parallel_flags.cc trainer/flags/launch_flags.cc trainer/flags/model_flags.cc trainer/flags/optimizer_flags.cc trainer/flags/report_flags.cc trainer/flags/run_flags.cc trainer/flags/spawn_flags.cc trainer/flags/train_flags.cc
+  HDRS trainer/flags/train_flags.h
+  DEPS dtrain_base_duration_flag dtrain_base_given_flags dtrain_base_status_macros dtrain_base_user_path dtrain_dist_launch_nnodes_flag dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_train_options)
+
+# //trainer:train_main
+dtrain_cc_library(dtrain_trainer_train_main
+  EXPORT_NAME trainer_train_main
+  PACKAGE trainer
+  SRCS trainer/train_main.cc
+  DEPS dtrain_trainer_elastic_run dtrain_trainer_flight_dump dtrain_trainer_train_options dtrain_trainer dtrain_base_machine_limits dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_launch_node_env dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
+  ALWAYSLINK)
+
+# //trainer:train
+dtrain_cc_binary(dtrain_trainer_train
+  OUTPUT trainer/train
+  DEPS dtrain_trainer_train_main)
+
+# //deploy/kubernetes:operator_contract_test
+dtrain_sh_test(dtrain_deploy_kubernetes_operator_contract_test
+  OUTPUT deploy/kubernetes/operator_contract_test
+  SCRIPT deploy/kubernetes/operator_contract_test.sh
+  DATA deploy/kubernetes/operator_contract.py deploy/kubernetes/pytorchjob.yaml deploy/kubernetes/trainjob.yaml deploy/kubernetes/volcano-job.yaml
+  DATA_TARGETS dtrain_tools_launch dtrain_trainer_train
+  TIMEOUT 900
+  ARGS trainer/train tools/launch/launch
+  RUN_SERIAL)
+
+# //dist:tsan_suppressions
+dtrain_cc_library(dtrain_dist_tsan_suppressions
+  EXPORT_NAME tsan_suppressions
+  PACKAGE dist
+  SRCS dist/tsan_suppressions.cc
+  ALWAYSLINK
+  TESTONLY)
+
+# //dist/backend:device_choice_test
+dtrain_cc_test(dtrain_dist_backend_device_choice_test
+  OUTPUT dist/backend/device_choice_test
+  SRCS dist/backend/device_choice_test.cc
+  DEPS dtrain_dist_backend_device_choice dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
 
 # //dist/backend:testing
 dtrain_cc_library(dtrain_dist_backend_testing
@@ -1252,38 +1834,6 @@ dtrain_cc_test(dtrain_dist_backend_membership_test
   SRCS dist/backend/membership_test.cc
   DEPS dtrain_dist_backend_membership dtrain_dist_store_hash_store dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //dist/rendezvous:launch_env
-dtrain_cc_library(dtrain_dist_rendezvous_launch_env
-  EXPORT_NAME rendezvous_launch_env
-  PACKAGE dist/rendezvous
-  SRCS dist/rendezvous/init_method.cc dist/rendezvous/launch_env.cc dist/rendezvous/slurm_nodelist.cc
-  HDRS dist/rendezvous/init_method.h dist/rendezvous/launch_env.h dist/rendezvous/slurm_nodelist.h
-  DEPS dtrain_base_atomic_file dtrain_base_machine_limits dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
-
-# //dist/store:c10d_store
-dtrain_cc_library(dtrain_dist_store_c10d_store
-  EXPORT_NAME store_c10d_store
-  PACKAGE dist/store
-  SRCS dist/store/c10d_store.cc
-  HDRS dist/store/c10d_store.h
-  DEPS dtrain_dist_store dtrain_tp_absl dtrain_tp_torch)
-
-# //dist/rendezvous:init
-dtrain_cc_library(dtrain_dist_rendezvous_init
-  EXPORT_NAME rendezvous_init
-  PACKAGE dist/rendezvous
-  SRCS dist/rendezvous/init.cc
-  HDRS dist/rendezvous/init.h
-  DEPS dtrain_dist_rendezvous_launch_env dtrain_dist_rendezvous dtrain_base_posix_io dtrain_base_rank_status dtrain_base_status_macros dtrain_dist_backend_membership dtrain_dist_store dtrain_dist_store_c10d_store dtrain_dist_store_file_store dtrain_dist_store_hash_store dtrain_dist_store_prefix_store dtrain_dist_store_tcp_store dtrain_tp_absl)
-
-# //dist/backend:process_group
-dtrain_cc_library(dtrain_dist_backend_process_group
-  EXPORT_NAME backend_process_group
-  PACKAGE dist/backend
-  SRCS dist/backend/process_group.cc
-  HDRS dist/backend/process_group.h
-  DEPS dtrain_dist_backend dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_base_status_macros dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/backend:process_group_test
 dtrain_cc_test(dtrain_dist_backend_process_group_test
@@ -1455,14 +2005,6 @@ dtrain_cc_test(dtrain_dist_ddp_ddp_equivalence_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_dist_backend_testing dtrain_dist_backend_shm dtrain_models dtrain_tp_absl dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/ddp/hooks:compress_hook
-dtrain_cc_library(dtrain_dist_ddp_hooks_compress_hook
-  EXPORT_NAME ddp_hooks_compress_hook
-  PACKAGE dist/ddp/hooks
-  SRCS dist/ddp/hooks/compress_hook.cc
-  HDRS dist/ddp/hooks/compress_hook.h
-  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
-
 # //dist/ddp:ddp_knobs_test
 dtrain_cc_test(dtrain_dist_ddp_ddp_knobs_test
   OUTPUT dist/ddp/ddp_knobs_test
@@ -1491,28 +2033,12 @@ dtrain_cc_test(dtrain_dist_ddp_join_fault_test
   DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_testing dtrain_dist_backend_gloo dtrain_dist_store_tcp_store dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/ddp:sync_batch_norm
-dtrain_cc_library(dtrain_dist_ddp_sync_batch_norm
-  EXPORT_NAME ddp_sync_batch_norm
-  PACKAGE dist/ddp
-  SRCS dist/ddp/sync_batch_norm.cc
-  HDRS dist/ddp/sync_batch_norm.h
-  DEPS dtrain_dist_ddp_collectives dtrain_dist_ddp_shadowable_layer dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_models_norm_layer dtrain_tp_absl dtrain_tp_torch)
-
 # //dist/ddp:join_test
 dtrain_cc_test(dtrain_dist_ddp_join_test
   OUTPUT dist/ddp/join_test
   SRCS dist/ddp/join_test.cc
   DEPS dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp_hooks_compress_hook dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
-
-# //dist/ddp:model_averager
-dtrain_cc_library(dtrain_dist_ddp_model_averager
-  EXPORT_NAME ddp_model_averager
-  PACKAGE dist/ddp
-  SRCS dist/ddp/model_averager.cc
-  HDRS dist/ddp/model_averager.h
-  DEPS dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch)
 
 # //dist/ddp:model_fingerprint_test
 dtrain_cc_test(dtrain_dist_ddp_model_fingerprint_test
@@ -1542,28 +2068,12 @@ dtrain_cc_test(dtrain_dist_ddp_sync_batch_norm_test
   DEPS dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_testing dtrain_dist_backend dtrain_dist_backend_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/ddp/hooks:local_sgd_hook
-dtrain_cc_library(dtrain_dist_ddp_hooks_local_sgd_hook
-  EXPORT_NAME ddp_hooks_local_sgd_hook
-  PACKAGE dist/ddp/hooks
-  SRCS dist/ddp/hooks/local_sgd_hook.cc
-  HDRS dist/ddp/hooks/local_sgd_hook.h
-  DEPS dtrain_dist_ddp_hooks_allreduce_hook dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
-
 # //dist/ddp/hooks:local_sgd_test
 dtrain_cc_test(dtrain_dist_ddp_hooks_local_sgd_test
   OUTPUT dist/ddp/hooks/local_sgd_test
   SRCS dist/ddp/hooks/local_sgd_test.cc
   DEPS dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
-
-# //dist/ddp/hooks:numpy_random_state
-dtrain_cc_library(dtrain_dist_ddp_hooks_numpy_random_state
-  EXPORT_NAME ddp_hooks_numpy_random_state
-  PACKAGE dist/ddp/hooks
-  SRCS dist/ddp/hooks/numpy_random_state.cc
-  HDRS dist/ddp/hooks/numpy_random_state.h
-  DEPS dtrain_tp_absl)
 
 # //dist/ddp/hooks:numpy_random_state_test
 dtrain_cc_test(dtrain_dist_ddp_hooks_numpy_random_state_test
@@ -1572,28 +2082,12 @@ dtrain_cc_test(dtrain_dist_ddp_hooks_numpy_random_state_test
   DEPS dtrain_dist_ddp_hooks_numpy_random_state dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
-# //dist/ddp/hooks:powersgd_hook
-dtrain_cc_library(dtrain_dist_ddp_hooks_powersgd_hook
-  EXPORT_NAME ddp_hooks_powersgd_hook
-  PACKAGE dist/ddp/hooks
-  SRCS dist/ddp/hooks/powersgd_hook.cc
-  HDRS dist/ddp/hooks/powersgd_hook.h
-  DEPS dtrain_dist_ddp_hooks_numpy_random_state dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_tp_absl dtrain_tp_torch)
-
 # //dist/ddp/hooks:powersgd_hook_test
 dtrain_cc_test(dtrain_dist_ddp_hooks_powersgd_hook_test
   OUTPUT dist/ddp/hooks/powersgd_hook_test
   SRCS dist/ddp/hooks/powersgd_hook_test.cc
   DEPS dtrain_dist_ddp_hooks_powersgd_hook dtrain_dist_backend dtrain_dist_backend_testing dtrain_dist_ddp dtrain_dist_ddp_testing dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
-
-# //dist/launch:launcher
-dtrain_cc_library(dtrain_dist_launch_launcher
-  EXPORT_NAME launch_launcher
-  PACKAGE dist/launch
-  SRCS dist/launch/launcher.cc dist/launch/spawn.cc dist/launch/spawn.h
-  HDRS dist/launch/launcher.h
-  DEPS dtrain_base_machine_limits dtrain_base_posix_io dtrain_base_process_liveness dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/launch:launcher_test
 dtrain_cc_test(dtrain_dist_launch_launcher_test
@@ -1602,19 +2096,18 @@ dtrain_cc_test(dtrain_dist_launch_launcher_test
   DEPS dtrain_dist_launch_launcher dtrain_base_machine_limits dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
-# //dist/launch:nnodes_flag
-dtrain_cc_library(dtrain_dist_launch_nnodes_flag
-  EXPORT_NAME launch_nnodes_flag
-  PACKAGE dist/launch
-  SRCS dist/launch/nnodes_flag.cc
-  HDRS dist/launch/nnodes_flag.h
-  DEPS dtrain_tp_absl)
-
 # //dist/launch:nnodes_flag_test
 dtrain_cc_test(dtrain_dist_launch_nnodes_flag_test
   OUTPUT dist/launch/nnodes_flag_test
   SRCS dist/launch/nnodes_flag_test.cc
   DEPS dtrain_dist_launch_nnodes_flag dtrain_tp_gmock dtrain_tp_gtest_main
+  TIMEOUT 60)
+
+# //dist/launch:node_env_test
+dtrain_cc_test(dtrain_dist_launch_node_env_test
+  OUTPUT dist/launch/node_env_test
+  SRCS dist/launch/node_env_test.cc
+  DEPS dtrain_dist_launch_node_env dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
 
 # //dist/rendezvous:init_test
@@ -1630,14 +2123,6 @@ dtrain_cc_test(dtrain_dist_rendezvous_launch_env_test
   SRCS dist/rendezvous/init_method_test.cc dist/rendezvous/launch_env_test.cc dist/rendezvous/slurm_nodelist_test.cc
   DEPS dtrain_dist_rendezvous_launch_env dtrain_base_machine_limits dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //dist/rendezvous:next_generation
-dtrain_cc_library(dtrain_dist_rendezvous_next_generation
-  EXPORT_NAME rendezvous_next_generation
-  PACKAGE dist/rendezvous
-  SRCS dist/rendezvous/next_generation.cc
-  HDRS dist/rendezvous/next_generation.h
-  DEPS dtrain_base_status_macros dtrain_dist_store dtrain_tp_absl)
 
 # //dist/rendezvous:next_generation_test
 dtrain_cc_test(dtrain_dist_rendezvous_next_generation_test
@@ -1670,14 +2155,6 @@ dtrain_cc_test(dtrain_dist_store_c10d_store_test
   DEPS dtrain_dist_store_c10d_store dtrain_dist_store dtrain_dist_store_store_conformance dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch
   TIMEOUT 60)
 
-# //dist/store:failover_store
-dtrain_cc_library(dtrain_dist_store_failover_store
-  EXPORT_NAME store_failover_store
-  PACKAGE dist/store
-  SRCS dist/store/failover_store.cc
-  HDRS dist/store/failover_store.h
-  DEPS dtrain_dist_store dtrain_dist_store_tcp_socket dtrain_dist_store_tcp_store dtrain_dist_store_tcp_store_server dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
-
 # //dist/store:failover_store_test
 dtrain_cc_test(dtrain_dist_store_failover_store_test
   OUTPUT dist/store/failover_store_test
@@ -1691,14 +2168,6 @@ dtrain_cc_test(dtrain_dist_store_file_store_test
   SRCS dist/store/file_store_test.cc
   DEPS dtrain_dist_store_file_store dtrain_dist_store_store_conformance dtrain_base_crc32_testing dtrain_tp_gmock dtrain_tp_gtest_main
   TIMEOUT 60)
-
-# //dist/store:store_clock
-dtrain_cc_library(dtrain_dist_store_store_clock
-  EXPORT_NAME store_store_clock
-  PACKAGE dist/store
-  SRCS dist/store/store_clock.cc
-  HDRS dist/store/store_clock.h
-  DEPS dtrain_dist_store dtrain_base_status_macros dtrain_tp_absl)
 
 # //dist/store:store_clock_test
 dtrain_cc_test(dtrain_dist_store_store_clock_test
@@ -1801,440 +2270,16 @@ dtrain_cc_binary(dtrain_examples_own_model_model_summary
   OUTPUT examples/own_model/model_summary
   DEPS dtrain_examples_own_model_registered_model dtrain_tools_model_summary_main)
 
-# //trainer/checkpoint:training_state
-dtrain_cc_library(dtrain_trainer_checkpoint_training_state
-  EXPORT_NAME trainer_checkpoint_training_state
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/training_state.cc
-  HDRS trainer/checkpoint/training_state.h
-  DEPS dtrain_data_distributed_sampler dtrain_tp_absl)
-
-# //trainer/checkpoint:hook_state
-dtrain_cc_library(dtrain_trainer_checkpoint_hook_state
-  EXPORT_NAME trainer_checkpoint_hook_state
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/hook_state.cc
-  HDRS trainer/checkpoint/hook_state.h
-  DEPS dtrain_trainer_checkpoint_training_state dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/checkpoint:tensor_codec
-dtrain_cc_library(dtrain_trainer_checkpoint_tensor_codec
-  EXPORT_NAME trainer_checkpoint_tensor_codec
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/tensor_codec.cc
-  HDRS trainer/checkpoint/tensor_codec.h
-  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_tensor_text dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/checkpoint:optimizer_codec
-dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_codec
-  EXPORT_NAME trainer_checkpoint_optimizer_codec
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/adadelta_codec.cc trainer/checkpoint/adam_codec.cc trainer/checkpoint/optimizer_codec.cc trainer/checkpoint/sgd_codec.cc
-  HDRS trainer/checkpoint/optimizer_codec.h
-  DEPS dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_optim_adadelta dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/checkpoint:payload
-dtrain_cc_library(dtrain_trainer_checkpoint_payload
-  EXPORT_NAME trainer_checkpoint_payload
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/payload.cc
-  HDRS trainer/checkpoint/payload.h
-  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/checkpoint:format
-dtrain_cc_library(dtrain_trainer_checkpoint_format
-  EXPORT_NAME trainer_checkpoint_format
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/checkpoint.cc
-  HDRS trainer/checkpoint/checkpoint.h
-  DEPS dtrain_trainer_checkpoint_hook_state dtrain_trainer_checkpoint_optimizer_codec dtrain_trainer_checkpoint_payload dtrain_trainer_checkpoint_tensor_codec dtrain_trainer_checkpoint_training_state dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_compat dtrain_base_torch_guard dtrain_data_distributed_sampler dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/checkpoint:checkpoint_dir
-dtrain_cc_library(dtrain_trainer_checkpoint_checkpoint_dir
-  EXPORT_NAME trainer_checkpoint_checkpoint_dir
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/checkpoint_dir.cc
-  HDRS trainer/checkpoint/checkpoint_dir.h
-  DEPS dtrain_trainer_checkpoint_format dtrain_base_atomic_file dtrain_base_posix_io dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer/checkpoint:checkpoint
-dtrain_cc_library(dtrain_trainer_checkpoint
-  EXPORT_NAME trainer_checkpoint
-  PACKAGE trainer/checkpoint
-  DEPS dtrain_trainer_checkpoint_checkpoint_dir dtrain_trainer_checkpoint_format)
-
-# //trainer:loop_checkpoints
-dtrain_cc_library(dtrain_trainer_loop_checkpoints
-  EXPORT_NAME trainer_loop_checkpoints
-  PACKAGE trainer
-  SRCS trainer/loop_checkpoints.cc
-  HDRS trainer/loop_checkpoints.h
-  DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint)
-
 # //examples/own_model:train_own_model
 dtrain_cc_binary(dtrain_examples_own_model_train_own_model
   OUTPUT examples/own_model/train_own_model
   SRCS examples/own_model/train_own_model.cc
   DEPS dtrain_base_status_macros dtrain_data dtrain_dist_backend_process_group dtrain_dist_ddp dtrain_tp_absl dtrain_tp_torch dtrain_trainer_loop_checkpoints)
 
-# //trainer/options:common
-dtrain_cc_library(dtrain_trainer_options_common
-  EXPORT_NAME trainer_options_common
-  PACKAGE trainer/options
-  HDRS trainer/options/common.h
-  DEPS dtrain_tp_absl)
-
-# //models/state_dict:state_dict_path
-dtrain_cc_library(dtrain_models_state_dict_state_dict_path
-  EXPORT_NAME models_state_dict_state_dict_path
-  PACKAGE models/state_dict
-  HDRS models/state_dict/state_dict_path.h
-  DEPS dtrain_tp_absl)
-
-# //trainer/options:checkpoint_options
-dtrain_cc_library(dtrain_trainer_options_checkpoint_options
-  EXPORT_NAME trainer_options_checkpoint_options
-  PACKAGE trainer/options
-  SRCS trainer/options/checkpoint_options.cc
-  HDRS trainer/options/checkpoint_options.h
-  DEPS dtrain_trainer_options_common dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
-
-# //trainer/options:data_options
-dtrain_cc_library(dtrain_trainer_options_data_options
-  EXPORT_NAME trainer_options_data_options
-  PACKAGE trainer/options
-  SRCS trainer/options/data_options.cc
-  HDRS trainer/options/data_options.h
-  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer/options:data_parallel_options
-dtrain_cc_library(dtrain_trainer_options_data_parallel_options
-  EXPORT_NAME trainer_options_data_parallel_options
-  PACKAGE trainer/options
-  SRCS trainer/options/data_parallel_options.cc
-  HDRS trainer/options/data_parallel_options.h
-  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer/options:launch_options
-dtrain_cc_library(dtrain_trainer_options_launch_options
-  EXPORT_NAME trainer_options_launch_options
-  PACKAGE trainer/options
-  SRCS trainer/options/launch_options.cc
-  HDRS trainer/options/launch_options.h
-  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_dist_backend_backend_names dtrain_dist_backend_device_choice dtrain_tp_absl)
-
-# //trainer/options:model_options
-dtrain_cc_library(dtrain_trainer_options_model_options
-  EXPORT_NAME trainer_options_model_options
-  PACKAGE trainer/options
-  SRCS trainer/options/model_options.cc
-  HDRS trainer/options/model_options.h
-  DEPS dtrain_trainer_options_common dtrain_models_model_catalog dtrain_models_state_dict_state_dict_path dtrain_tp_absl)
-
-# //trainer/options:optimizer_options
-dtrain_cc_library(dtrain_trainer_options_optimizer_options
-  EXPORT_NAME trainer_options_optimizer_options
-  PACKAGE trainer/options
-  SRCS trainer/options/optimizer_options.cc
-  HDRS trainer/options/optimizer_options.h
-  DEPS dtrain_trainer_options_common dtrain_base_machine_limits dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer/report:report_options
-dtrain_cc_library(dtrain_trainer_report_report_options
-  EXPORT_NAME trainer_report_report_options
-  PACKAGE trainer/report
-  SRCS trainer/report/report_options.cc
-  HDRS trainer/report/report_options.h
-  DEPS dtrain_tp_absl)
-
-# //trainer/report:step_log
-dtrain_cc_library(dtrain_trainer_report_step_log
-  EXPORT_NAME trainer_report_step_log
-  PACKAGE trainer/report
-  SRCS trainer/report/step_log.cc
-  HDRS trainer/report/step_log.h
-  DEPS dtrain_base_posix_io dtrain_tp_absl)
-
-# //trainer:train_options
-dtrain_cc_library(dtrain_trainer_train_options
-  EXPORT_NAME trainer_train_options
-  PACKAGE trainer
-  SRCS trainer/train_options.cc
-  HDRS trainer/train_options.h
-  DEPS dtrain_base_status_macros dtrain_base_user_path dtrain_tp_absl dtrain_trainer_options_checkpoint_options dtrain_trainer_options_common dtrain_trainer_options_data_options dtrain_trainer_options_data_parallel_options dtrain_trainer_options_launch_options dtrain_trainer_options_model_options dtrain_trainer_options_optimizer_options dtrain_trainer_report_report_options dtrain_trainer_report_step_log)
-
-# //trainer:training_data
-dtrain_cc_library(dtrain_trainer_training_data
-  EXPORT_NAME trainer_training_data
-  PACKAGE trainer
-  SRCS trainer/training_data.cc
-  HDRS trainer/training_data.h
-  DEPS dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_tp_absl)
-
-# //trainer:elastic_handover
-dtrain_cc_library(dtrain_trainer_elastic_handover
-  EXPORT_NAME trainer_elastic_handover
-  PACKAGE trainer
-  HDRS trainer/elastic_handover.h
-  DEPS dtrain_trainer_training_data dtrain_tp_absl)
-
-# //trainer:elastic_state
-dtrain_cc_library(dtrain_trainer_elastic_state
-  EXPORT_NAME trainer_elastic_state
-  PACKAGE trainer
-  SRCS trainer/elastic_state.cc
-  HDRS trainer/elastic_state.h
-  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_backend_membership dtrain_dist_backend_small_collectives dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer:stop_vote
-dtrain_cc_library(dtrain_trainer_stop_vote
-  EXPORT_NAME trainer_stop_vote
-  PACKAGE trainer
-  SRCS trainer/stop_vote.cc
-  HDRS trainer/stop_vote.h
-  DEPS dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp_join dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/report:meters
-dtrain_cc_library(dtrain_trainer_report_meters
-  EXPORT_NAME trainer_report_meters
-  PACKAGE trainer/report
-  SRCS trainer/report/meters.cc
-  HDRS trainer/report/meters.h
-  DEPS dtrain_tp_torch)
-
-# //trainer/report:scores
-dtrain_cc_library(dtrain_trainer_report_scores
-  EXPORT_NAME trainer_report_scores
-  PACKAGE trainer/report
-  SRCS trainer/report/scores.cc
-  HDRS trainer/report/scores.h
-  DEPS dtrain_base_status_macros dtrain_dist_backend_small_collectives dtrain_tp_absl)
-
-# //trainer:evaluation
-dtrain_cc_library(dtrain_trainer_evaluation
-  EXPORT_NAME trainer_evaluation
-  PACKAGE trainer
-  SRCS trainer/evaluation.cc
-  HDRS trainer/evaluation.h
-  DEPS dtrain_trainer_stop_vote dtrain_base_status_macros dtrain_base_torch_guard dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_report_scores)
-
-# //trainer:amp
-dtrain_cc_library(dtrain_trainer_amp
-  EXPORT_NAME trainer_amp
-  PACKAGE trainer
-  SRCS trainer/amp.cc
-  HDRS trainer/amp.h
-  DEPS dtrain_tp_absl dtrain_tp_torch)
-
-# //models/state_dict:safetensors
-dtrain_cc_library(dtrain_models_state_dict_safetensors
-  EXPORT_NAME models_state_dict_safetensors
-  PACKAGE models/state_dict
-  SRCS models/state_dict/safetensors.cc
-  HDRS models/state_dict/safetensors.h
-  DEPS dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl dtrain_tp_json)
-
-# //models/state_dict:torch_pickle
-dtrain_cc_library(dtrain_models_state_dict_torch_pickle
-  EXPORT_NAME models_state_dict_torch_pickle
-  PACKAGE models/state_dict
-  SRCS models/state_dict/torch_pickle.cc
-  HDRS models/state_dict/torch_pickle.h
-  DEPS dtrain_models_state_dict_safetensors dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl)
-
-# //models/state_dict:zip_archive
-dtrain_cc_library(dtrain_models_state_dict_zip_archive
-  EXPORT_NAME models_state_dict_zip_archive
-  PACKAGE models/state_dict
-  SRCS models/state_dict/zip_archive.cc
-  HDRS models/state_dict/zip_archive.h
-  DEPS dtrain_base_byte_codec dtrain_base_crc32 dtrain_base_status_macros dtrain_tp_absl)
-
-# //models/state_dict:torch_save
-dtrain_cc_library(dtrain_models_state_dict_torch_save
-  EXPORT_NAME models_state_dict_torch_save
-  PACKAGE models/state_dict
-  SRCS models/state_dict/torch_save.cc
-  HDRS models/state_dict/torch_save.h
-  DEPS dtrain_models_state_dict_safetensors dtrain_models_state_dict_torch_pickle dtrain_models_state_dict_zip_archive dtrain_base_byte_codec dtrain_base_status_macros dtrain_tp_absl)
-
-# //models/state_dict:state_dict
-dtrain_cc_library(dtrain_models_state_dict
-  EXPORT_NAME models_state_dict
-  PACKAGE models/state_dict
-  SRCS models/state_dict/state_dict.cc
-  HDRS models/state_dict/state_dict.h
-  DEPS dtrain_models_state_dict_safetensors dtrain_models_state_dict_state_dict_path dtrain_models_state_dict_torch_save dtrain_base_atomic_file dtrain_base_name_list dtrain_base_status_macros dtrain_base_tensor_text dtrain_base_torch_guard dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/report:run_metrics
-dtrain_cc_library(dtrain_trainer_report_run_metrics
-  EXPORT_NAME trainer_report_run_metrics
-  PACKAGE trainer/report
-  SRCS trainer/report/run_metrics.cc
-  HDRS trainer/report/run_metrics.h
-  DEPS dtrain_base_atomic_file dtrain_tp_absl dtrain_tp_json dtrain_trainer_train_options)
-
-# //trainer:run_parts
-dtrain_cc_library(dtrain_trainer_run_parts
-  EXPORT_NAME trainer_run_parts
-  PACKAGE trainer
-  SRCS trainer/run_parts.cc
-  HDRS trainer/run_parts.h
-  DEPS dtrain_trainer_amp dtrain_trainer_train_options dtrain_trainer_training_data dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp_comm_hook dtrain_dist_ddp_ddp_types dtrain_dist_ddp_sync_batch_norm dtrain_dist_ddp_hooks_compress_hook dtrain_dist_ddp_hooks_local_sgd_hook dtrain_dist_ddp_hooks_powersgd_hook dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_report_run_metrics)
-
-# //trainer/trace:step_phases
-dtrain_cc_library(dtrain_trainer_trace_step_phases
-  EXPORT_NAME trainer_trace_step_phases
-  PACKAGE trainer/trace
-  HDRS trainer/trace/step_phases.h
-  DEPS dtrain_tp_absl)
-
-# //trainer:train_step
-dtrain_cc_library(dtrain_trainer_train_step
-  EXPORT_NAME trainer_train_step
-  PACKAGE trainer
-  SRCS trainer/train_step.cc
-  HDRS trainer/train_step.h
-  DEPS dtrain_trainer_amp dtrain_base_status_macros dtrain_base_torch_guard dtrain_dist_ddp dtrain_dist_ddp_model_averager dtrain_dist_zero_sharded_optimizer dtrain_models dtrain_tp_absl dtrain_tp_torch dtrain_trainer_report_meters dtrain_trainer_trace_step_phases)
-
-# //trainer/checkpoint:sharded_state
-dtrain_cc_library(dtrain_trainer_checkpoint_sharded_state
-  EXPORT_NAME trainer_checkpoint_sharded_state
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/sharded_state.cc
-  HDRS trainer/checkpoint/sharded_state.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_base_torch_guard dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_zero_sharded_optimizer dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer/report:ddp_timeline
-dtrain_cc_library(dtrain_trainer_report_ddp_timeline
-  EXPORT_NAME trainer_report_ddp_timeline
-  PACKAGE trainer/report
-  SRCS trainer/report/ddp_timeline.cc
-  HDRS trainer/report/ddp_timeline.h
-  DEPS dtrain_trainer_report_run_metrics dtrain_dist_ddp_ddp_types dtrain_tp_absl)
-
-# //trainer/report:live_metrics
-dtrain_cc_library(dtrain_trainer_report_live_metrics
-  EXPORT_NAME trainer_report_live_metrics
-  PACKAGE trainer/report
-  SRCS trainer/report/live_metrics.cc
-  HDRS trainer/report/live_metrics.h
-  DEPS dtrain_trainer_report_run_metrics dtrain_tp_prometheus_core)
-
-# //trainer/report:live_report
-dtrain_cc_library(dtrain_trainer_report_live_report
-  EXPORT_NAME trainer_report_live_report
-  PACKAGE trainer/report
-  SRCS trainer/report/live_report.cc
-  HDRS trainer/report/live_report.h
-  DEPS dtrain_trainer_report_live_metrics dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_step_log dtrain_base_metrics_server dtrain_base_status_macros dtrain_tp_absl)
-
-# //trainer/report:progress
-dtrain_cc_library(dtrain_trainer_report_progress
-  EXPORT_NAME trainer_report_progress
-  PACKAGE trainer/report
-  SRCS trainer/report/progress.cc
-  HDRS trainer/report/progress.h
-  DEPS dtrain_trainer_report_meters dtrain_trainer_report_report_options dtrain_tp_absl)
-
-# //trainer/trace:step_trace
-dtrain_cc_library(dtrain_trainer_trace_step_trace
-  EXPORT_NAME trainer_trace_step_trace
-  PACKAGE trainer/trace
-  SRCS trainer/trace/step_trace.cc
-  HDRS trainer/trace/step_trace.h
-  DEPS dtrain_trainer_trace_step_phases dtrain_base_byte_codec dtrain_base_status_macros dtrain_dist_ddp_ddp_types dtrain_tp_absl)
-
-# //trainer/trace:trace_merge
-dtrain_cc_library(dtrain_trainer_trace_trace_merge
-  EXPORT_NAME trainer_trace_trace_merge
-  PACKAGE trainer/trace
-  SRCS trainer/trace/trace_merge.cc
-  HDRS trainer/trace/trace_merge.h
-  DEPS dtrain_trainer_trace_step_trace dtrain_base_atomic_file dtrain_base_chrome_trace dtrain_base_posix_io dtrain_dist_store dtrain_dist_store_store_clock dtrain_tp_absl)
-
-# //trainer/report:recorder
-dtrain_cc_library(dtrain_trainer_report_recorder
-  EXPORT_NAME trainer_report_recorder
-  PACKAGE trainer/report
-  SRCS trainer/report/recorder.cc
-  HDRS trainer/report/recorder.h
-  DEPS dtrain_trainer_report_ddp_timeline dtrain_trainer_report_live_report dtrain_trainer_report_meters dtrain_trainer_report_progress dtrain_trainer_report_report_options dtrain_trainer_report_run_metrics dtrain_trainer_report_scores dtrain_base_status_macros dtrain_base_trace_marks dtrain_dist_backend_small_collectives dtrain_dist_ddp_ddp_types dtrain_tp_absl dtrain_trainer_trace_step_phases dtrain_trainer_trace_step_trace dtrain_trainer_trace_trace_merge)
-
-# //trainer:run_assembly
-dtrain_cc_library(dtrain_trainer_run_assembly
-  EXPORT_NAME trainer_run_assembly
-  PACKAGE trainer
-  SRCS trainer/run_assembly.cc
-  HDRS trainer/run_assembly.h
-  DEPS dtrain_trainer_amp dtrain_trainer_elastic_handover dtrain_trainer_loop_checkpoints dtrain_trainer_run_parts dtrain_trainer_stop_vote dtrain_trainer_train_options dtrain_trainer_train_step dtrain_trainer_training_data dtrain_base_compute_threads dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_backend_small_collectives dtrain_dist_ddp dtrain_dist_ddp_comm_hook dtrain_dist_ddp_model_averager dtrain_dist_ddp_sync_batch_norm dtrain_dist_rendezvous_init dtrain_models dtrain_optim dtrain_tp_absl dtrain_tp_torch dtrain_dist_zero_sharded_optimizer dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
-
-# //trainer:run_outputs
-dtrain_cc_library(dtrain_trainer_run_outputs
-  EXPORT_NAME trainer_run_outputs
-  PACKAGE trainer
-  SRCS trainer/run_outputs.cc
-  HDRS trainer/run_outputs.h
-  DEPS dtrain_trainer_loop_checkpoints dtrain_trainer_run_assembly dtrain_trainer_train_options dtrain_base_status_macros dtrain_data dtrain_models_state_dict dtrain_tp_absl dtrain_trainer_checkpoint dtrain_trainer_checkpoint_sharded_state dtrain_trainer_report_recorder)
-
-# //trainer/checkpoint:optimizer_state_bytes
-dtrain_cc_library(dtrain_trainer_checkpoint_optimizer_state_bytes
-  EXPORT_NAME trainer_checkpoint_optimizer_state_bytes
-  PACKAGE trainer/checkpoint
-  SRCS trainer/checkpoint/optimizer_state_bytes.cc
-  HDRS trainer/checkpoint/optimizer_state_bytes.h
-  DEPS dtrain_trainer_checkpoint_optimizer_codec dtrain_base_status_macros dtrain_base_torch_compat dtrain_tp_absl dtrain_tp_torch)
-
-# //trainer:trainer
-dtrain_cc_library(dtrain_trainer
-  EXPORT_NAME trainer
-  PACKAGE trainer
-  SRCS trainer/trainer.cc
-  HDRS trainer/trainer.h
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer_evaluation dtrain_trainer_run_assembly dtrain_trainer_run_outputs dtrain_trainer_train_options dtrain_base_process_memory dtrain_base_rank_status dtrain_base_status_macros dtrain_data dtrain_dist_backend dtrain_dist_ddp dtrain_dist_ddp_join dtrain_dist_rendezvous_init dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_torch dtrain_trainer_checkpoint dtrain_trainer_checkpoint_optimizer_state_bytes dtrain_trainer_report_recorder dtrain_trainer_report_run_metrics)
-
-# //trainer:elastic_run
-dtrain_cc_library(dtrain_trainer_elastic_run
-  EXPORT_NAME trainer_elastic_run
-  PACKAGE trainer
-  SRCS trainer/elastic_run.cc
-  HDRS trainer/elastic_run.h
-  DEPS dtrain_trainer_elastic_handover dtrain_trainer_elastic_state dtrain_trainer_train_options dtrain_trainer dtrain_base_atomic_file dtrain_base_pause_watch dtrain_base_status_macros dtrain_dist_backend dtrain_dist_backend_factory dtrain_dist_rendezvous_init dtrain_dist_rendezvous_next_generation dtrain_dist_store dtrain_dist_store_failover_store dtrain_dist_store_prefix_store dtrain_tp_absl)
-
-# //trainer:flight_dump
-dtrain_cc_library(dtrain_trainer_flight_dump
-  EXPORT_NAME trainer_flight_dump
-  PACKAGE trainer
-  SRCS trainer/flight_dump.cc
-  HDRS trainer/flight_dump.h
-  DEPS dtrain_dist_backend_flight_recorder dtrain_tp_absl)
-
-# //trainer/flags:train_flags
-dtrain_cc_library(dtrain_trainer_flags_train_flags
-  EXPORT_NAME trainer_flags_train_flags
-  PACKAGE trainer/flags
-  SRCS trainer/flags/checkpoint_flags.cc trainer/flags/data_flags.cc trainer/flags/data_parallel_flags.cc trainer/flags/launch_flags.cc trainer/flags/model_flags.cc trainer/flags/optimizer_flags.cc trainer/flags/report_flags.cc trainer/flags/run_flags.cc trainer/flags/spawn_flags.cc trainer/flags/train_flags.cc
-  HDRS trainer/flags/train_flags.h
-  DEPS dtrain_base_duration_flag dtrain_base_status_macros dtrain_base_user_path dtrain_dist_launch_nnodes_flag dtrain_dist_rendezvous_launch_env dtrain_tp_absl dtrain_trainer_train_options)
-
-# //trainer:train_main
-dtrain_cc_library(dtrain_trainer_train_main
-  EXPORT_NAME trainer_train_main
-  PACKAGE trainer
-  SRCS trainer/train_main.cc
-  DEPS dtrain_trainer_elastic_run dtrain_trainer_flight_dump dtrain_trainer_train_options dtrain_trainer dtrain_base_malloc_tuning dtrain_base_open_file_limit dtrain_base_status_macros dtrain_dist_backend_device_choice dtrain_dist_backend_device_selection dtrain_dist_backend_process_group dtrain_dist_launch_launcher dtrain_dist_rendezvous_init dtrain_dist_rendezvous_launch_env dtrain_dist_store_failover_store dtrain_tp_absl dtrain_trainer_flags_train_flags
-  ALWAYSLINK)
-
 # //examples/own_model:train_with_own_model
 dtrain_cc_binary(dtrain_examples_own_model_train_with_own_model
   OUTPUT examples/own_model/train_with_own_model
   DEPS dtrain_examples_own_model_registered_model dtrain_trainer_train_main)
-
-# //tools/launch:launch
-dtrain_cc_binary(dtrain_tools_launch
-  OUTPUT tools/launch/launch
-  SRCS tools/launch/main.cc
-  DEPS dtrain_base_duration_flag dtrain_base_open_file_limit dtrain_dist_launch_launcher dtrain_dist_launch_nnodes_flag dtrain_tp_absl)
 
 # //examples/own_model:own_model_test
 dtrain_sh_test(dtrain_examples_own_model_own_model_test
@@ -2251,11 +2296,6 @@ dtrain_cc_test(dtrain_examples_own_model_registered_model_test
   SRCS examples/own_model/registered_model_test.cc
   DEPS dtrain_examples_own_model_registered_model dtrain_models dtrain_models_state_dict dtrain_tp_absl dtrain_tp_gmock dtrain_tp_gtest_main dtrain_tp_torch dtrain_trainer_checkpoint
   TIMEOUT 60)
-
-# //trainer:train
-dtrain_cc_binary(dtrain_trainer_train
-  OUTPUT trainer/train
-  DEPS dtrain_trainer_train_main)
 
 # //experiments:elastic_recovery
 dtrain_sh_binary(dtrain_experiments_elastic_recovery
