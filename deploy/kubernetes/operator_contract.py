@@ -325,10 +325,43 @@ def train_args(argv):
     return argv[1:]
 
 
+def rank_running(ns):
+    """Whether a train process that is a rank runs in `ns`: one its launcher started (LOCAL_RANK),
+    or one that an operator's RANK makes a rank by itself (no PET_* and no --nproc_per_node)."""
+    pids = subprocess.run(['ip', 'netns', 'pids', ns], capture_output=True, text=True).stdout
+    for pid in pids.split():
+        try:
+            with open('/proc/%s/comm' % pid) as f:
+                if f.read().strip() != 'train':
+                    continue
+            with open('/proc/%s/environ' % pid, 'rb') as f:
+                env = [e.split(b'=', 1)[0] for e in f.read().split(b'\0')]
+            with open('/proc/%s/cmdline' % pid, 'rb') as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b'LOCAL_RANK' in env:
+            return True
+        if (b'RANK' in env and not any(e.startswith(b'PET_') for e in env)
+                and b'--nproc_per_node' not in cmdline):
+            return True
+    return False
+
+
+def wait_for_ranks(workers, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if all(rank_running(w.ns) for w in workers):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def run_job(cluster, pods, tmp, label, kill, check, deadline_s=240):
     """Runs the pods to the end, as the kubelet would: the master's names resolve only while it
     runs; a container that fails is restarted after a second (at most 4 times). With `kill`
-    ('master' or 'worker'), the workers start first, the master 2 s later, and that pod is
+    ('master' or 'worker'), the workers start first, the master 1.5 s after their ranks run, and
+    that pod is
     SIGKILLed once a checkpoint is on the shared volume. Returns the shared folder and the pods,
     or None when the job did not succeed."""
     shared = os.path.join(tmp, label)
@@ -351,7 +384,11 @@ def run_job(cluster, pods, tmp, label, kill, check, deadline_s=240):
     start = time.monotonic()
     for pp in order:
         if pp.pod.master and kill:
-            time.sleep(2.0)  # the workers wait for a name that does not resolve yet
+            # The workers' ranks run, and look for a master whose name does not resolve yet.
+            if not wait_for_ranks([w for w in procs if not w.pod.master], 60):
+                check.fail('%s: no worker rank started within 60 s' % label)
+                return None
+            time.sleep(1.5)
         pp.start()
         publish()
     killed = not kill
