@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The manifests of deploy/kubernetes held to their operators' contracts on one machine.
 
-For each operator (Kubeflow's PyTorchJob, Kubeflow Trainer v2, Volcano) and 1 and 2 processes per
+First, the Kubernetes core API objects in every manifest (pod and Job templates, volumes, the
+claim) are checked against the API's own types (manifest_schema.py). Then, for each operator (Kubeflow's PyTorchJob, Kubeflow Trainer v2, Volcano) and 1 and 2 processes per
 pod, the pods of the operator's manifest run as network, PID, mount and UTS namespaces joined by a
 veth pair (as experiments/sim_cluster makes hosts), each given exactly the environment the
 operator's controller injects (from its source code: see OPERATORS below) and the kubelet's, and
@@ -34,6 +35,8 @@ import tempfile
 import time
 
 import yaml
+
+import manifest_schema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -448,8 +451,21 @@ def main():
     parser.add_argument('--procs', default='1,2')
     parser.add_argument('--keep', action='store_true')
     args = parser.parse_args()
+    check = Check()
+    # The core API objects of every manifest, against Kubernetes' own types (no root needed).
+    manifests = ['checkpoints-pvc.yaml'] + [m for m, _ in OPERATORS.values()]
+    for manifest in manifests:
+        with open(os.path.join(HERE, manifest)) as f:
+            docs = list(yaml.safe_load_all(f))
+        for error in manifest_schema.check_manifest(manifest, docs):
+            check.fail(error)
+        if manifest == 'pytorchjob.yaml' and not manifest_schema.self_check(docs):
+            check.fail('the schema check let a broken pod template through')
+    print('schema: %d manifests checked against the Kubernetes API\'s types' % len(manifests))
+    if check.failures:
+        return 1
     if os.geteuid() != 0:
-        print('SKIP: needs root to create network, PID, mount and UTS namespaces')
+        print('SKIP: the pods need root to create network, PID, mount and UTS namespaces')
         return SKIP
     for tool in ('ip', 'unshare'):
         if shutil.which(tool) is None:
@@ -464,7 +480,6 @@ def main():
     os.environ['POD_BIN'] = bindir
     os.environ['POD_PATH'] = '/usr/local/bin:/usr/bin:/bin'
     cluster = Cluster(tmp, '10.215.%d' % (os.getpid() % 200 + 20))
-    check = Check()
     try:
         try:
             cluster.up()
