@@ -17,7 +17,9 @@
 
 namespace dtrain::base {
 
-// Notes each "--name", "--name=value" and "-name..." before a "--".
+// Notes each "--name", "--name=value" and "-name..." before a "--", and as
+// Abseil reads them, the flags in each --flagfile and those --fromenv names
+// (--tryfromenv's where FLAGS_<name> is set).
 void RecordGivenFlags(int argc, char** argv);
 
 // Whether the recorded command line named the flag.

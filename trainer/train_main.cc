@@ -374,12 +374,24 @@ int Main(int argc, char** argv) {
   const SpawnFlags spawn = ReadSpawnFlags();
   const rendezvous::EnvMap env = rendezvous::ProcessEnv();
   // With torchrun's node variables (a Kubernetes operator's pod) and no
-  // launcher above it (which sets LOCAL_RANK), train is the node's launcher,
-  // as torchrun would be, unless its flags make it one rank.
+  // launcher above it, train is the node's launcher, as torchrun would be,
+  // unless its flags make it one rank.
+  if (spawn.nproc_per_node > 0 && env.contains("LOCAL_RANK")) {
+    std::cerr << "train: --nproc_per_node in a rank a launcher started "
+                 "(LOCAL_RANK is set): a rank does not spawn ranks (is "
+                 "--nproc_per_node in a --flagfile the launcher passed on?)\n";
+    return 2;
+  }
+  const absl::StatusOr<rendezvous::InitMethod> url =
+      rendezvous::ParseInitMethod(options->launch.dist_url);
   const bool one_rank =
-      Specified("rank") || Specified("world_size") || Specified("join");
-  if (spawn.nproc_per_node > 0 || (!one_rank && !env.contains("LOCAL_RANK") &&
-                                   launch::HasNodeSettings(env))) {
+      options->launch.rank.has_value() ||
+      options->launch.world_size.has_value() ||
+      options->launch.local_rank.has_value() || options->launch.join ||
+      (url.ok() && (url->rank.has_value() || url->world_size.has_value()));
+  if (spawn.nproc_per_node > 0 ||
+      (!one_rank && !rendezvous::LaunchedAsRank(env) &&
+       launch::HasNodeSettings(env))) {
     absl::StatusOr<launch::LaunchOptions> group =
         SpawnOptions(argc, argv, spawn, options->launch, env);
     if (!group.ok()) {

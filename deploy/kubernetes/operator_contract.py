@@ -175,7 +175,9 @@ def trainjob_pods(docs, procs):
 
 def volcano_pods(docs, procs):
     """volcano-sh/volcano master, pkg/controllers/job/plugins/distributed-framework/pytorch: the
-    svc plugin makes <job>-<task>-<i>.<job> resolve; MASTER_ADDR names the master task's pod 0,
+    job controller sets VK_TASK_INDEX and VC_TASK_INDEX in every pod, the svc plugin makes
+    <job>-<task>-<i>.<job> resolve (and sets VC_<TASK>_HOSTS and VC_<TASK>_NUM); MASTER_ADDR names
+    the master task's pod 0,
     MASTER_PORT is --port (23456), WORLD_SIZE the pods of both tasks, RANK 0 for the master and
     the pod's index + 1 for workers. The processes per pod are the container's --nproc_per_node,
     which the test sets to `procs` (none for 1)."""
@@ -200,6 +202,15 @@ def volcano_pods(docs, procs):
             pod = '%s-%s-%d' % (name, task['name'], index)
             env = kubelet_env(pod)
             env.update(container_env(container))
+            # The job controller's task index in every pod; the svc plugin's hosts and counts.
+            env.update({
+                'VK_TASK_INDEX': str(index), 'VC_TASK_INDEX': str(index),
+            })
+            for t in (master, worker):
+                key = t['name'].upper().replace('-', '_')
+                env['VC_%s_HOSTS' % key] = ','.join(
+                    '%s-%s-%d.%s' % (name, t['name'], i, name) for i in range(t['replicas']))
+                env['VC_%s_NUM' % key] = str(t['replicas'])
             env.update({
                 'MASTER_ADDR': '%s-%s-0.%s' % (name, options['master'], name),
                 'MASTER_PORT': options['port'],
@@ -404,6 +415,12 @@ def run_job(cluster, pods, tmp, label, kill, check, deadline_s=240):
                 check.fail('%s: did not end within %d s' % (label, deadline_s))
                 return None
             if not killed and glob.glob(os.path.join(shared, '**', 'checkpoint-*'), recursive=True):
+                # The workers waited for the late master instead of failing and restarting.
+                restarted = [pp.pod.name for pp in procs if pp.starts > 1]
+                if restarted:
+                    check.fail('%s: %s restarted before the kill (a worker that failed while the '
+                               'master did not resolve?): %s' % (label, ', '.join(restarted),
+                                                                   tail(procs[-1].output())))
                 victim = [pp for pp in procs if pp.pod.master == (kill == 'master')][0]
                 print('%s: checkpoint on the volume after %.1f s: SIGKILL pod %s' %
                       (label, time.monotonic() - start, victim.pod.name), flush=True)
@@ -444,6 +461,8 @@ def run_job(cluster, pods, tmp, label, kill, check, deadline_s=240):
 
 
 def main():
+    # Bazel's timeout sends SIGTERM: the pods, namespaces and files go as after a normal end.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parser = argparse.ArgumentParser()
     parser.add_argument('train')
     parser.add_argument('launch')

@@ -20,6 +20,8 @@ namespace {
 
 using rendezvous::EnvMap;
 
+constexpr int kMaxCount = 1 << 20;  // nodes, ranks: base::kMaxWorldSize
+
 const std::string* Find(const EnvMap& env, absl::string_view name) {
   auto it = env.find(name);
   return it == env.end() ? nullptr : &it->second;
@@ -63,18 +65,68 @@ absl::StatusOr<int> ProcsPerNode(absl::string_view var, absl::string_view text,
   int value = 0;
   if (!absl::SimpleAtoi(text, &value))
     return Bad(var, text, "is neither a number of ranks nor auto, gpu or cpu");
-  return Integer(var, text, 1, 1 << 20);
+  if (value < 1 || value > kMaxCount)
+    return Bad(var, text, absl::StrCat("is outside 1..", kMaxCount));
+  return value;
 }
 
-// Takes `var` for a setting the command line did not give; notes it in `used`.
-template <typename Apply>
-absl::Status Take(const EnvMap& env, const char* var, bool given,
-                  std::vector<std::string>* used, Apply apply) {
-  const std::string* value = Find(env, var);
-  if (value == nullptr || given) return absl::OkStatus();
-  std::string note;
-  DTRAIN_RETURN_IF_ERROR(apply(*value, &note));
-  used->push_back(absl::StrCat(var, "=", *value, note));
+// Parses `value` of `var` into `o`; `note` gets what the log adds.
+using Parse = absl::Status (*)(const char* var, const std::string& value,
+                               const NodeDevices& devices, LaunchOptions* o,
+                               std::string* note);
+
+absl::Status ParseProcs(const char* var, const std::string& v,
+                        const NodeDevices& devices, LaunchOptions* o,
+                        std::string* note) {
+  DTRAIN_ASSIGN_OR_RETURN(o->nproc_per_node,
+                          ProcsPerNode(var, v, devices, note));
+  return absl::OkStatus();
+}
+
+absl::Status ParseNodes(const char* var, const std::string& v,
+                        const NodeDevices&, LaunchOptions* o,
+                        std::string* note) {
+  // A pod's WORLD_SIZE is a count of pods; PET_NNODES may be MIN:MAX.
+  if (absl::string_view(var) == "WORLD_SIZE") {
+    DTRAIN_ASSIGN_OR_RETURN(o->nnodes, Integer(var, v, 1, kMaxCount));
+    o->max_nnodes = o->nnodes;
+    *note = " (pods)";
+    return absl::OkStatus();
+  }
+  NnodesFlag n;
+  std::string error;
+  if (!AbslParseFlag(v, &n, &error)) return Bad(var, v, error);
+  if (n.min != n.max && !o->elastic)
+    return Bad(var, v, "is a range of nodes, for an elastic job (--elastic)");
+  o->nnodes = n.min;
+  o->max_nnodes = n.max;
+  return absl::OkStatus();
+}
+
+absl::Status ParseNodeRank(const char* var, const std::string& v,
+                           const NodeDevices&, LaunchOptions* o,
+                           std::string* note) {
+  DTRAIN_ASSIGN_OR_RETURN(o->node_rank, Integer(var, v, 0, kMaxCount - 1));
+  if (absl::string_view(var) == "RANK") *note = " (this pod)";
+  return absl::OkStatus();
+}
+
+absl::Status ParseAddr(const char* var, const std::string& v,
+                       const NodeDevices&, LaunchOptions* o, std::string*) {
+  if (v.empty()) return Bad(var, v, "is empty");
+  o->master_addr = v;
+  return absl::OkStatus();
+}
+
+absl::Status ParsePort(const char* var, const std::string& v,
+                       const NodeDevices&, LaunchOptions* o, std::string*) {
+  DTRAIN_ASSIGN_OR_RETURN(o->master_port, Integer(var, v, 1, 65535));
+  return absl::OkStatus();
+}
+
+absl::Status ParseRestarts(const char* var, const std::string& v,
+                           const NodeDevices&, LaunchOptions* o, std::string*) {
+  DTRAIN_ASSIGN_OR_RETURN(o->max_restarts, Integer(var, v, 0, kMaxCount));
   return absl::OkStatus();
 }
 
@@ -93,111 +145,57 @@ absl::StatusOr<std::string> ApplyNodeEnv(const EnvMap& env,
                                          const GivenSettings& given,
                                          const NodeDevices& devices,
                                          LaunchOptions* o) {
-  // Static rendezvous (torchrun's default backend name) is what the master
-  // address and port give; the others hand node ranks out at run time.
+  // Static rendezvous (torchrun's default) is what the master address and
+  // port give; the others hand node ranks out at run time.
   if (const std::string* rdzv = Find(env, "PET_RDZV_BACKEND");
-      rdzv != nullptr && *rdzv != "static" && !given.node_rank) {
+      rdzv != nullptr && !rdzv->empty() && *rdzv != "static" &&
+      !given.node_rank) {
     return Bad("PET_RDZV_BACKEND", *rdzv,
                "(a PyTorchJob's elasticPolicy) asks for a dynamic rendezvous "
                "that hands node ranks out, which launch does not do: drop the "
                "elasticPolicy (train --elastic survives a lost rank within the "
                "job; docs/LAUNCHERS.md, \"Kubernetes\")");
   }
+  // An operator that speaks only RANK and WORLD_SIZE (Volcano) runs one
+  // launcher per pod, so they count pods. Never outside an operator's pod: a
+  // Service named "master" gives every pod MASTER_PORT=tcp://...
+  const std::string* rank = Find(env, "RANK");
+  const std::string* world = Find(env, "WORLD_SIZE");
+  const bool pod =
+      rendezvous::OperatorPod(env) && (rank != nullptr || world != nullptr);
+  if (pod && (rank == nullptr) != (world == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this pod sets ", rank != nullptr ? "RANK" : "WORLD_SIZE", " but not ",
+        rank != nullptr ? "WORLD_SIZE" : "RANK",
+        ": an operator sets both (the pods and this pod's index)"));
+  }
+  struct Row {
+    bool given;
+    const char* pet;
+    const char* pod;  // nullptr: torchrun's variable only
+    Parse parse;
+  };
+  const Row rows[] = {
+      {given.nproc_per_node, "PET_NPROC_PER_NODE", nullptr, ParseProcs},
+      {given.nnodes, "PET_NNODES", "WORLD_SIZE", ParseNodes},
+      {given.node_rank, "PET_NODE_RANK", "RANK", ParseNodeRank},
+      {given.master_addr, "PET_MASTER_ADDR", "MASTER_ADDR", ParseAddr},
+      {given.master_port, "PET_MASTER_PORT", "MASTER_PORT", ParsePort},
+      {given.max_restarts, "PET_MAX_RESTARTS", nullptr, ParseRestarts},
+  };
   std::vector<std::string> used;
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_NPROC_PER_NODE", given.nproc_per_node, &used,
-           [&](const std::string& v, std::string* note) -> absl::Status {
-             DTRAIN_ASSIGN_OR_RETURN(
-                 o->nproc_per_node,
-                 ProcsPerNode("PET_NPROC_PER_NODE", v, devices, note));
-             return absl::OkStatus();
-           }));
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_NNODES", given.nnodes, &used,
-           [&](const std::string& v, std::string*) -> absl::Status {
-             NnodesFlag n;
-             std::string error;
-             if (!AbslParseFlag(v, &n, &error))
-               return Bad("PET_NNODES", v, error);
-             o->nnodes = n.min;
-             o->max_nnodes = n.max;
-             return absl::OkStatus();
-           }));
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_NODE_RANK", given.node_rank, &used,
-           [&](const std::string& v, std::string*) -> absl::Status {
-             DTRAIN_ASSIGN_OR_RETURN(o->node_rank,
-                                     Integer("PET_NODE_RANK", v, 0, 1 << 20));
-             return absl::OkStatus();
-           }));
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_MASTER_ADDR", given.master_addr, &used,
-           [&](const std::string& v, std::string*) -> absl::Status {
-             if (v.empty()) return Bad("PET_MASTER_ADDR", v, "is empty");
-             o->master_addr = v;
-             return absl::OkStatus();
-           }));
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_MASTER_PORT", given.master_port, &used,
-           [&](const std::string& v, std::string*) -> absl::Status {
-             DTRAIN_ASSIGN_OR_RETURN(o->master_port,
-                                     Integer("PET_MASTER_PORT", v, 1, 65535));
-             return absl::OkStatus();
-           }));
-  DTRAIN_RETURN_IF_ERROR(
-      Take(env, "PET_MAX_RESTARTS", given.max_restarts, &used,
-           [&](const std::string& v, std::string*) -> absl::Status {
-             DTRAIN_ASSIGN_OR_RETURN(
-                 o->max_restarts, Integer("PET_MAX_RESTARTS", v, 0, 1 << 20));
-             return absl::OkStatus();
-           }));
-
-  // A pod of an operator that speaks only RANK and WORLD_SIZE (Volcano):
-  // one launcher per pod, so they count pods.
-  const bool pod = Find(env, "KUBERNETES_SERVICE_HOST") != nullptr;
-  if (pod && Find(env, "PET_NNODES") == nullptr) {
-    const std::string* rank = Find(env, "RANK");
-    const std::string* world = Find(env, "WORLD_SIZE");
-    if ((rank == nullptr) != (world == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "this pod sets ", rank != nullptr ? "RANK" : "WORLD_SIZE",
-          " but not ", rank != nullptr ? "WORLD_SIZE" : "RANK",
-          ": an operator sets both (the pods and this pod's index)"));
+  for (const Row& row : rows) {
+    if (row.given) continue;
+    const char* var = row.pet;
+    const std::string* value = Find(env, var);
+    if (value == nullptr && pod && row.pod != nullptr) {
+      var = row.pod;
+      value = Find(env, var);
     }
-    DTRAIN_RETURN_IF_ERROR(
-        Take(env, "WORLD_SIZE", given.nnodes, &used,
-             [&](const std::string& v, std::string* note) -> absl::Status {
-               DTRAIN_ASSIGN_OR_RETURN(o->nnodes,
-                                       Integer("WORLD_SIZE", v, 1, 1 << 20));
-               o->max_nnodes = o->nnodes;
-               *note = " (pods)";
-               return absl::OkStatus();
-             }));
-    DTRAIN_RETURN_IF_ERROR(Take(
-        env, "RANK", given.node_rank, &used,
-        [&](const std::string& v, std::string* note) -> absl::Status {
-          DTRAIN_ASSIGN_OR_RETURN(o->node_rank, Integer("RANK", v, 0, 1 << 20));
-          *note = " (this pod)";
-          return absl::OkStatus();
-        }));
-  }
-  if (pod && Find(env, "PET_MASTER_ADDR") == nullptr) {
-    DTRAIN_RETURN_IF_ERROR(
-        Take(env, "MASTER_ADDR", given.master_addr, &used,
-             [&](const std::string& v, std::string*) -> absl::Status {
-               if (v.empty()) return Bad("MASTER_ADDR", v, "is empty");
-               o->master_addr = v;
-               return absl::OkStatus();
-             }));
-  }
-  if (pod && Find(env, "PET_MASTER_PORT") == nullptr) {
-    DTRAIN_RETURN_IF_ERROR(
-        Take(env, "MASTER_PORT", given.master_port, &used,
-             [&](const std::string& v, std::string*) -> absl::Status {
-               DTRAIN_ASSIGN_OR_RETURN(o->master_port,
-                                       Integer("MASTER_PORT", v, 1, 65535));
-               return absl::OkStatus();
-             }));
+    if (value == nullptr) continue;
+    std::string note;
+    DTRAIN_RETURN_IF_ERROR(row.parse(var, *value, devices, o, &note));
+    used.push_back(absl::StrCat(var, "=", *value, note));
   }
   return absl::StrJoin(used, ", ");
 }
@@ -206,7 +204,8 @@ int VisibleNvidiaGpus(const EnvMap& env, const std::string& dev) {
   if (const std::string* visible = Find(env, "CUDA_VISIBLE_DEVICES")) {
     const std::string list(absl::StripAsciiWhitespace(*visible));
     if (list.empty() || absl::StartsWith(list, "-1")) return 0;
-    // CUDA stops at the first entry it cannot use; count the entries.
+    // Every entry counts, as torchrun counts them; CUDA itself would stop at
+    // the first invalid one.
     return static_cast<int>(
         std::vector<std::string>(absl::StrSplit(list, ',')).size());
   }

@@ -25,6 +25,12 @@ EnvMap Pod(EnvMap env) {
   return env;
 }
 
+// A Volcano job's pod: the job controller's task index besides the kubelet's.
+EnvMap VolcanoPod(EnvMap env) {
+  env["VC_TASK_INDEX"] = env.contains("RANK") ? env["RANK"] : "0";
+  return Pod(env);
+}
+
 // Kubeflow's PyTorchJob, nprocPerNode "2", a Master and one Worker: the
 // worker's pod (pkg/controller.v1/pytorch/envvar.go).
 EnvMap PyTorchJobWorker() {
@@ -80,10 +86,10 @@ TEST(ApplyNodeEnvTest, VolcanoPodsCountAsNodes) {
   GivenSettings given;
   given.nproc_per_node = true;
   absl::StatusOr<std::string> used =
-      ApplyNodeEnv(Pod({{"MASTER_ADDR", "vj-master-0.vj"},
-                        {"MASTER_PORT", "23456"},
-                        {"WORLD_SIZE", "3"},
-                        {"RANK", "2"}}),
+      ApplyNodeEnv(VolcanoPod({{"MASTER_ADDR", "vj-master-0.vj"},
+                               {"MASTER_PORT", "23456"},
+                               {"WORLD_SIZE", "3"},
+                               {"RANK", "2"}}),
                    given, kTwoCores, &o);
   ASSERT_TRUE(used.ok()) << used.status();
   EXPECT_EQ(o.nproc_per_node, 2);
@@ -93,6 +99,40 @@ TEST(ApplyNodeEnvTest, VolcanoPodsCountAsNodes) {
   EXPECT_EQ(o.master_port, 23456);
   EXPECT_THAT(*used, HasSubstr("WORLD_SIZE=3 (pods)"));
   EXPECT_THAT(*used, HasSubstr("RANK=2 (this pod)"));
+}
+
+TEST(ApplyNodeEnvTest, TorchrunsVariablesWinOverThePods) {
+  LaunchOptions o;
+  absl::StatusOr<std::string> used =
+      ApplyNodeEnv(VolcanoPod({{"PET_NODE_RANK", "1"},
+                               {"RANK", "0"},
+                               {"WORLD_SIZE", "2"},
+                               {"PET_MASTER_PORT", "29500"},
+                               {"MASTER_PORT", "23456"}}),
+                   {}, kTwoCores, &o);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.nnodes, 2);  // no PET_NNODES: the pod's WORLD_SIZE
+  EXPECT_EQ(o.master_port, 29500);
+  EXPECT_THAT(*used, ::testing::Not(HasSubstr("RANK=0")));
+}
+
+TEST(ApplyNodeEnvTest, AnyPodsServiceVariablesAreNotTheMasters) {
+  // A Service named "master" in the namespace: MASTER_PORT=tcp://...
+  LaunchOptions o;
+  absl::StatusOr<std::string> used =
+      ApplyNodeEnv(Pod({{"MASTER_PORT", "tcp://10.0.0.1:23456"},
+                        {"MASTER_SERVICE_HOST", "10.0.0.1"}}),
+                   {}, kTwoCores, &o);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(*used, "");
+  EXPECT_EQ(o.master_port, 29500);
+  // Nor RANK and WORLD_SIZE set by hand in a pod no operator made.
+  used = ApplyNodeEnv(Pod({{"RANK", "1"}, {"WORLD_SIZE", "2"}}), {}, kTwoCores,
+                      &o);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(*used, "");
+  EXPECT_EQ(o.nnodes, 1);
 }
 
 TEST(ApplyNodeEnvTest, OutsideAPodRankAndMasterAreNotTheLaunchers) {
@@ -145,6 +185,7 @@ TEST(ApplyNodeEnvTest, AutoGpuAndCpuAsTorchrunCountsThem) {
 
 TEST(ApplyNodeEnvTest, ElasticRangeFromPetNnodes) {
   LaunchOptions o;
+  o.elastic = true;
   absl::StatusOr<std::string> used = ApplyNodeEnv(
       {{"PET_NNODES", "1:3"}, {"PET_NODE_RANK", "2"}}, {}, kTwoCores, &o);
   ASSERT_TRUE(used.ok()) << used.status();
@@ -166,14 +207,17 @@ TEST(ApplyNodeEnvTest, BadValuesAreNamed) {
            Case{{{"PET_NPROC_PER_NODE", "gpu"}},
                 "PET_NPROC_PER_NODE='gpu' asks for one rank per GPU"},
            Case{{{"PET_NNODES", "3:1"}}, "PET_NNODES='3:1'"},
+           Case{{{"PET_NNODES", "1:3"}},
+                "PET_NNODES='1:3' is a range of nodes, for an elastic job"},
            Case{{{"PET_NODE_RANK", "-1"}}, "PET_NODE_RANK='-1' is outside"},
            Case{{{"PET_MASTER_PORT", "70000"}},
                 "PET_MASTER_PORT='70000' is outside 1..65535"},
            Case{{{"PET_MASTER_ADDR", ""}}, "PET_MASTER_ADDR='' is empty"},
            Case{{{"PET_RDZV_BACKEND", "c10d"}, {"PET_NNODES", "1:2"}},
                 "PET_RDZV_BACKEND='c10d' (a PyTorchJob's elasticPolicy)"},
-           Case{Pod({{"RANK", "1"}}), "this pod sets RANK but not WORLD_SIZE"},
-           Case{Pod({{"WORLD_SIZE", "x"}, {"RANK", "0"}}),
+           Case{VolcanoPod({{"RANK", "1"}}),
+                "this pod sets RANK but not WORLD_SIZE"},
+           Case{VolcanoPod({{"WORLD_SIZE", "x"}, {"RANK", "0"}}),
                 "WORLD_SIZE='x' is not an integer"},
        }) {
     LaunchOptions o;
@@ -185,11 +229,20 @@ TEST(ApplyNodeEnvTest, BadValuesAreNamed) {
 }
 
 TEST(ApplyNodeEnvTest, StaticRendezvousIsTheMastersAddress) {
+  for (const char* backend : {"static", ""}) {
+    LaunchOptions o;
+    absl::StatusOr<std::string> used =
+        ApplyNodeEnv({{"PET_RDZV_BACKEND", backend}, {"PET_NNODES", "2"}}, {},
+                     kTwoCores, &o);
+    ASSERT_TRUE(used.ok()) << backend << ": " << used.status();
+    EXPECT_EQ(o.nnodes, 2);
+  }
+  // With this node's rank given, a dynamic backend's name does no harm.
   LaunchOptions o;
-  absl::StatusOr<std::string> used = ApplyNodeEnv(
-      {{"PET_RDZV_BACKEND", "static"}, {"PET_NNODES", "2"}}, {}, kTwoCores, &o);
-  ASSERT_TRUE(used.ok()) << used.status();
-  EXPECT_EQ(o.nnodes, 2);
+  GivenSettings given;
+  given.node_rank = true;
+  EXPECT_TRUE(
+      ApplyNodeEnv({{"PET_RDZV_BACKEND", "c10d"}}, given, kTwoCores, &o).ok());
 }
 
 TEST(HasNodeSettingsTest, AnyPetSettingCounts) {

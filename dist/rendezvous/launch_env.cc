@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -92,12 +93,12 @@ bool Present(const EnvMap& env, const Launcher& launcher) {
 }
 
 // The first launcher present, in order of precedence; nullptr when none is.
-// torchrun's variables without a local rank, in a pod, are an operator's.
+// torchrun's variables without a local rank, in an operator's pod, are the
+// operator's.
 const Launcher* DetectLauncher(const EnvMap& env) {
   for (const Launcher& launcher : kLaunchers) {
     if (!Present(env, launcher)) continue;
-    if (launcher.source == LaunchSource::kTorchrun &&
-        Find(env, "KUBERNETES_SERVICE_HOST") != nullptr &&
+    if (launcher.source == LaunchSource::kTorchrun && OperatorPod(env) &&
         Find(env, "LOCAL_RANK") == nullptr &&
         Find(env, "LOCAL_WORLD_SIZE") == nullptr) {
       return &kKubernetesPod;
@@ -411,7 +412,8 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
       !(args.rank.has_value() && args.world_size.has_value())) {
     // PyTorchJob's RANK is then the pod's index, and torchrun's job.
     const std::string* nproc = Find(env, "PET_NPROC_PER_NODE");
-    if (nproc != nullptr && *nproc != "1") {
+    int procs = 0;
+    if (nproc != nullptr && !(absl::SimpleAtoi(*nproc, &procs) && procs == 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "this pod's RANK and WORLD_SIZE are its operator's, and "
           "PET_NPROC_PER_NODE='",
@@ -491,6 +493,23 @@ absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
   }
   DTRAIN_ASSIGN_OR_RETURN(out.restart_count, RestartCount(env));
   return out;
+}
+
+bool OperatorPod(const EnvMap& env) {
+  if (Find(env, "KUBERNETES_SERVICE_HOST") == nullptr) return false;
+  if (Find(env, "VC_TASK_INDEX") != nullptr) return true;
+  for (const auto& [name, value] : env) {
+    if (absl::StartsWith(name, "PET_")) return true;
+  }
+  return false;
+}
+
+bool LaunchedAsRank(const EnvMap& env) {
+  for (const char* var : {"LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (Find(env, var) != nullptr) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<std::string> StoreToken(const EnvMap& env) {

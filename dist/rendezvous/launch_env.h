@@ -111,11 +111,11 @@ struct LaunchEnv {
 // Per launcher (rank, world size, local rank, local world size):
 //   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
 //   Kubernetes RANK and WORLD_SIZE without LOCAL_RANK or LOCAL_WORLD_SIZE in
-//             a pod (KUBERNETES_SERVICE_HOST is set): an operator's per-pod
-//             values (PyTorchJob, Volcano), the pod running this one
-//             process: local rank 0 of 1. Refused when PET_NPROC_PER_NODE
-//             asks for more than one process per pod (RANK is then the
-//             pod's index): `launch` or `train` start those ranks.
+//             an operator's pod (OperatorPod below): its per-pod values
+//             (Volcano's pytorch plugin, PyTorchJob), the pod running this
+//             one process: local rank 0 of 1. Refused when PET_NPROC_PER_NODE
+//             is set to anything but 1 (RANK is then the pod's index):
+//             `launch` or `train` start those ranks.
 //   Open MPI  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
 //   MPICH     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
 //   Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the local world
@@ -153,6 +153,18 @@ struct LaunchEnv {
 // Slurm node or tasks-per-node list.
 absl::StatusOr<LaunchEnv> DiscoverLaunchEnv(const EnvMap& env,
                                             const ExplicitArgs& args);
+
+// Whether this process runs in a Kubernetes operator's pod: the kubelet's
+// KUBERNETES_SERVICE_HOST (every pod) and an operator's mark: torchrun's PET_*
+// variables (Kubeflow's operators) or Volcano's VC_TASK_INDEX. A pod with
+// RANK and WORLD_SIZE set by hand (a development pod) is not one.
+bool OperatorPod(const EnvMap& env);
+
+// Whether a launcher started this process as one of its ranks: torchrun's
+// and the project's LOCAL_RANK or LOCAL_WORLD_SIZE, Open MPI's
+// OMPI_COMM_WORLD_RANK, MPICH's PMI_RANK, Slurm's SLURM_PROCID. An operator's
+// per-pod RANK does not count: the pod may still run a launcher.
+bool LaunchedAsRank(const EnvMap& env);
 
 // The job's store token (docs/RELIABILITY.md): DTRAIN_STORE_TOKEN, else the
 // contents of the file DTRAIN_STORE_TOKEN_FILE names (one trailing newline

@@ -639,6 +639,7 @@ TEST(LaunchEnvTest, TorchrunsAgentStoreAndRestarts) {
 // RANK per pod; the kubelet's KUBERNETES_SERVICE_HOST in every pod.
 TEST(LaunchEnvTest, AnOperatorsPodRunsOneProcess) {
   const EnvMap pod = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                      {"VC_TASK_INDEX", "1"},
                       {"MASTER_ADDR", "vj-master-0.vj"},
                       {"MASTER_PORT", "23456"},
                       {"WORLD_SIZE", "3"},
@@ -668,8 +669,34 @@ TEST(LaunchEnvTest, AnOperatorsPodRunsOneProcess) {
   ASSERT_FALSE(env.ok());
   EXPECT_THAT(std::string(env.status().message()),
               HasSubstr("PET_NPROC_PER_NODE='2' asks for a launcher"));
+  env = DiscoverLaunchEnv(With(pod, {{"PET_NPROC_PER_NODE", "auto"}}), Args());
+  EXPECT_FALSE(env.ok());
   env = DiscoverLaunchEnv(With(pod, {{"PET_NPROC_PER_NODE", "1"}}), Args());
   EXPECT_TRUE(env.ok()) << env.status();
+
+  // RANK and WORLD_SIZE set by hand in a pod no operator made: torchrun's
+  // meaning, as anywhere (two ranks of a development pod pick two GPUs).
+  EnvMap by_hand = pod;
+  by_hand.erase("VC_TASK_INDEX");
+  env = DiscoverLaunchEnv(by_hand, Args());
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->source, LaunchSource::kTorchrun);
+  EXPECT_EQ(env->local_rank, 2);
+  EXPECT_TRUE(env->local_inferred);
+}
+
+TEST(LaunchEnvTest, OperatorPodsAndLaunchedRanks) {
+  EXPECT_FALSE(OperatorPod({{"PET_NNODES", "2"}}));  // not in a pod
+  EXPECT_FALSE(OperatorPod({{"KUBERNETES_SERVICE_HOST", "x"}, {"RANK", "0"}}));
+  EXPECT_TRUE(
+      OperatorPod({{"KUBERNETES_SERVICE_HOST", "x"}, {"PET_NNODES", "2"}}));
+  EXPECT_TRUE(
+      OperatorPod({{"KUBERNETES_SERVICE_HOST", "x"}, {"VC_TASK_INDEX", "0"}}));
+  EXPECT_FALSE(LaunchedAsRank({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+  for (const char* var : {"LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    EXPECT_TRUE(LaunchedAsRank({{var, "0"}})) << var;
+  }
 }
 
 TEST(LaunchEnvTest, StoreTokenFromVariableOrFile) {
