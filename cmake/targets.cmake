@@ -1784,7 +1784,7 @@ dtrain_cc_binary(dtrain_trainer_train
 dtrain_sh_test(dtrain_deploy_kubernetes_operator_contract_test
   OUTPUT deploy/kubernetes/operator_contract_test
   SCRIPT deploy/kubernetes/operator_contract_test.sh
-  DATA deploy/kubernetes/operator_contract.py deploy/kubernetes/pytorchjob.yaml deploy/kubernetes/trainjob.yaml deploy/kubernetes/volcano-job.yaml
+  DATA deploy/kubernetes/checkpoints-pvc.yaml deploy/kubernetes/manifest_schema.py deploy/kubernetes/operator_contract.py deploy/kubernetes/pytorchjob.yaml deploy/kubernetes/trainjob.yaml deploy/kubernetes/volcano-job.yaml
   DATA_TARGETS dtrain_tools_launch dtrain_trainer_train
   TIMEOUT 900
   ARGS trainer/train tools/launch/launch
