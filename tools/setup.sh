@@ -41,9 +41,6 @@ readonly COMMON_PACKAGES=(
   python3-torchvision
   # The real launchers the tests run `train` under: Open MPI's mpirun and a one-host Slurm cluster.
   openmpi-bin slurm-wlm
-  # The Kubernetes operators' contract test reads deploy/kubernetes's manifests, and checks their
-  # pod templates against the Kubernetes API's types (the Python client's models).
-  python3-yaml python3-kubernetes
 )
 # Only in Debian 13's archive and later (the Debian 12 tests of these files skip, saying so).
 readonly TRIXIE_PACKAGES=(python3-safetensors)
